@@ -1,0 +1,133 @@
+"""HiPER's Plan–Execute protocol: ``<switch>KEEP|SWITCH</switch><subgoal>…</subgoal><action>…</action>`` (001 Eq. 4).
+
+Prompt: HiPER App. C.3, Fig. 6 (ALFWorld) and Fig. 8 (WebShop), verbatim; it extends the ReAct prompt (same
+history window) with the current subgoal and the "EXACTLY THREE blocks" format rules.  Other environments reuse
+the template with their own opening sentence.  Before the first subgoal exists the current subgoal reads "None"
+(the paper prints no first-step variant).
+
+Decision semantics (001 Sec. 4.1): q_t = 1 (SWITCH) takes the written subgoal o_t; q_t = 0 (KEEP) copies the
+previous subgoal, o_t = o_{t-1}, whatever was written; a KEEP whose written subgoal differs (after collapsing
+whitespace) is recorded as ``extra["keep_changed_subgoal"] = True`` (not a format error: the paper's own rollouts,
+App. E, contain such turns).  An unreadable switch is inferred (``extra["switch_inferred"]``): SWITCH when a subgoal
+different from the previous one was written, else KEEP; a SWITCH without a readable subgoal keeps o_{t-1}; such
+parses are invalid (format penalty 0.1, 001 App. B "Reward Design").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from actors.agents.parsing import (
+    Message,
+    ParseResult,
+    TagFormat,
+    fallback_action,
+    format_admissible,
+    format_blocks,
+    normalize_ws,
+    parse_tagged,
+    read_switch,
+)
+from actors.agents.react import ENV_INTRO, Pair, env_intro, format_history, recent_history
+from actors.trajectory import Decision
+
+PLAN_EXECUTE_FORMAT = TagFormat(("switch", "subgoal", "action"))
+
+PE_ENV_INTRO: dict[str, str] = {
+    **ENV_INTRO,
+    "alfworld": "You are an expert agent operating in the ALFRED Embodied Environment.",
+}
+"""Fig. 6 capitalises "Embodied" where Fig. 5 does not; kept as printed."""
+
+SUBGOAL_RULES = (
+    "You will complete the task by maintaining a SHORT-TERM subgoal at each step. A subgoal is a small high-level "
+    "objective that can typically be achieved in a few actions. A subgoal is NOT the full task and NOT a low-level "
+    "action. At every step, you reconsider your current subgoal based on the latest observation, and may continue "
+    "it or switch to a new short-term subgoal."
+)
+
+FORMAT_RULES = (
+    "You MUST output EXACTLY THREE blocks, in the order shown below:\n"
+    "1) A <switch>...</switch> block (KEEP or SWITCH);\n"
+    "2) A <subgoal>...</subgoal> block (the subgoal to follow next);\n"
+    "3) A <action>...</action> block (one admissible action).\n"
+    "Format requirements:\n"
+    '- <switch> MUST contain only "KEEP" or "SWITCH".\n'
+    "- <subgoal> MUST appear at every step: If you KEEP, copy the exact current subgoal into <subgoal>. If you "
+    "SWITCH, write a new short subgoal achievable in a few actions and not the entire task.\n"
+    "- <action> MUST contain exactly action verbatim copied as is from the admissible actions list."
+)
+
+
+def build_plan_execute_messages(
+    task: str,
+    observation: str,
+    admissible_actions: Sequence[str] | None = None,
+    history: Sequence[Pair] = (),
+    current_subgoal: str | None = None,
+    *,
+    env: str = "alfworld",
+    history_window: int = 2,
+    step_count: int | None = None,
+) -> list[Message]:
+    """One user message: HiPER Fig. 6/8 filled in."""
+    taken = len(history) if step_count is None else step_count
+    shown = recent_history(history, history_window, taken)
+    parts = [
+        f"{env_intro(env, PE_ENV_INTRO)} Your overall task is: {task.strip()}",
+        SUBGOAL_RULES,
+        f"You have already taken {taken} step(s).",
+    ]
+    if shown:
+        parts.append(
+            f"Below are the most recent {len(shown)} observations and actions you took:\n{format_history(shown)}"
+        )
+    parts.append(f"You are now at step {taken + 1} and your current observation is: {observation}")
+    parts.append(f"Your current subgoal is: {current_subgoal if current_subgoal else 'None'}.")
+    if admissible_actions is not None:
+        parts.append(f"Your admissible actions are: [{format_admissible(admissible_actions)}].")
+    parts.append(FORMAT_RULES)
+    return [{"role": "user", "content": "\n".join(parts)}]
+
+
+def parse_plan_execute(text: str) -> ParseResult:
+    """Exactly three blocks switch, subgoal, action; ``switch`` read as KEEP/SWITCH (any case)."""
+    res = parse_tagged(text, PLAN_EXECUTE_FORMAT)
+    read_switch(res)
+    return res
+
+
+def plan_execute_decision(res: ParseResult, prev_subgoal: str | None, fallback: str = "empty") -> Decision:
+    """Decision with q_t and o_t resolved against o_{t-1} = ``prev_subgoal`` (module docstring)."""
+    written = res.subgoal or None
+    extra: dict[str, object] = {"written_subgoal": written}
+    changed = written is not None and (
+        prev_subgoal is None or normalize_ws(written) != normalize_ws(prev_subgoal)
+    )
+    switch = res.switch
+    if switch is None:
+        switch = changed
+        extra["switch_inferred"] = True
+    if switch:
+        subgoal = written if written is not None else prev_subgoal
+    elif prev_subgoal is None:
+        subgoal = written
+        extra["keep_without_subgoal"] = True
+    else:
+        subgoal = prev_subgoal
+        if changed:
+            extra["keep_changed_subgoal"] = True
+    return Decision(
+        action=fallback_action(res, fallback),
+        valid=res.valid,
+        switch=switch,
+        subgoal=subgoal,
+        error=res.error,
+        extra=extra,
+    )
+
+
+def format_plan_execute(switch: bool, subgoal: str, action: str) -> str:
+    """Canonical Plan–Execute response (BC targets, tests)."""
+    fields = {"switch": "SWITCH" if switch else "KEEP", "subgoal": subgoal, "action": action}
+    return format_blocks(fields, PLAN_EXECUTE_FORMAT.tags)

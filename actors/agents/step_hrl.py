@@ -1,0 +1,161 @@
+"""STEP-HRL protocol: three roles on one backbone, each seeing one step, never the full history (000 Sec. 3.1).
+
+* high  (Eq. 5)  g_{k+1} ~ π^h(· | c, G_k, p̂_k, o_0^{k+1}): task, completed subtasks, last subtask's final progress,
+  current observation → ``<subgoal>next subtask</subgoal>``;
+* low   (Eq. 4)  a_t^k ~ π^l(· | g_k, p_t^k, o_t^k): subtask, observation, local progress →
+  ``<action>…</action><completion>True|False</completion>`` (action plus termination indicator, 000 Limitations);
+* progress (Eq. 3)  p_t^k ~ π^p(· | g_k, a_{t-1}^k, o_t^k, p_{t-1}^k) → ``<progress>…</progress>``; p_0^k = ∅
+  is shown as "None".
+
+System prompts are Fig. 6 verbatim; the user message lists the inputs in the order of the paper's SFT data
+structure (App. A.2).  The paper trains bare-text targets and prints no output syntax, so the tags are our
+serialisation (they give every role a format check and token masks, like the other protocols); a reply without
+tags falls back to its bare text (the paper's target form) but is marked invalid.  Admissible actions are not a
+STEP-HRL input; ``admissible_actions`` adds them to the low-level prompt when given (our option).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from actors.agents.parsing import (
+    Message,
+    ParseResult,
+    TagFormat,
+    fallback_action,
+    format_admissible,
+    format_blocks,
+    parse_tagged,
+    read_completion,
+)
+from actors.trajectory import Decision
+
+HIGH_FORMAT = TagFormat(("subgoal",))
+LOW_FORMAT = TagFormat(("action", "completion"))
+PROGRESS_FORMAT = TagFormat(("progress",))
+
+HIGH_SYSTEM = (
+    "You are a high-level planner. Based on the state (task description, historical subtasks, last subtask "
+    "progress and current observation), please generate a clear and simple subtask."
+)
+LOW_SYSTEM = (
+    "You are a low-level action executor. Based on the current subtask, observation and local progress, please "
+    "generate a executable action and determine if the subtask is completed (True/False)."
+)
+PROGRESS_SYSTEM = (
+    "You are an AI agent responsible for updating local progress within a subtask. Based on the current subtask, "
+    "the previous local progress, the current action, and the resulting observation, update the local progress."
+)
+
+HIGH_OUTPUT = "Answer with the subtask inside <subgoal></subgoal>."
+LOW_OUTPUT = "Answer with <action>one executable action</action><completion>True or False</completion>."
+PROGRESS_OUTPUT = "Answer with the updated local progress inside <progress></progress>."
+
+
+def _none(s: str | None) -> str:
+    return s.strip() if s and s.strip() else "None"
+
+
+def build_high_messages(
+    task: str, observation: str, completed_subtasks: Sequence[str] = (), last_progress: str | None = None
+) -> list[Message]:
+    """π^h input (Eq. 5): {task description, current observation, completed subtasks, previous local progress}."""
+    done = "; ".join(f"{i}. {g}" for i, g in enumerate(completed_subtasks, start=1)) or "None"
+    user = (
+        f"Task description: {task.strip()}\n"
+        f"Current observation: {observation}\n"
+        f"Historical subtasks: {done}\n"
+        f"Last subtask progress: {_none(last_progress)}\n"
+        f"{HIGH_OUTPUT}"
+    )
+    return [{"role": "system", "content": HIGH_SYSTEM}, {"role": "user", "content": user}]
+
+
+def build_low_messages(
+    subtask: str,
+    observation: str,
+    progress: str | None = None,
+    admissible_actions: Sequence[str] | None = None,
+) -> list[Message]:
+    """π^l input (Eq. 4): {subtask, current observation, local progress}."""
+    user = f"Current subtask: {subtask.strip()}\nCurrent observation: {observation}\nLocal progress: {_none(progress)}\n"
+    if admissible_actions is not None:
+        user += f"Admissible actions: [{format_admissible(admissible_actions)}]\n"
+    return [{"role": "system", "content": LOW_SYSTEM}, {"role": "user", "content": user + LOW_OUTPUT}]
+
+
+def build_progress_messages(
+    subtask: str, action: str, observation: str, prev_progress: str | None = None
+) -> list[Message]:
+    """π^p input (Eq. 3): {subtask, executed action, resulting observation, previous local progress}."""
+    user = (
+        f"Current subtask: {subtask.strip()}\n"
+        f"Executed action: {action}\n"
+        f"Resulting observation: {observation}\n"
+        f"Previous local progress: {_none(prev_progress)}\n"
+        f"{PROGRESS_OUTPUT}"
+    )
+    return [{"role": "system", "content": PROGRESS_SYSTEM}, {"role": "user", "content": user}]
+
+
+def parse_high(text: str) -> ParseResult:
+    return parse_tagged(text, HIGH_FORMAT)
+
+
+def parse_low(text: str) -> ParseResult:
+    res = parse_tagged(text, LOW_FORMAT)
+    read_completion(res)
+    return res
+
+
+def parse_progress(text: str) -> ParseResult:
+    return parse_tagged(text, PROGRESS_FORMAT)
+
+
+def _field_or_bare(res: ParseResult, tag: str) -> str:
+    value = res.get(tag)
+    return value if value else res.text.strip()
+
+
+def high_decision(res: ParseResult) -> Decision:
+    """A new subtask g_{k+1} (no env action); ``switch`` True: every high-level call opens a segment."""
+    return Decision(
+        action="", valid=res.valid, switch=True, subgoal=_field_or_bare(res, "subgoal"), error=res.error
+    )
+
+
+def low_decision(res: ParseResult, subtask: str, fallback: str = "empty") -> Decision:
+    """Env action under g_k; ``extra["completion"]`` is the termination flag (False when unreadable, so the subtask
+    continues and the step limit bounds it)."""
+    return Decision(
+        action=fallback_action(res, fallback),
+        valid=res.valid,
+        switch=None,
+        subgoal=subtask,
+        error=res.error,
+        extra={"completion": bool(res.completion)},
+    )
+
+
+def progress_decision(res: ParseResult, subtask: str) -> Decision:
+    """Updated local progress p_t^k in ``extra["progress"]`` (no env action)."""
+    return Decision(
+        action="",
+        valid=res.valid,
+        switch=None,
+        subgoal=subtask,
+        error=res.error,
+        extra={"progress": _field_or_bare(res, "progress")},
+    )
+
+
+def format_high(subtask: str) -> str:
+    return format_blocks({"subgoal": subtask}, HIGH_FORMAT.tags)
+
+
+def format_low(action: str, completed: bool) -> str:
+    return format_blocks({"action": action, "completion": str(bool(completed))}, LOW_FORMAT.tags)
+
+
+def format_progress(progress: str) -> str:
+    return format_blocks({"progress": progress}, PROGRESS_FORMAT.tags)

@@ -1,0 +1,678 @@
+"""Rollout: many episodes at once, one batched ``engine.generate`` per round, and the worker that owns it all.
+
+Round structure of ``iter_episodes`` (continuous batching over environment slots)::
+
+    free slots ── reset(task, seed) ──► agent.start
+    every active episode: agent.next_call() ─► render_prompt (chat template → token ids)
+                          ALL prompts ─► engine.generate (one call) ─► response ids + logprobs
+                          decode pieces → parse → masks → Turn ─► agent.on_output
+    every acting episode: env actions of the round ─► EnvPool.step / env.step (together) ─► agent.observe
+    finished episodes are yielded; their slots take the next queued request
+
+Token in, token out: a ``Turn`` stores exactly the prompt ids the engine received and the response ids and
+logprobs it returned.  The text is decoded from those ids, and the masks come from per-token decoded pieces of the
+same ids, so masks and text can never disagree with the tokens the learner trains on.
+
+Context overflow: histories are bounded by the protocols (ReAct/HiPER windows, STEP-HRL's step-level prompts), so
+a prompt longer than ``max_prompt_tokens`` (model context minus ``max_tokens``) ends the episode as *truncated*
+(``Trajectory.info["truncated_by"] = "context"``; its last turn gets ``truncated=True`` and bootstraps) instead of
+silently cutting text the protocol put there.
+
+``RolloutWorker`` is a plain class; ``cluster/`` wraps it with ``ray.remote``.  Streaming: ``collect_stream``
+yields each group as soon as its G episodes are done (use it as a Ray streaming generator,
+``num_returns="streaming"``), and ``collect`` is its list; a driver that prefers futures calls ``collect`` once per
+group and ``ray.wait``s on them.  Weights sent with ``set_weights`` while a collection runs (actor created with
+``max_concurrency >= 2``) are applied between two generation rounds, never inside one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from actors.agent_loop import ModelCall, make_agent
+from actors.agents.parsing import masks_for_parse, normalize_ws, render_prompt, token_offsets_from_pieces
+from actors.env_pool import EnvPool, EnvResult, _build_env
+from actors.inference import GenerationRequest, InferenceEngine, LoraSpec, SamplingParams
+from actors.trajectory import Trajectory, TrajectoryGroup, Turn, from_numpy_dict, to_jsonl, to_numpy_dict
+
+
+@dataclass(frozen=True)
+class EpisodeRequest:
+    """One episode to play: the env is reset with ``(task_id, seed)``."""
+
+    task_id: str | None
+    seed: int | None
+    group_id: str = ""
+    traj_id: str = ""
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Tokens → text pieces, anchor keys
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def response_pieces(tokenizer: Any, ids: Sequence[int]) -> tuple[str, list[str]]:
+    """The decoded response text and one piece per token with ``"".join(pieces) == text``.
+
+    Piece i is what decoding ``ids[:i+1]`` adds to the text (longest common prefix with the full decode, kept
+    monotone), so a byte-fallback token that only completes a multi-byte character later gets ``""`` and the
+    character lands on the token that completes it; special tokens (EOS) decode to ``""``.
+    """
+    ids = [int(i) for i in ids]
+    text = tokenizer.decode(ids, skip_special_tokens=True)
+    pieces: list[str] = []
+    done = 0
+    for i in range(len(ids)):
+        prefix = tokenizer.decode(ids[: i + 1], skip_special_tokens=True) if i + 1 < len(ids) else text
+        n = done
+        limit = min(len(prefix), len(text))
+        while n < limit and prefix[n] == text[n]:
+            n += 1
+        pieces.append(text[done:n])
+        done = n
+    if pieces:
+        pieces[-1] += text[done:]
+    return text, pieces
+
+
+def anchor_key(observation: str) -> str:
+    """GiGPO anchor-state key: the observation with whitespace collapsed (identical states in a group share it)."""
+    return normalize_ws(observation)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Environment slots: an EnvPool, or in-process envs behind the same batched calls
+# ---------------------------------------------------------------------------------------------------------------
+
+
+class _LocalSlots:
+    """A list of in-process ``TextEnv`` with EnvPool's batched ``reset``/``step``; exceptions become failures."""
+
+    def __init__(self, envs: Sequence[Any]) -> None:
+        self.envs = list(envs)
+
+    @property
+    def num_slots(self) -> int:
+        return len(self.envs)
+
+    def reset(self, requests: Iterable[tuple[int, str | None, int | None]]) -> list[EnvResult]:
+        out = []
+        for slot, task_id, seed in requests:
+            try:
+                obs, info = self.envs[slot].reset(task_id=task_id, seed=seed)
+                out.append(EnvResult(slot, obs, 0.0, False, False, info, op="reset"))
+            except Exception as e:  # a broken env fails its episode (the group is retried), never the loop
+                out.append(
+                    EnvResult(slot, "", 0.0, False, False, {}, True, f"exception in reset: {e!r}", "reset")
+                )
+        return out
+
+    def step(self, actions: Mapping[int, str]) -> dict[int, EnvResult]:
+        out = {}
+        for slot, action in actions.items():
+            try:
+                obs, r, term, trunc, info = self.envs[slot].step(action)
+                out[slot] = EnvResult(slot, obs, float(r), bool(term), bool(trunc), info)
+            except Exception as e:
+                out[slot] = EnvResult(slot, "", 0.0, False, False, {}, True, f"exception in step: {e!r}")
+        return out
+
+
+def _slots(envs: EnvPool | Sequence[Any]) -> EnvPool | _LocalSlots:
+    return envs if isinstance(envs, EnvPool) else _LocalSlots(envs)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The episode loop
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Episode:
+    agent: Any
+    traj: Trajectory
+    steps: int = 0
+
+
+def _finish(
+    ep: _Episode, status: str, *, reason: str = "", info: Mapping[str, Any] | None = None
+) -> Trajectory:
+    traj = ep.traj
+    traj.status = status  # type: ignore[assignment]
+    if status == "failed":
+        traj.failure = reason
+    if status != "finished" and traj.turns:
+        traj.turns[-1].truncated = True  # cut, not an MDP end: the value bootstraps here
+    if info is not None:
+        traj.won = bool(info.get("won", False))
+        traj.score = float(info.get("score", 0.0) or 0.0)
+    traj.info["env_steps"] = ep.steps
+    if status == "truncated":
+        traj.info["truncated_by"] = reason or "max_steps"
+    return traj
+
+
+def iter_episodes(
+    engine: InferenceEngine,
+    envs: EnvPool | Sequence[Any],
+    requests: deque[EpisodeRequest] | Iterable[EpisodeRequest],
+    *,
+    protocol: str,
+    env_name: str,
+    params: SamplingParams,
+    max_steps: int,
+    tokenizer: Any = None,
+    adapters: Mapping[str, str | None] | None = None,
+    policy_version: int | None = None,
+    history_length: int = 2,
+    max_prompt_tokens: int | None = None,
+    agent_options: Mapping[str, Any] | None = None,
+    before_generate: Callable[[], None] | None = None,
+) -> Iterator[Trajectory]:
+    """Play ``requests`` on the env slots, yielding each trajectory when it ends (module docstring).
+
+    ``requests`` may be a ``deque`` the caller appends to while iterating (group retries).  ``policy_version``
+    None records the engine's reported adapter version on every turn (the weights that really generated it);
+    an int overrides it (e.g. for base-model evaluation).  ``before_generate`` runs before every batched
+    generation (where staged weights are applied).  A fixed ``params.seed`` makes vLLM sample identical replies
+    for identical prompts, which collapses a group: leave it None for training.
+    """
+    tokenizer = tokenizer if tokenizer is not None else engine.tokenizer
+    queue = requests if isinstance(requests, deque) else deque(requests)
+    slots = _slots(envs)
+    free = list(range(slots.num_slots))
+    active: dict[int, _Episode] = {}
+    while queue or active:
+        done: list[Trajectory] = []
+        starts = [(free.pop(0), queue.popleft()) for _ in range(min(len(free), len(queue)))]
+        if starts:
+            for (slot, req), res in zip(
+                starts, slots.reset([(s, r.task_id, r.seed) for s, r in starts]), strict=True
+            ):
+                traj = Trajectory(
+                    traj_id=req.traj_id or uuid.uuid4().hex[:12],
+                    group_id=req.group_id,
+                    task_id=req.task_id or str(res.info.get("task_id", "")),
+                    env_name=env_name,
+                    task=str(res.info.get("task", "")),
+                    info={"seed": req.seed},
+                )
+                ep = _Episode(
+                    make_agent(
+                        protocol,
+                        env_name=env_name,
+                        history_length=history_length,
+                        adapters=adapters,
+                        **dict(agent_options or {}),
+                    ),
+                    traj,
+                )
+                if res.failed:
+                    done.append(_finish(ep, "failed", reason=res.failure))
+                    free.append(slot)
+                    continue
+                ep.agent.start(res.observation, res.info)
+                active[slot] = ep
+
+        calls: list[tuple[int, ModelCall, list[int]]] = []
+        for slot, ep in list(active.items()):
+            call = ep.agent.next_call()
+            prompt = render_prompt(tokenizer, call.messages)
+            if max_prompt_tokens is not None and len(prompt) > max_prompt_tokens:
+                done.append(_finish(active.pop(slot), "truncated", reason="context"))
+                free.append(slot)
+                continue
+            calls.append((slot, call, prompt))
+
+        if calls:
+            if before_generate is not None:
+                before_generate()
+            results = engine.generate([GenerationRequest(tuple(p), c.adapter) for _, c, p in calls], params)
+            actions: dict[int, str] = {}
+            for (slot, call, prompt), res in zip(calls, results, strict=True):
+                ep = active[slot]
+                text, pieces = response_pieces(tokenizer, res.response_ids)
+                step = ep.agent.on_output(call, text)
+                n = len(res.response_ids)
+                version = policy_version if policy_version is not None else res.adapter_version
+                ep.traj.turns.append(
+                    Turn(
+                        prompt_ids=np.asarray(prompt, dtype=np.int64),
+                        response_ids=np.asarray(res.response_ids, dtype=np.int64),
+                        logprobs=np.asarray(res.logprobs, dtype=np.float32),
+                        masks=masks_for_parse(step.parse, token_offsets_from_pieces(pieces), n),
+                        decision=step.decision,
+                        observation=call.observation,
+                        response_text=text,
+                        policy_version=int(version),
+                        adapter=call.adapter or "",
+                        role=call.role,
+                        anchor_key=anchor_key(call.observation) if call.acts else "",
+                        segment_index=step.segment_index,
+                        info={
+                            "prompt_tokens": len(prompt),
+                            "response_tokens": n,
+                            "finish_reason": res.finish_reason,
+                            "num_admissible": None
+                            if ep.agent.admissible is None
+                            else len(ep.agent.admissible),
+                        },
+                    )
+                )
+                if step.action is not None:
+                    actions[slot] = step.action
+            if actions:
+                for slot, r in slots.step(actions).items():
+                    ep = active[slot]
+                    turn = ep.traj.turns[-1]
+                    if r.failed:
+                        done.append(_finish(active.pop(slot), "failed", reason=r.failure))
+                        free.append(slot)
+                        continue
+                    ep.steps += 1
+                    turn.env_reward = float(r.reward)
+                    turn.terminated = bool(r.terminated)
+                    turn.info["valid_action"] = bool(r.info.get("valid_action", True))
+                    turn.info["next_observation"] = r.observation
+                    ep.agent.observe(r.observation, r.reward, r.terminated, r.truncated, r.info)
+                    if r.terminated or r.truncated or ep.steps >= max_steps:
+                        status = "finished" if r.terminated else "truncated"
+                        done.append(_finish(active.pop(slot), status, info=r.info))
+                        free.append(slot)
+        yield from done
+
+
+def run_episodes(
+    engine: InferenceEngine,
+    envs: EnvPool | Sequence[Any],
+    requests: Iterable[EpisodeRequest],
+    **kwargs: Any,
+) -> list[Trajectory]:
+    """All of ``iter_episodes`` in request order (same keyword arguments)."""
+    requests = list(requests)
+    order = {id(r): i for i, r in enumerate(requests)}
+    got = list(iter_episodes(engine, envs, requests, **kwargs))
+    if all(r.traj_id for r in requests):
+        rank = {r.traj_id: order[id(r)] for r in requests}
+        got.sort(key=lambda t: rank.get(t.traj_id, len(rank)))
+    return got
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Groups in wire form
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def pack_group(group: TrajectoryGroup, *, seed: int | None, attempts: int) -> dict[str, Any]:
+    """A group for the object store: metadata plus ``to_numpy_dict`` of its trajectories under ``"data"``."""
+    versions = sorted({t.policy_version for tr in group.trajectories for t in tr.turns})
+    return {
+        "group_id": group.group_id,
+        "task_id": group.task_id,
+        "seed": seed,
+        "attempts": attempts,
+        "policy_versions": versions,
+        "data": to_numpy_dict(group.trajectories),
+    }
+
+
+def unpack_group(packed: Mapping[str, Any]) -> TrajectoryGroup:
+    return TrajectoryGroup(packed["group_id"], packed["task_id"], from_numpy_dict(packed["data"]))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The worker
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """Everything one rollout worker needs (built from ``launch.config`` by the cluster code)."""
+
+    model_path: str = "smollm2"
+    """HF folder, or "smollm2" for the packaged SmolLM2-135M-Instruct."""
+    engine: str = "auto"
+    """"vllm", "hf" or "auto"."""
+    dtype: str = "auto"
+    device: str = "cpu"
+    lora: LoraSpec = field(
+        default_factory=lambda: LoraSpec(
+            16, 32, ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+        )
+    )
+    adapter_path: str | None = None
+    """PEFT folder whose weights every adapter starts from (its adapter_config.json overrides ``lora``); None:
+    zero LoRA B (the base model's outputs) until the learner's first ``set_weights``."""
+    adapters: Mapping[str, str | None] = field(default_factory=lambda: {"policy": "policy"})
+    """Role → adapter name (``actors.agent_loop.make_agent``)."""
+    protocol: str = "plan_execute"
+    env_name: str = "synthetic"
+    env_options: Mapping[str, Any] = field(default_factory=dict)
+    num_envs: int = 4
+    """Concurrent episodes (env slots)."""
+    use_env_pool: bool = True
+    """Subprocess EnvPool (crash isolation) or in-process envs (cheap envs, tests)."""
+    step_timeout_s: float = 60.0
+    max_steps: int = 15
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 64
+    max_model_len: int = 2048
+    history_length: int = 2
+    max_group_retries: int = 2
+    seed: int = 0
+    agent_options: Mapping[str, Any] = field(default_factory=dict)
+
+
+def read_peft_adapter(path: str | Path) -> tuple[dict[str, np.ndarray], LoraSpec]:
+    """Tensors and spec of a PEFT adapter folder (``adapter_model.safetensors`` + ``adapter_config.json``)."""
+    from safetensors.numpy import load_file
+
+    path = Path(path)
+    cfg = json.loads((path / "adapter_config.json").read_text())
+    targets = cfg["target_modules"]
+    spec = LoraSpec(
+        rank=int(cfg["r"]),
+        alpha=int(cfg["lora_alpha"]),
+        target_modules=tuple(sorted(targets) if isinstance(targets, list | set) else [targets]),
+        dropout=float(cfg.get("lora_dropout", 0.0)),
+    )
+    return dict(load_file(str(path / "adapter_model.safetensors"))), spec
+
+
+def zero_lora_weights(model_path: str, spec: LoraSpec) -> dict[str, np.ndarray]:
+    """All-zero LoRA tensors in PEFT's state-dict naming for ``model_path`` (shapes from a meta-device model):
+    B = 0 makes the adapter an exact no-op, which vLLM needs as a starting adapter to serve requests by name."""
+    import torch
+    from peft import LoraConfig, get_peft_model, get_peft_model_state_dict
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    with torch.device("meta"):
+        base = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_path))
+        model = get_peft_model(
+            base, LoraConfig(r=spec.rank, lora_alpha=spec.alpha, target_modules=list(spec.target_modules))
+        )
+    return {k: np.zeros(tuple(v.shape), np.float32) for k, v in get_peft_model_state_dict(model).items()}
+
+
+class RolloutWorker:
+    """Owns an inference engine and the env slots; collects whole groups (module docstring for streaming)."""
+
+    def __init__(self, config: WorkerConfig, engine: InferenceEngine | None = None) -> None:
+        """``engine``: an already built engine to use instead of building one from ``config`` (tests, or an
+        engine shared with an evaluator); its ``tokenizer`` then renders the prompts."""
+        from actors.inference import make_engine
+        from actors.models import resolve_model_path
+
+        self.config = config
+        self.model_path = resolve_model_path(config.model_path)
+        lora, initial = config.lora, None
+        if config.adapter_path:
+            initial, lora = read_peft_adapter(config.adapter_path)
+        if engine is None:
+            from transformers import AutoTokenizer
+
+            engine = make_engine(
+                config.engine,
+                self.model_path,
+                lora,
+                dtype=config.dtype,
+                device=config.device,
+                max_model_len=config.max_model_len,
+                seed=config.seed,
+            )
+            self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
+            weights = initial if initial is not None else zero_lora_weights(self.model_path, lora)
+        else:
+            self.tokenizer = engine.tokenizer
+            weights = initial if initial is not None else {}
+        self.engine = engine
+        self.adapter_names = sorted({a for a in config.adapters.values() if a is not None})
+        for name in self.adapter_names:
+            if not self.engine.load_adapter(name, weights, 0):
+                raise RuntimeError(f"initial adapter {name!r} could not be loaded")
+        self.envs: EnvPool | list[Any]
+        if config.use_env_pool:
+            self.envs = EnvPool(
+                config.env_name,
+                config.num_envs,
+                dict(config.env_options),
+                step_timeout_s=config.step_timeout_s,
+            )
+        else:
+            self.envs = [
+                _build_env(config.env_name, dict(config.env_options)) for _ in range(config.num_envs)
+            ]
+        self.params = SamplingParams(config.temperature, config.top_p, config.max_new_tokens, seed=None)
+        self._version = 0
+        self._lock = threading.Condition()
+        self._collecting = False
+        self._staged: list[dict[str, Any]] = []
+        self.stats: dict[str, int] = {"groups": 0, "group_retries": 0, "groups_dropped": 0, "episodes": 0}
+
+    # ------------------------------------------------------------------ weights
+
+    def version(self) -> int:
+        return self._version
+
+    def set_weights(self, weights: dict[str, np.ndarray], version: int, adapter: str | None = None) -> bool:
+        """Load LoRA ``weights`` as ``version`` into ``adapter`` (None: every adapter the roles use).  During a
+        collection the load waits for the gap between two generation rounds; on failure the old adapter stays
+        and False is returned."""
+        names = self.adapter_names if adapter is None else [adapter]
+        with self._lock:
+            if not self._collecting:
+                return self._load(weights, version, names)
+            entry: dict[str, Any] = {"args": (weights, version, names), "ok": None}
+            self._staged.append(entry)
+            while entry["ok"] is None:
+                self._lock.wait()
+            return bool(entry["ok"])
+
+    def _load(self, weights: dict[str, np.ndarray], version: int, names: Sequence[str]) -> bool:
+        ok = all([self.engine.load_adapter(n, weights, version) for n in names])
+        if ok:
+            self._version = version
+        return ok
+
+    def _apply_staged(self) -> None:
+        with self._lock:
+            for entry in self._staged:
+                entry["ok"] = self._load(*entry["args"])
+            self._staged = []
+            self._lock.notify_all()
+
+    # ------------------------------------------------------------------ collection
+
+    def collect_stream(
+        self, task_ids: Sequence[str | None], group_size: int, seed: int | None = None, *, packed: bool = True
+    ) -> Iterator[dict[str, Any] | TrajectoryGroup]:
+        """Yield one group per task id as soon as its ``group_size`` episodes (same task, same env ``seed``)
+        are all done.  A group with a failed episode is replayed whole, up to ``max_group_retries`` times, then
+        dropped (``stats["groups_dropped"]``): a partial group is never returned.  ``packed``: the
+        ``pack_group`` dict (numpy arrays, for Ray); else a ``TrajectoryGroup``."""
+        queue: deque[EpisodeRequest] = deque()
+        pending: dict[str, dict[str, Any]] = {}
+
+        def submit(task_id: str | None, attempt: int) -> None:
+            gid = f"{task_id}|s{seed}|{uuid.uuid4().hex[:8]}"
+            pending[gid] = {"task_id": task_id, "attempt": attempt, "trajs": []}
+            queue.extend(EpisodeRequest(task_id, seed, gid, f"{gid}/{i}") for i in range(group_size))
+
+        for task_id in task_ids:
+            submit(task_id, 0)
+        with self._lock:
+            self._collecting = True
+        try:
+            for traj in iter_episodes(
+                self.engine,
+                self.envs,
+                queue,
+                protocol=self.config.protocol,
+                env_name=self.config.env_name,
+                params=self.params,
+                max_steps=self.config.max_steps,
+                tokenizer=self.tokenizer,
+                adapters=self.config.adapters,
+                history_length=self.config.history_length,
+                max_prompt_tokens=self.config.max_model_len - self.config.max_new_tokens,
+                agent_options=self.config.agent_options,
+                before_generate=self._apply_staged,
+            ):
+                self.stats["episodes"] += 1
+                g = pending[traj.group_id]
+                g["trajs"].append(traj)
+                if len(g["trajs"]) < group_size:
+                    continue
+                del pending[traj.group_id]
+                if any(t.status == "failed" for t in g["trajs"]):
+                    if g["attempt"] < self.config.max_group_retries:
+                        self.stats["group_retries"] += 1
+                        submit(g["task_id"], g["attempt"] + 1)
+                    else:
+                        self.stats["groups_dropped"] += 1
+                    continue
+                g["trajs"].sort(key=lambda t: int(t.traj_id.rsplit("/", 1)[1]))
+                group = TrajectoryGroup(traj.group_id, str(g["task_id"] or g["trajs"][0].task_id), g["trajs"])
+                self.stats["groups"] += 1
+                yield pack_group(group, seed=seed, attempts=g["attempt"] + 1) if packed else group
+        finally:
+            with self._lock:
+                self._collecting = False
+            self._apply_staged()
+
+    def collect(
+        self, task_ids: Sequence[str | None], group_size: int, seed: int | None = None, *, packed: bool = True
+    ) -> list[dict[str, Any] | TrajectoryGroup]:
+        """``list(collect_stream(...))``: whole groups only, in completion order."""
+        return list(self.collect_stream(task_ids, group_size, seed, packed=packed))
+
+    def close(self) -> None:
+        if isinstance(self.envs, EnvPool):
+            self.envs.close()
+        else:
+            for env in self.envs:
+                env.close()
+        self.engine.close()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# `hierarl rollout`
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def summarize(trajectories: Sequence[Trajectory], wall_s: float) -> dict[str, Any]:
+    """Success rate, mean return, env steps, tokens per turn, throughput."""
+    turns = [t for tr in trajectories for t in tr.turns]
+    n = max(len(trajectories), 1)
+    steps = [tr.info.get("env_steps", 0) for tr in trajectories]
+    return {
+        "episodes": len(trajectories),
+        "success_rate": sum(tr.won for tr in trajectories) / n,
+        "mean_return": float(np.mean([tr.episode_return for tr in trajectories])) if trajectories else 0.0,
+        "mean_score": float(np.mean([tr.score for tr in trajectories])) if trajectories else 0.0,
+        "mean_env_steps": float(np.mean(steps)) if steps else 0.0,
+        "turns": len(turns),
+        "valid_format_rate": float(np.mean([t.decision.valid for t in turns])) if turns else 0.0,
+        "prompt_tokens_per_turn": float(np.mean([t.prompt_ids.size for t in turns])) if turns else 0.0,
+        "response_tokens_per_turn": float(np.mean([t.response_ids.size for t in turns])) if turns else 0.0,
+        "status": {
+            s: sum(tr.status == s for tr in trajectories) for s in ("finished", "truncated", "failed")
+        },
+        "wall_s": wall_s,
+        "turns_per_s": len(turns) / wall_s if wall_s > 0 else 0.0,
+    }
+
+
+def rollout_main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """``hierarl rollout``: play N episodes with a model (+ optional PEFT adapter), write JSONL + summary JSON."""
+    p = argparse.ArgumentParser(prog="hierarl rollout", description=rollout_main.__doc__)
+    p.add_argument("--model", default="smollm2", help="HF folder or 'smollm2'")
+    p.add_argument("--adapter", default=None, help="PEFT adapter folder (optional)")
+    p.add_argument(
+        "--protocol", default="plan_execute", choices=["react", "plan_execute", "hipif", "step_hrl", "multi2"]
+    )
+    p.add_argument("--env", default="synthetic")
+    p.add_argument("--split", default="test")
+    p.add_argument("--episodes", type=int, default=8)
+    p.add_argument("--engine", default="auto", choices=["auto", "vllm", "hf"])
+    p.add_argument("--dtype", default="auto")
+    p.add_argument("--temperature", type=float, default=0.4)
+    p.add_argument("--max-steps", type=int, default=15)
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--num-envs", type=int, default=4)
+    p.add_argument("--env-workers", action="store_true", help="run envs in a subprocess EnvPool")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default="rollouts.jsonl")
+    a = p.parse_args(argv)
+
+    from envs import make
+
+    probe = make(a.env)
+    tasks = probe.task_ids(a.split)
+    probe.close()
+    if not tasks:
+        raise SystemExit(f"no tasks in split {a.split!r} of {a.env!r}")
+    adapters: dict[str, str | None] = {"policy": "policy"}
+    if a.protocol == "multi2":
+        adapters = {"planner": "policy", "executor": "policy"}
+    cfg = WorkerConfig(
+        model_path=a.model,
+        engine=a.engine,
+        dtype=a.dtype,
+        adapter_path=a.adapter,
+        adapters=adapters,
+        protocol=a.protocol,
+        env_name=a.env,
+        num_envs=a.num_envs,
+        use_env_pool=a.env_workers,
+        max_steps=a.max_steps,
+        temperature=a.temperature,
+        max_new_tokens=a.max_new_tokens,
+        seed=a.seed,
+    )
+    worker = RolloutWorker(cfg)
+    t0 = time.perf_counter()
+    try:
+        picked = [tasks[i % len(tasks)] for i in range(a.episodes)]
+        groups = worker.collect(picked, 1, a.seed, packed=False)
+    finally:
+        worker.close()
+    trajs = [tr for g in groups for tr in g.trajectories]  # type: ignore[union-attr]
+    summary = summarize(trajs, time.perf_counter() - t0)
+    summary["config"] = {k: v for k, v in dataclasses.asdict(cfg).items() if k != "lora"}
+    out = Path(a.out)
+    to_jsonl(trajs, out)
+    out.with_suffix(".summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    rows = [
+        (k, summary[k])
+        for k in (
+            "episodes",
+            "success_rate",
+            "mean_return",
+            "mean_env_steps",
+            "turns",
+            "valid_format_rate",
+            "prompt_tokens_per_turn",
+            "response_tokens_per_turn",
+            "wall_s",
+            "turns_per_s",
+        )
+    ]
+    print(f"{a.protocol} on {a.env} ({a.engine}, T={a.temperature})")
+    for k, v in rows:
+        print(f"  {k:<26} {v:.3f}" if isinstance(v, float) else f"  {k:<26} {v}")
+    print(f"  wrote {out} and {out.with_suffix('.summary.json')}")
+    return summary

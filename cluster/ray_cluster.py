@@ -1,0 +1,91 @@
+"""Ray bootstrap and placement: the only module that knows about bundles and resources.
+
+``init_ray`` starts a local cluster on loopback for a run (or joins ``address``); ``place_workers`` reserves one
+bundle per rollout/learner worker in a placement group so that N engines and M learners land where their
+resources are (GPUs on a cluster, fractional CPUs on a laptop or CI machine).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+from ray.util.placement_group import PlacementGroup, placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+# Every process we start (and Ray's workers) runs one OpenMP thread: with 2 cores and the other one busy, torch ran
+# up to 10x slower with 2 threads (platform.md).
+WORKER_ENV = {
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+    "DS_ACCELERATOR": "cpu",
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+    "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+}
+
+
+def worker_env(device: str) -> dict[str, str]:
+    env = {k: os.environ.get(k, v) for k, v in WORKER_ENV.items()}
+    if device.startswith("cuda"):
+        env.pop("DS_ACCELERATOR")
+        for k in ("VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND"):
+            env.pop(k)
+    if "HIERARL_SHARED" in os.environ:
+        env["HIERARL_SHARED"] = os.environ["HIERARL_SHARED"]
+    return env
+
+
+def init_ray(address: str = "", *, num_cpus: int | None = None, device: str = "cpu") -> dict[str, Any]:
+    """Start (``address`` "") or join a Ray cluster; returns its resources.
+
+    A local cluster binds to 127.0.0.1 only. Ray 2.60's token auth is disabled for local clusters
+    (``RAY_AUTH_MODE=disabled``), as ``ray job submit`` to a local head would otherwise fail.
+    """
+    if ray.is_initialized():
+        return ray.cluster_resources()
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    runtime_env = {"env_vars": worker_env(device)}
+    if address:
+        ray.init(address=address, runtime_env=runtime_env, log_to_driver=True)
+    else:
+        ray.init(
+            num_cpus=num_cpus,
+            include_dashboard=False,
+            _node_ip_address="127.0.0.1",
+            runtime_env=runtime_env,
+            log_to_driver=True,
+        )
+    return ray.cluster_resources()
+
+
+@dataclass(frozen=True)
+class WorkerResources:
+    """What one worker reserves: on a GPU cluster 1 GPU per engine/learner; on CPU a fraction of a core so that
+    rollout workers and learners fit on a 2-core machine together (they take turns in a synchronous loop)."""
+
+    num_cpus: float = 0.5
+    num_gpus: float = 0.0
+
+
+def place_workers(cls: type, n: int, resources: WorkerResources, *args: Any, **kwargs: Any) -> list[Any]:
+    """Create ``n`` Ray actors of plain class ``cls`` in one PACK placement group (one bundle each)."""
+    bundle: dict[str, float] = {"CPU": resources.num_cpus}
+    if resources.num_gpus:
+        bundle["GPU"] = resources.num_gpus
+    pg: PlacementGroup = placement_group([bundle] * n, strategy="PACK")
+    ray.get(pg.ready(), timeout=300)
+    remote_cls = ray.remote(cls)
+    return [
+        remote_cls.options(
+            num_cpus=resources.num_cpus,
+            num_gpus=resources.num_gpus,
+            scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i),
+        ).remote(*args, rank=i, world_size=n, **kwargs)
+        for i in range(n)
+    ]

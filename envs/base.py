@@ -1,0 +1,85 @@
+"""The one text-environment interface every benchmark adapter implements, and the registry behind ``envs.make``.
+
+Contract (gymnasium-like, text in / text out)::
+
+    reset(*, task_id=None, seed=None) -> (observation: str, info: dict)
+    step(action: str) -> (observation: str, reward: float, terminated: bool, truncated: bool, info: dict)
+    close() -> None
+    expert_action() -> str | None        # optional: the benchmark's expert / gold next action from this state
+    task_ids(split=None) -> list[str]    # the task ids of a split, for seeding groups and evaluation
+
+``info`` always carries the keys in ``INFO_KEYS``: ``task`` (instruction text), ``admissible_actions`` (list of
+str, or None where the benchmark has no list), ``won`` (bool), ``score`` (the benchmark's own score),
+``valid_action`` (bool: False when the last action was not understood), ``task_id``, ``task_type``, ``split``.
+
+Rewards are the benchmark's own; every shaping term lives in ``reward/``.  ``terminated`` means the task reached a
+terminal state (won or lost); ``truncated`` means the step limit (``max_steps``) cut the episode.
+Adapters never raise on a bad action string: it yields an observation saying the action was invalid.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any, Protocol, runtime_checkable
+
+INFO_KEYS: tuple[str, ...] = (
+    "task",
+    "admissible_actions",
+    "won",
+    "score",
+    "valid_action",
+    "task_id",
+    "task_type",
+    "split",
+)
+
+
+@runtime_checkable
+class TextEnv(Protocol):
+    """Structural type of every environment (see module docstring for the contract)."""
+
+    name: str
+    max_steps: int
+
+    def reset(self, *, task_id: str | None = None, seed: int | None = None) -> tuple[str, dict[str, Any]]: ...
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]: ...
+
+    def close(self) -> None: ...
+
+    def task_ids(self, split: str | None = None) -> list[str]: ...
+
+
+# name -> "module:factory"; modules are imported lazily so that a missing optional benchmark package only fails
+# when that benchmark is asked for, with a message naming the extra to install.
+_REGISTRY: dict[str, tuple[str, str]] = {
+    "synthetic": ("envs.synthetic:SyntheticHierEnv", "(built in)"),
+    "alfworld": ("envs.alfworld:AlfWorldEnv", "hierarl[alfworld]"),
+    "scienceworld": ("envs.scienceworld:ScienceWorldEnv", "hierarl[scienceworld]"),
+    "webshop": ("envs.webshop:WebShopEnv", "hierarl[webshop]"),
+    "virtualhome": ("envs.virtualhome:VirtualHomeEnv", "hierarl[virtualhome]"),
+    "textcraft": ("envs.textcraft:TextCraftEnv", "hierarl[textcraft]"),
+}
+
+
+def env_names() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def resolve(name: str) -> Callable[..., TextEnv]:
+    """The factory registered under ``name`` (clear error for unknown names and missing extras)."""
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown environment {name!r}; known: {', '.join(env_names())}")
+    target, extra = _REGISTRY[name]
+    module_name, attr = target.split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ImportError(f"environment {name!r} needs `pip install '{extra}'` ({e})") from e
+    return getattr(module, attr)
+
+
+def make(name: str, **options: Any) -> TextEnv:
+    """Build environment ``name`` with adapter-specific ``options`` (e.g. ``max_steps``, ``split``, data paths)."""
+    return resolve(name)(**options)

@@ -1,0 +1,140 @@
+"""Trajectories → padded training tensors (pure: torch + numpy only).
+
+Each turn becomes one sequence ``prompt_ids + response_ids`` (the agent prompts carry a bounded history window, so
+turns are independent sequences, as in verl-agent and HiPER). Token-level quantities are stored at the position of
+the token they belong to: ``old_logprobs[b, j]`` is log π(x_j | x_<j) for response token j. Everything at prompt or
+padding positions is 0 / False.
+
+Shapes (B turns, L = longest prompt+response)::
+
+    input_ids        int64[B, L]
+    attention_mask   bool[B, L]
+    response_mask    bool[B, L]   True on response tokens (what the policy is trained on)
+    old_logprobs     float32[B, L]
+    masks[name]      bool[B, L]   tag masks (switch_mask, subgoal_mask, action_mask, ...) placed at sequence positions
+    prompt_last      int64[B]     index of the last prompt token: where V(s_t) / V_high(s_t) / V_low(s_t, o_{t-1}) are read
+    subgoal_last     int64[B]     index of the last subgoal token (HiPER V_low(s_t, o_t)); prompt_last if no subgoal
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from actors.trajectory import Trajectory, Turn
+
+
+@dataclass
+class TurnBatch:
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    response_mask: torch.Tensor
+    old_logprobs: torch.Tensor
+    prompt_last: torch.Tensor
+    subgoal_last: torch.Tensor
+    masks: dict[str, torch.Tensor] = field(default_factory=dict)
+    index: list[tuple[int, int]] = field(default_factory=list)
+    """(trajectory index, turn index) of every row, to scatter per-turn results back."""
+
+    def __len__(self) -> int:
+        return int(self.input_ids.shape[0])
+
+    def select(self, rows: Sequence[int] | torch.Tensor) -> TurnBatch:
+        rows_t = torch.as_tensor(rows, dtype=torch.long)
+        return TurnBatch(
+            input_ids=self.input_ids[rows_t],
+            attention_mask=self.attention_mask[rows_t],
+            response_mask=self.response_mask[rows_t],
+            old_logprobs=self.old_logprobs[rows_t],
+            prompt_last=self.prompt_last[rows_t],
+            subgoal_last=self.subgoal_last[rows_t],
+            masks={k: v[rows_t] for k, v in self.masks.items()},
+            index=[self.index[i] for i in rows_t.tolist()],
+        )
+
+    def trim(self) -> TurnBatch:
+        """Drop trailing all-padding columns (after ``select``, rows may be shorter than L)."""
+        width = int(self.attention_mask.sum(dim=1).max().item()) if len(self) else 0
+        return TurnBatch(
+            input_ids=self.input_ids[:, :width],
+            attention_mask=self.attention_mask[:, :width],
+            response_mask=self.response_mask[:, :width],
+            old_logprobs=self.old_logprobs[:, :width],
+            prompt_last=self.prompt_last,
+            subgoal_last=self.subgoal_last,
+            masks={k: v[:, :width] for k, v in self.masks.items()},
+            index=self.index,
+        )
+
+
+def _turn_rows(trajectories: Sequence[Trajectory], roles: set[str] | None) -> list[tuple[int, int, Turn]]:
+    return [
+        (i, j, turn)
+        for i, traj in enumerate(trajectories)
+        for j, turn in enumerate(traj.turns)
+        if (roles is None or turn.role in roles) and turn.response_ids.size > 0
+    ]
+
+
+def build_turn_batch(
+    trajectories: Sequence[Trajectory], *, max_len: int, pad_id: int, roles: set[str] | None = None
+) -> TurnBatch:
+    """Pad every (selected) turn into one batch. Prompts longer than ``max_len`` − response are cut from the left
+    (the oldest history goes first), so the response and the most recent context always survive."""
+    rows = _turn_rows(trajectories, roles)
+    seqs, prompt_lens = [], []
+    for _, _, t in rows:
+        keep = max(1, max_len - t.response_ids.size)
+        prompt = t.prompt_ids[-keep:]
+        seqs.append(np.concatenate([prompt, t.response_ids])[:max_len])
+        prompt_lens.append(prompt.size)
+    b = len(rows)
+    width = max((s.size for s in seqs), default=0)
+    input_ids = torch.full((b, width), pad_id, dtype=torch.long)
+    attention = torch.zeros((b, width), dtype=torch.bool)
+    response = torch.zeros((b, width), dtype=torch.bool)
+    old_lp = torch.zeros((b, width), dtype=torch.float32)
+    mask_names = sorted({k for _, _, t in rows for k in t.masks})
+    masks = {k: torch.zeros((b, width), dtype=torch.bool) for k in mask_names}
+    prompt_last = torch.zeros(b, dtype=torch.long)
+    subgoal_last = torch.zeros(b, dtype=torch.long)
+    for r, ((_, _, t), seq, p) in enumerate(zip(rows, seqs, prompt_lens, strict=True)):
+        n = seq.size
+        n_resp = n - p
+        input_ids[r, :n] = torch.from_numpy(seq)
+        attention[r, :n] = True
+        response[r, p:n] = True
+        old_lp[r, p:n] = torch.from_numpy(t.logprobs[:n_resp].astype(np.float32))
+        for k, m in t.masks.items():
+            masks[k][r, p:n] = torch.from_numpy(m[:n_resp])
+        prompt_last[r] = p - 1
+        sg = t.masks.get("subgoal_mask")
+        if sg is not None and sg[:n_resp].any():
+            subgoal_last[r] = p + int(np.flatnonzero(sg[:n_resp])[-1])
+        else:
+            subgoal_last[r] = p - 1
+    return TurnBatch(
+        input_ids=input_ids,
+        attention_mask=attention,
+        response_mask=response,
+        old_logprobs=old_lp,
+        prompt_last=prompt_last,
+        subgoal_last=subgoal_last,
+        masks=masks,
+        index=[(i, j) for i, j, _ in rows],
+    )
+
+
+def per_turn_to_tokens(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Broadcast one value per row (float[B]) onto the tokens of ``mask`` (bool[B, L]); 0 elsewhere."""
+    return values[:, None].to(torch.float32) * mask.to(torch.float32)
+
+
+def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
+    """float32[B, L]: log π(x_j | x_<j) at position j (position 0 gets 0). ``logits`` float[B, L, V]."""
+    logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
+    picked = logp.gather(-1, input_ids[:, 1:, None]).squeeze(-1)
+    return torch.nn.functional.pad(picked, (1, 0))

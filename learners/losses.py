@@ -1,0 +1,497 @@
+"""Pure loss functions over torch tensors for every method in the project.
+
+Conventions (shapes are written ``[B, L]`` = batch rows x response tokens):
+
+* One row is one model response (one turn, or one role's call in STEP-HRL / Multi2).  ``mask`` is ``bool[B, L]``,
+  True on the response tokens the loss covers; padding and prompt tokens are False.
+* Values under masked-out tokens never reach the result, its gradient, or a NaN: every function replaces them
+  with a neutral constant *before* any nonlinearity (``torch.where``, not multiplication, so ``inf``/``nan``
+  padding is harmless).
+* Per-row quantities (advantages, returns of utterance-level critics) are ``[B]`` and broadcast over tokens.
+* Losses are returned as 0-dim tensors to *minimise*; metrics are detached 0-dim tensors.
+
+This module is pure: it imports torch only (no ray, vllm, deepspeed).
+
+Papers: STEP-HRL = seeds/000, HiPER = seeds/001, HISR = seeds/003, Multi2 = seeds/004.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+AggMode = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"]
+KLKind = Literal["k1", "k2", "k3", "low_var_kl"]
+
+AGG_MODES: tuple[str, ...] = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
+KL_KINDS: tuple[str, ...] = ("k1", "k2", "k3", "low_var_kl")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Aggregation
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _zero_masked(x: Tensor, mask: Tensor, fill: float = 0.0) -> Tensor:
+    """``x`` with masked-out entries replaced by ``fill`` (gradient there is exactly zero, never NaN)."""
+    return torch.where(mask, x, torch.as_tensor(fill, dtype=x.dtype, device=x.device))
+
+
+def masked_mean(x: Tensor, mask: Tensor) -> Tensor:
+    """Mean of ``x`` over entries where ``mask`` is True (any shape, same for both); 0 when none is valid."""
+    mask = mask.to(torch.bool)
+    total = _zero_masked(x, mask).sum()
+    return total / mask.sum().clamp(min=1).to(x.dtype)
+
+
+def aggregate(loss_mat: Tensor, mask: Tensor, mode: AggMode = "token-mean") -> Tensor:
+    """Reduce a per-token loss ``[B, L]`` under ``mask`` ``bool[B, L]`` to a scalar.
+
+    * ``token-mean``: sum over all valid tokens / number of valid tokens (long responses weigh more).
+    * ``seq-mean-token-mean``: mean over rows of each row's mean over its valid tokens (every row weighs 1).
+    * ``seq-mean-token-sum``: mean over rows of each row's sum over its valid tokens — the literal
+      ``E[sum_t ...]`` of HiPER Eq. 28–29 and ``log pi(u|s) = sum_l log pi(u_l|...)`` of STEP-HRL Eq. 9–10.
+
+    Rows with no valid token are left out of the row count (they are padding), and an all-empty batch gives 0
+    (still connected to the graph) rather than NaN.
+    """
+    if mode not in AGG_MODES:
+        raise ValueError(f"unknown aggregation mode {mode!r}; expected one of {AGG_MODES}")
+    mask = mask.to(torch.bool)
+    if mode == "token-mean":
+        return masked_mean(loss_mat, mask)
+    if loss_mat.dim() != 2:
+        raise ValueError(f"{mode} needs a [B, L] loss matrix, got shape {tuple(loss_mat.shape)}")
+    row_sum = _zero_masked(loss_mat, mask).sum(dim=-1)  # [B]
+    row_len = mask.sum(dim=-1)  # [B]
+    row_valid = row_len > 0
+    if mode == "seq-mean-token-mean":
+        row_sum = row_sum / row_len.clamp(min=1).to(loss_mat.dtype)
+    return masked_mean(row_sum, row_valid)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Policy-gradient losses (PPO / HiPER)
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def ppo_clip_loss(
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    clip_low: float = 0.2,
+    clip_high: float = 0.2,
+    agg: AggMode = "token-mean",
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """PPO clipped surrogate, negated for minimisation (Schulman et al. 2017, Eq. 7; HISR Eq. 9).
+
+    Per token ``r = exp(logprobs - old_logprobs)`` and
+    ``loss = max(-A r, -A clip(r, 1 - clip_low, 1 + clip_high))`` (= ``-min(rA, clip(r)A)``).
+
+    Shapes: ``logprobs``, ``old_logprobs`` ``[B, L]``; ``advantages`` ``[B, L]`` or ``[B]`` (broadcast to every
+    token of its row); ``mask`` ``bool[B, L]``.  Returns ``(loss, metrics)`` with ``clipfrac`` (share of valid
+    tokens where the clipped branch is the active one), ``approx_kl`` (``(r - 1) - log r``, an unbiased,
+    non-negative estimate of KL(pi_old || pi_theta) on samples from pi_old) and ``ratio_mean``.
+    """
+    mask = mask.to(torch.bool)
+    if advantages.dim() == logprobs.dim() - 1:
+        advantages = advantages.unsqueeze(-1)
+    advantages = advantages.expand_as(logprobs).detach()
+    log_ratio = _zero_masked(logprobs - old_logprobs.detach(), mask)
+    adv = _zero_masked(advantages, mask)
+    ratio = torch.exp(log_ratio)
+    unclipped = -adv * ratio
+    clipped = -adv * torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
+    loss_mat = torch.maximum(unclipped, clipped)
+    loss = aggregate(loss_mat, mask, agg)
+    with torch.no_grad():
+        metrics = {
+            "clipfrac": masked_mean((clipped > unclipped).to(logprobs.dtype), mask),
+            "approx_kl": masked_mean((ratio - 1.0) - log_ratio, mask),
+            "ratio_mean": masked_mean(ratio, mask),
+        }
+    return loss, metrics
+
+
+def decision_token_advantages(
+    mask_switch: Tensor,
+    mask_subgoal: Tensor,
+    mask_action: Tensor,
+    adv_switch: Tensor,
+    adv_high: Tensor,
+    adv_low: Tensor,
+    boundary: Tensor,
+) -> tuple[Tensor, Tensor]:
+    """Spread HiPER's per-turn advantages over each decision's own tokens (HiPER App. B, Eq. 28).
+
+    Rows are turns.  ``mask_*`` ``bool[B, L]`` cover the ``<switch>``, ``<subgoal>`` and ``<action>`` blocks;
+    ``adv_*`` ``[B]``; ``boundary`` ``bool[B]`` is q_t (True where the subgoal was (re)generated; turn 0 of an
+    episode counts, see ``Trajectory.switches``).  Returns ``(token_adv [B, L], token_mask bool[B, L])``:
+    switch tokens carry A^switch, subgoal tokens A^high only on boundary turns (the q_t factor of
+    L^high_clip: a KEEP turn's copied subgoal is not a decision, so its tokens leave the mask entirely), action
+    tokens A^low.  Overlapping masks are rejected: a token would receive two advantages.
+    """
+    mask_switch, mask_subgoal, mask_action = (
+        m.to(torch.bool) for m in (mask_switch, mask_subgoal, mask_action)
+    )
+    overlap = (mask_switch & mask_subgoal) | (mask_switch & mask_action) | (mask_subgoal & mask_action)
+    if bool(overlap.any()):
+        raise ValueError("switch/subgoal/action masks overlap; each token belongs to one decision")
+    mask_high = mask_subgoal & boundary.to(torch.bool).unsqueeze(-1)
+    dtype = adv_low.dtype
+    token_adv = (
+        mask_switch.to(dtype) * adv_switch.unsqueeze(-1)
+        + mask_high.to(dtype) * adv_high.unsqueeze(-1)
+        + mask_action.to(dtype) * adv_low.unsqueeze(-1)
+    )
+    return token_adv, mask_switch | mask_high | mask_action
+
+
+def hiper_policy_loss(
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    mask_switch: Tensor,
+    mask_subgoal: Tensor,
+    mask_action: Tensor,
+    adv_switch: Tensor,
+    adv_high: Tensor,
+    adv_low: Tensor,
+    boundary: Tensor,
+    *,
+    clip_low: float = 0.2,
+    clip_high: float = 0.2,
+    agg: AggMode = "token-mean",
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """HiPER actor loss ``-L_actor = -(L^low_clip + L^switch_clip + L^high_clip)`` (HiPER App. B, Eq. 28).
+
+    One clipped surrogate per decision type, each with its own advantage on its own tokens (see
+    ``decision_token_advantages``), all with the same clip range.  Shapes: ``logprobs``/``old_logprobs``/``mask_*``
+    ``[B, L]`` (rows = turns), ``adv_*`` ``[B]``, ``boundary`` ``bool[B]``.
+
+    The paper writes sequence-level ratios per decision and ``E[sum_t ...]``; with ``agg="seq-mean-token-sum"``
+    the three surrogates add exactly as in Eq. 28 (the masks are disjoint), the default ``token-mean`` is the
+    token-level practice of verl-style trainers.
+    """
+    token_adv, token_mask = decision_token_advantages(
+        mask_switch, mask_subgoal, mask_action, adv_switch, adv_high, adv_low, boundary
+    )
+    return ppo_clip_loss(
+        logprobs, old_logprobs, token_adv, token_mask, clip_low=clip_low, clip_high=clip_high, agg=agg
+    )
+
+
+def hiper_critic_loss(
+    v_low: Tensor,
+    y_low: Tensor,
+    turn_mask: Tensor,
+    v_high: Tensor,
+    y_high: Tensor,
+    segment_mask: Tensor,
+    *,
+    agg: AggMode = "seq-mean-token-sum",
+) -> Tensor:
+    """Two-head critic regression of HiPER (App. B, Eq. 29 without its leading c_V; Algorithm 1 line 22).
+
+    ``sum_t (V_low(s_t, o_t) - y_low_t)^2 + sum_k (V_high(s_{b_k}) - y_high_k)^2``, averaged over trajectories.
+    Shapes: rows are trajectories; ``v_low``, ``y_low``, ``turn_mask`` ``[B, T]`` (one value per turn);
+    ``v_high``, ``y_high``, ``segment_mask`` ``[B, K]`` (one value per segment, at its boundary turn b_k).
+    Targets are detached.  No 1/2 factor and no clipping: Eq. 29 has neither.  The paper puts c_V both in
+    Eq. 29 and again in Eq. 30; we apply it once, in ``hiper_total_loss``.
+    """
+    turn_mask, segment_mask = turn_mask.to(torch.bool), segment_mask.to(torch.bool)
+    err_low = _zero_masked(v_low - y_low.detach(), turn_mask) ** 2
+    err_high = _zero_masked(v_high - y_high.detach(), segment_mask) ** 2
+    return aggregate(err_low, turn_mask, agg) + aggregate(err_high, segment_mask, agg)
+
+
+def hiper_total_loss(
+    actor_loss: Tensor, critic_loss: Tensor, kl: Tensor, *, c_v: float, kl_coef: float
+) -> Tensor:
+    """HiPER's joint objective (App. B, Eq. 30): ``-L_actor + c_V L_V + beta KL(pi_theta || pi_ref)``.
+
+    ``actor_loss`` is ``hiper_policy_loss``'s output (already ``-L_actor``), ``critic_loss`` is
+    ``hiper_critic_loss``, ``kl`` an aggregated KL estimate (``kl_penalty``).  Eq. 30 prints ``- beta D_KL``
+    under a ``min``, which would reward drifting from the reference; the text calls beta a *penalty* that keeps
+    the policy close, so the KL enters with ``+``.  App. C.1 sets ``kl_coef = 0.01``; c_V is not reported.
+    """
+    return actor_loss + c_v * critic_loss + kl_coef * kl
+
+
+def value_loss(
+    values: Tensor,
+    old_values: Tensor,
+    returns: Tensor,
+    mask: Tensor,
+    *,
+    clip_range: float | None = None,
+    agg: AggMode = "token-mean",
+) -> Tensor:
+    """PPO value loss ``0.5 max((V - R)^2, (V_old + clip(V - V_old, -c, c) - R)^2)`` (clipped when ``clip_range``).
+
+    Shapes: ``values``, ``old_values``, ``returns``, ``mask`` ``[B, L]`` (token-level critic) or ``[B, 1]``
+    (one value per turn).  Without ``clip_range`` it is plain ``0.5 (V - R)^2``.
+    """
+    mask = mask.to(torch.bool)
+    err = _zero_masked(values - returns.detach(), mask)
+    loss_mat = err**2
+    if clip_range is not None:
+        old = old_values.detach()
+        v_clip = old + torch.clamp(values - old, -clip_range, clip_range)
+        err_clip = _zero_masked(v_clip - returns.detach(), mask)
+        loss_mat = torch.maximum(loss_mat, err_clip**2)
+    return 0.5 * aggregate(loss_mat, mask, agg)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# KL to a reference policy, entropy, behaviour cloning
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def kl_estimate(logprobs: Tensor, ref_logprobs: Tensor, kind: KLKind = "low_var_kl") -> Tensor:
+    """Per-token estimate of KL(pi_theta || pi_ref) from tokens sampled from pi_theta (Schulman 2020, "Approximating
+    KL divergence").  With ``log r = logprobs - ref_logprobs`` (any equal shapes):
+
+    * ``k1 = log r`` — unbiased, high variance, can be negative;
+    * ``k2 = 0.5 (log r)^2`` — biased, low variance, >= 0;
+    * ``k3`` / ``low_var_kl`` ``= exp(-log r) + log r - 1`` — unbiased, low variance, >= 0 and 0 iff equal.
+
+    Gradients flow into ``logprobs`` only.
+    """
+    log_r = logprobs - ref_logprobs.detach()
+    if kind == "k1":
+        return log_r
+    if kind == "k2":
+        return 0.5 * log_r**2
+    if kind in ("k3", "low_var_kl"):
+        return torch.expm1(-log_r) + log_r
+    raise ValueError(f"unknown KL estimator {kind!r}; expected one of {KL_KINDS}")
+
+
+def kl_penalty(
+    logprobs: Tensor,
+    ref_logprobs: Tensor,
+    mask: Tensor,
+    kind: KLKind = "low_var_kl",
+    agg: AggMode = "token-mean",
+) -> Tensor:
+    """``kl_estimate`` aggregated over valid tokens ``mask`` ``bool[B, L]`` (the KL term of HiPER Eq. 30)."""
+    mask = mask.to(torch.bool)
+    kl = kl_estimate(_zero_masked(logprobs, mask), _zero_masked(ref_logprobs, mask), kind)
+    return aggregate(kl, mask, agg)
+
+
+def kl_from_logits(logits: Tensor, ref_logits: Tensor) -> Tensor:
+    """Exact per-token KL(pi || pi_ref) over the vocabulary: ``[..., V]`` logits -> ``[...]``.
+
+    Use it when the tokens were not sampled from pi (replay-buffer data in Multi2's online stage), where the
+    sample estimators of ``kl_estimate`` are biased.
+    """
+    logp = torch.log_softmax(logits, dim=-1)
+    logq = torch.log_softmax(ref_logits.detach(), dim=-1)
+    return (logp.exp() * (logp - logq)).sum(dim=-1)
+
+
+def entropy_from_logits(logits: Tensor) -> Tensor:
+    """Token entropy ``H = logsumexp(z) - sum softmax(z) z``: ``[..., V]`` logits -> ``[...]`` (stable for large z)."""
+    probs = torch.softmax(logits, dim=-1)
+    return torch.logsumexp(logits, dim=-1) - (probs * logits).sum(dim=-1)
+
+
+def bc_nll(logprobs: Tensor, mask: Tensor, agg: AggMode = "token-mean") -> Tensor:
+    """Behaviour-cloning negative log-likelihood over response tokens only (``mask`` ``bool[B, L]``).
+
+    STEP-HRL Eq. 9–10 and HISR Eq. 1 sum the token log-probs of each response (``agg="seq-mean-token-sum"``);
+    Multi2 Eq. 3 is the same cross-entropy; the default ``token-mean`` is the usual SFT normalisation.
+    """
+    return -aggregate(logprobs, mask, agg)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# IQL critics and advantage-weighted regression (STEP-HRL Sec. 3.3, Multi2 Sec. 4.2–4.3)
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def expectile_loss(diff: Tensor, tau: float) -> Tensor:
+    """Asymmetric squared loss ``L2^tau(d) = |tau - 1(d < 0)| d^2``, elementwise (STEP-HRL Eq. 12; Multi2 Eq. 5).
+
+    With ``tau > 0.5`` positive errors (Q above V) weigh more, so V tracks an upper expectile of Q.
+    """
+    return (tau - (diff < 0).to(diff.dtype)).abs() * diff**2
+
+
+def _mean(x: Tensor, mask: Tensor | None) -> Tensor:
+    return x.mean() if mask is None else masked_mean(x, mask)
+
+
+def iql_value_loss(q: Tensor, v: Tensor, tau: float, mask: Tensor | None = None) -> Tensor:
+    """``L_V = E[L2^tau(Q(s,u) - V(s))]`` (STEP-HRL Eq. 12; Multi2 Eq. 5). Shapes ``[N]`` (one per transition).
+
+    ``q`` is detached: in STEP-HRL it comes from the target Q network, and the V loss must never move Q.
+    STEP-HRL uses tau = 0.95 (App., "expectile parameter tau_2").
+    """
+    diff = q.detach() - v
+    if mask is not None:
+        diff = _zero_masked(diff, mask.to(torch.bool))
+    return _mean(expectile_loss(diff, tau), mask)
+
+
+def iql_q_loss(
+    q: Tensor, reward: Tensor, next_v: Tensor, done: Tensor, gamma: float, mask: Tensor | None = None
+) -> Tensor:
+    """``L_Q = E[(r + gamma (1 - done) V_target(s') - Q(s,u))^2]`` (STEP-HRL Eq. 11; Multi2 Eq. 4). Shapes ``[N]``.
+
+    ``next_v`` is detached (STEP-HRL bootstraps from a soft-updated target V).  Multi2's Eq. 4–5 are the same
+    forms with every value also conditioned on the active sub-goal g (Q(o,g,a), V(o,g)): the caller puts g in
+    the state.  (Our copy of Multi2 lost its formulas in extraction; this is what its prose and notation say.)  Neither paper writes the
+    ``(1 - done)`` factor; it encodes V(terminal) = 0 (``done`` = terminated, not truncated).  No 1/2 factor,
+    as in both papers.  STEP-HRL uses gamma = 0.99.
+    """
+    target = reward + gamma * (1.0 - done.to(q.dtype)) * next_v.detach()
+    err = q - target
+    if mask is not None:
+        err = _zero_masked(err, mask.to(torch.bool))
+    return _mean(err**2, mask)
+
+
+def awr_weights(advantages: Tensor, beta: float, max_weight: float = 100.0) -> Tensor:
+    """``min(exp(A / beta), max_weight)``, detached (STEP-HRL Eq. 13; Multi2 Eq. 6–7).
+
+    Computed as ``exp(min(A / beta, log max_weight))``: identical values, but never overflows to inf.
+    STEP-HRL uses beta = 0.95; the cap is not reported there, 100 is IQL's (Kostrikov et al. 2021).
+    """
+    a = advantages.detach() / beta
+    return torch.exp(torch.clamp(a, max=math.log(max_weight)))
+
+
+def awr_loss(
+    logprobs: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    beta: float,
+    max_weight: float = 100.0,
+    agg: AggMode = "seq-mean-token-sum",
+) -> Tensor:
+    """Advantage-weighted regression ``-E[exp(A/beta) log pi(u|s)]`` (STEP-HRL Eq. 13).
+
+    ``logprobs``, ``mask`` ``[B, L]``; ``advantages`` ``[B]`` (one per utterance, A = Q - V) or ``[B, L]``.
+    The default ``seq-mean-token-sum`` uses ``log pi(u|s) = sum_l log pi(u_l|s, u_<l)`` exactly as Eq. 10.
+    """
+    w = awr_weights(advantages, beta, max_weight)
+    if w.dim() == logprobs.dim() - 1:
+        w = w.unsqueeze(-1)
+    mask = mask.to(torch.bool)
+    w = _zero_masked(w.expand_as(logprobs), mask)
+    return -aggregate(w * _zero_masked(logprobs, mask), mask, agg)
+
+
+def multi2_online_loss(
+    logprobs: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    kl: Tensor,
+    *,
+    beta: float,
+    kl_coef: float,
+    max_weight: float = 100.0,
+    agg: AggMode = "seq-mean-token-sum",
+) -> Tensor:
+    """Multi2's online KL-regularised AWAC objective for System 2 (Multi2 Sec. 4.3, Eq. 7).
+
+    ``-E_{(o,g,a)~B}[w(A) log pi_on(a|o,g)] + kl_coef * KL(pi_on || pi_off)`` with ``w = min(exp(A/beta), max)``,
+    B a replay buffer mixing the offline data with fresh online rollouts, pi_off the frozen offline policy.
+    Shapes: ``logprobs``, ``mask``, ``kl`` ``[B, L]`` (per-token KL from ``kl_from_logits`` — exact, right for
+    replay data — or ``kl_estimate``); ``advantages`` ``[B]``.  Both terms use the same aggregation.
+
+    The equation itself is missing from our copy of the paper (its formulas were lost in text extraction): this
+    is the form its prose states (weight from the advantage, KL to the offline-trained policy, coefficient
+    trading improvement against stability).  Constants (beta, kl_coef, clipping) are likewise not legible.
+    """
+    mask = mask.to(torch.bool)
+    return awr_loss(
+        logprobs, advantages, mask, beta=beta, max_weight=max_weight, agg=agg
+    ) + kl_coef * aggregate(kl, mask, agg)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# HISR: segmental process rewards modulated by hindsight importance (HISR Sec. 3.2–3.3)
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def sprm_loss(segment_scores: Tensor, segment_mask: Tensor, outcome: Tensor) -> Tensor:
+    """Segmental process reward model loss ``(R - sum_i r_i)^2``, mean over trajectories (HISR Eq. 3).
+
+    ``segment_scores`` ``[B, S]`` (the MLP head's r_i at the last token of each segment, Eq. 2),
+    ``segment_mask`` ``bool[B, S]``, ``outcome`` ``[B]`` (trajectory outcome R).
+    """
+    total = _zero_masked(segment_scores, segment_mask.to(torch.bool)).sum(dim=-1)
+    return ((outcome.detach() - total) ** 2).mean()
+
+
+def hindsight_importance(
+    hind_logprobs: Tensor, policy_logprobs: Tensor, mask: Tensor, beta: float = 0.3
+) -> Tensor:
+    """Turn-level action importance ``z(a_k) = exp(sum_j log r(a_k^j) / (beta |a_k|))`` (HISR Eq. 5–6).
+
+    ``log r = log pi_hind - log pi_policy`` per token (Eq. 5); rows are turns: ``[B, L]`` log-probs and
+    ``mask`` -> ``z`` ``[B]``.  z > 1: the action is more likely once the outcome is known, i.e. it mattered.
+    beta = 0.3 in HISR (App. "beta and alpha ... set to 0.3").  A row with no token gets z = 1 (neutral).
+    Both models are frozen during RL, so the result is detached.
+    """
+    mask = mask.to(torch.bool)
+    log_r = _zero_masked(hind_logprobs.detach() - policy_logprobs.detach(), mask)
+    n_tok = mask.sum(dim=-1).clamp(min=1).to(log_r.dtype)
+    return torch.exp(log_r.sum(dim=-1) / (beta * n_tok))
+
+
+def segment_sum(turn_values: Tensor, segment_ids: Tensor, num_segments: int) -> Tensor:
+    """Sum turn values into their segments: ``[B, T]`` values, ``int[B, T]`` ids (-1 = padding) -> ``[B, S]``.
+
+    HISR aggregates segment importance z_s "by adding up turn ratios belonging to the same segment" (Sec. 3.2).
+    """
+    valid = segment_ids >= 0
+    idx = torch.where(valid, segment_ids, 0).long()
+    out = torch.zeros(turn_values.shape[0], num_segments, dtype=turn_values.dtype, device=turn_values.device)
+    return out.scatter_add(1, idx, _zero_masked(turn_values, valid))
+
+
+def hindsight_modulated_rewards(
+    segment_rewards: Tensor, segment_importance: Tensor, segment_mask: Tensor
+) -> Tensor:
+    """``R_him = (R_hat * z_s) / ||R_hat * z_s||`` per trajectory (HISR Eq. 7).
+
+    ``segment_rewards`` (SPRM predictions), ``segment_importance`` (z_s), ``segment_mask`` ``[B, S]`` ->
+    ``[B, S]``.  The paper does not name the norm; we read ``||.||`` as the L2 norm over the trajectory's
+    segments.  A trajectory whose product is all zero stays zero (no 0/0).
+    """
+    segment_mask = segment_mask.to(torch.bool)
+    prod = _zero_masked(segment_rewards * segment_importance, segment_mask)
+    norm = torch.linalg.vector_norm(prod, dim=-1, keepdim=True)
+    return prod / torch.where(norm > 0, norm, torch.ones_like(norm))
+
+
+def segment_to_turn_rewards(segment_values: Tensor, segment_ids: Tensor) -> Tensor:
+    """Place each segment's reward on its last turn: ``[B, S]`` values, ``int[B, T]`` ids (-1 padding) -> ``[B, T]``.
+
+    The SPRM scores a segment at its last token (HISR Eq. 2), so its reward is paid when the segment ends;
+    every other turn gets 0.  Segment ids must be non-decreasing along a trajectory (segments are contiguous).
+    """
+    valid = segment_ids >= 0
+    nxt = torch.full_like(segment_ids, -1)
+    nxt[:, :-1] = segment_ids[:, 1:]
+    is_last = valid & (nxt != segment_ids)
+    gathered = segment_values.gather(1, torch.where(valid, segment_ids, 0).long())
+    return _zero_masked(gathered, is_last)
+
+
+def fuse_rewards(r_him: Tensor, r_grounding: Tensor, alpha: float = 0.3) -> Tensor:
+    """``r_fuse = (1 - alpha) r_him + alpha r_g`` elementwise over turns (HISR Eq. 8; alpha = 0.3 in HISR).
+
+    ``r_grounding`` is 1 where the action was executable, else 0.  Shapes: any, equal (usually ``[B, T]``).
+    """
+    return (1.0 - alpha) * r_him + alpha * r_grounding

@@ -1,0 +1,288 @@
+"""DeepSpeed learner worker: the thin adapter between pure algorithm math and DeepSpeed/peft.
+
+One worker = one data-parallel rank. It holds
+* the **policy**: the base model with a LoRA adapter (peft), in a DeepSpeed engine (ZeRO stage configurable; gloo on
+  CPU, NCCL on GPU). The **reference policy** for the KL term is the same model with the adapter disabled — no second
+  copy of the weights;
+* optionally the **critic**: the same base with its own LoRA and a linear value head with ``value_heads`` outputs
+  (1 for PPO's V(s); 2 for HiPER's [V_high, V_low]), in its own DeepSpeed engine.
+
+Where values are read (``learners.batch``): head h of row b at the sequence position ``value_pos[b, h]``. HiPER
+reads V_high(s_t) and V_low(s_t, o_{t-1}) at the last prompt token (the prompt holds the observation and the
+current subgoal o_{t-1}), and V_low(s_t, o_t) at the last token of the new subgoal in the response.
+
+The worker knows no algorithm: it receives token-level advantages and a loss *name* resolved in
+``learners.algos`` (pure functions), and scalar value targets with their positions.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from actors.inference import LoraSpec
+from actors.models import pick_dtype
+from learners.batch import token_logprobs
+
+
+@dataclass(frozen=True)
+class LearnerSpec:
+    model_path: str
+    lora: LoraSpec
+    dtype: str = "float32"
+    device: str = "cpu"
+    zero_stage: int = 0
+    actor_lr: float = 1e-5
+    critic_lr: float = 1e-4
+    max_grad_norm: float = 1.0
+    grad_accum: int = 1
+    micro_batch_size: int = 4
+    value_heads: int = 0
+    """0: no critic; 1: V(s); 2: HiPER [V_high, V_low]."""
+    seed: int = 0
+    master_port: int = 29533
+
+
+class ValueModel(nn.Module):
+    """Base LM (own LoRA) + linear head on the last hidden state: values float[B, L, H]."""
+
+    def __init__(self, backbone: nn.Module, hidden: int, heads: int) -> None:
+        super().__init__()
+        self.backbone = backbone
+        self.head = nn.Linear(hidden, heads)
+        nn.init.zeros_(self.head.weight)
+        nn.init.zeros_(self.head.bias)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        out = self.backbone(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True)
+        hidden = out.hidden_states[-1]
+        return self.head(hidden.to(self.head.weight.dtype)).float()
+
+
+def _init_dist(rank: int, world_size: int, port: int, device: str) -> None:
+    import deepspeed
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        return
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", str(port))
+    os.environ["RANK"] = str(rank)
+    os.environ["LOCAL_RANK"] = (
+        "0" if not device.startswith("cuda") else str(rank % max(1, torch.cuda.device_count()))
+    )
+    os.environ["WORLD_SIZE"] = str(world_size)
+    deepspeed.init_distributed(dist_backend="nccl" if device.startswith("cuda") else "gloo")
+
+
+def _ds_config(spec: LearnerSpec, world_size: int, bf16: bool) -> dict[str, Any]:
+    return {
+        "train_micro_batch_size_per_gpu": spec.micro_batch_size,
+        "gradient_accumulation_steps": spec.grad_accum,
+        "train_batch_size": spec.micro_batch_size * spec.grad_accum * world_size,
+        "gradient_clipping": spec.max_grad_norm,
+        "zero_optimization": {"stage": spec.zero_stage},
+        "bf16": {"enabled": bf16},
+        "steps_per_print": 10**9,
+        "wall_clock_breakdown": False,
+    }
+
+
+class LearnerWorker:
+    """Plain class; ``cluster.ray_cluster.place_workers`` wraps it with ``ray.remote``."""
+
+    def __init__(self, spec: LearnerSpec, *, rank: int = 0, world_size: int = 1) -> None:
+        import deepspeed
+        from peft import LoraConfig, get_peft_model
+        from transformers import AutoModelForCausalLM
+
+        self.spec, self.rank, self.world_size = spec, rank, world_size
+        torch.manual_seed(spec.seed + rank)
+        _init_dist(rank, world_size, spec.master_port, spec.device)
+        dtype = pick_dtype(spec.dtype, spec.device)
+        bf16 = dtype == torch.bfloat16
+        lora_cfg = LoraConfig(
+            r=spec.lora.rank,
+            lora_alpha=spec.lora.alpha,
+            target_modules=list(spec.lora.target_modules),
+            lora_dropout=spec.lora.dropout,
+        )
+        base = AutoModelForCausalLM.from_pretrained(spec.model_path, dtype=torch.float32)
+        policy = get_peft_model(base, lora_cfg, adapter_name="default")
+        params = [p for p in policy.parameters() if p.requires_grad]
+        opt = torch.optim.AdamW(params, lr=spec.actor_lr, weight_decay=0.0)
+        self.policy, self.policy_opt, _, _ = deepspeed.initialize(
+            model=policy, optimizer=opt, config=_ds_config(spec, world_size, bf16)
+        )
+        self.critic = None
+        if spec.value_heads:
+            cbase = AutoModelForCausalLM.from_pretrained(spec.model_path, dtype=torch.float32)
+            cmodel = ValueModel(get_peft_model(cbase, lora_cfg), cbase.config.hidden_size, spec.value_heads)
+            cparams = [p for p in cmodel.parameters() if p.requires_grad]
+            copt = torch.optim.AdamW(cparams, lr=spec.critic_lr, weight_decay=0.0)
+            self.critic, self.critic_opt, _, _ = deepspeed.initialize(
+                model=cmodel, optimizer=copt, config=_ds_config(spec, world_size, bf16)
+            )
+        self.step_count = 0
+
+    # -- forward passes ----------------------------------------------------------------------------------------
+
+    def _dev(self, x: np.ndarray | torch.Tensor) -> torch.Tensor:
+        return torch.as_tensor(x).to(self.policy.device)
+
+    def _policy_logits(self, input_ids: torch.Tensor, attention: torch.Tensor) -> torch.Tensor:
+        return self.policy(input_ids=input_ids, attention_mask=attention).logits
+
+    @torch.no_grad()
+    def logprobs(self, batch: dict[str, np.ndarray], *, reference: bool = False) -> np.ndarray:
+        """float32[B, L] token log-probs of ``input_ids`` under the policy (or the reference: adapter disabled)."""
+        self.policy.eval()
+        out = []
+        for rows in self._micro_rows(len(batch["input_ids"])):
+            ids, attn = self._dev(batch["input_ids"][rows]), self._dev(batch["attention_mask"][rows])
+            if reference:
+                with self.policy.module.disable_adapter():
+                    logits = self._policy_logits(ids, attn)
+            else:
+                logits = self._policy_logits(ids, attn)
+            out.append(token_logprobs(logits, ids).cpu().numpy())
+        return np.concatenate(out) if out else np.zeros((0, 0), np.float32)
+
+    @torch.no_grad()
+    def values(self, batch: dict[str, np.ndarray]) -> np.ndarray:
+        """float32[B, H]: head h read at ``value_pos[b, h]``."""
+        if self.critic is None:
+            raise RuntimeError("this learner has no critic (value_heads=0)")
+        self.critic.eval()
+        out = []
+        for rows in self._micro_rows(len(batch["input_ids"])):
+            v = self.critic(self._dev(batch["input_ids"][rows]), self._dev(batch["attention_mask"][rows]))
+            out.append(self._gather_values(v, self._dev(batch["value_pos"][rows])).cpu().numpy())
+        return np.concatenate(out) if out else np.zeros((0, self.spec.value_heads), np.float32)
+
+    @staticmethod
+    def _gather_values(v: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        heads = torch.arange(v.shape[-1], device=v.device)
+        return v[torch.arange(v.shape[0], device=v.device)[:, None], pos, heads[None, :]]
+
+    # -- updates ---------------------------------------------------------------------------------------------
+
+    def _micro_rows(self, n: int) -> list[np.ndarray]:
+        mb = self.spec.micro_batch_size
+        return [np.arange(i, min(n, i + mb)) for i in range(0, n, mb)]
+
+    def _accum_chunks(self, rows: np.ndarray) -> list[np.ndarray]:
+        """Exactly ``grad_accum`` chunks (DeepSpeed steps the optimizer on its accumulation boundary); an empty
+        chunk repeats row 0 with zero weight."""
+        return [c if c.size else rows[:1] for c in np.array_split(rows, self.spec.grad_accum)]
+
+    def update_policy(self, batch: dict[str, np.ndarray], loss_fn: Any, loss_cfg: Any) -> dict[str, float]:
+        """One optimizer step over ``batch`` (this rank's share of a mini-batch).
+
+        ``loss_fn(new_logprobs, micro: dict[str, Tensor], cfg) -> (token_loss float[B, L], metrics)`` is the
+        algorithm's pure per-token loss; it is aggregated here as a token mean over the *whole* mini-batch
+        (``loss_mask``), so gradient accumulation gives the same gradient as one big batch.
+        """
+        self.policy.train()
+        rows = np.arange(len(batch["input_ids"]))
+        total_tokens = max(1.0, float(np.asarray(batch["loss_mask"]).sum()))
+        metrics: dict[str, float] = {}
+        chunks = self._accum_chunks(rows)
+        real = [i < len(rows) for i in range(len(chunks))]
+        for chunk, is_real in zip(chunks, real, strict=True):
+            weight = 1.0 if is_real else 0.0
+            micro = {k: self._dev(v[chunk]) for k, v in batch.items() if isinstance(v, np.ndarray)}
+            logits = self._policy_logits(micro["input_ids"], micro["attention_mask"])
+            new_lp = token_logprobs(logits, micro["input_ids"])
+            token_loss, m = loss_fn(new_lp, micro, loss_cfg)
+            mask = micro["loss_mask"].float()
+            loss = (token_loss * mask).sum() / total_tokens * self.spec.grad_accum * weight
+            with torch.no_grad():
+                probs = torch.softmax(logits[:, :-1].float(), dim=-1)
+                ent = -(probs * torch.log(probs.clamp_min(1e-30))).sum(-1)
+                ent = torch.nn.functional.pad(ent, (1, 0))
+                m["entropy"] = float((ent * mask).sum() / mask.sum().clamp_min(1.0))
+            self.policy.backward(loss)
+            self.policy.step()
+            for k, v in m.items() if is_real else ():
+                metrics[k] = metrics.get(k, 0.0) + float(v) / max(1, sum(real))
+        metrics["policy_loss_tokens"] = total_tokens
+        self.step_count += 1
+        return metrics
+
+    def update_critic(
+        self, batch: dict[str, np.ndarray], *, clip_range: float | None = None
+    ) -> dict[str, float]:
+        """0.5 · (V − y)² over valid (row, head) targets (HiPER Eq. 12 / Eq. 29; PPO value loss), optionally
+        clipped around ``old_values``."""
+        if self.critic is None:
+            raise RuntimeError("this learner has no critic (value_heads=0)")
+        self.critic.train()
+        rows = np.arange(len(batch["input_ids"]))
+        n_valid = max(1.0, float(np.asarray(batch["value_valid"]).sum()))
+        total = 0.0
+        for chunk in self._accum_chunks(rows):
+            micro = {k: self._dev(v[chunk]) for k, v in batch.items() if isinstance(v, np.ndarray)}
+            v = self._gather_values(
+                self.critic(micro["input_ids"], micro["attention_mask"]), micro["value_pos"]
+            )
+            target, valid = micro["value_target"].float(), micro["value_valid"].float()
+            err = (v - target) ** 2
+            if clip_range is not None:
+                old = micro["old_values"].float()
+                v_clip = old + (v - old).clamp(-clip_range, clip_range)
+                err = torch.maximum(err, (v_clip - target) ** 2)
+            loss = 0.5 * (err * valid).sum() / n_valid * self.spec.grad_accum
+            self.critic.backward(loss)
+            self.critic.step()
+            total += float(loss.detach()) / self.spec.grad_accum
+        return {"value_loss": total}
+
+    # -- weights and checkpoints -----------------------------------------------------------------------------
+
+    def adapter_weights(self) -> dict[str, np.ndarray]:
+        """The policy's LoRA tensors under PEFT's saved key names (what vLLM and peft load)."""
+        from peft import get_peft_model_state_dict
+
+        module = self.policy.module
+        params = [p for p in module.parameters() if p.requires_grad]
+        if self.spec.zero_stage == 3:
+            import deepspeed
+
+            with deepspeed.zero.GatheredParameters(params):
+                state = get_peft_model_state_dict(module)
+        else:
+            state = get_peft_model_state_dict(module)
+        return {k: v.detach().float().cpu().numpy().copy() for k, v in state.items()}
+
+    def save_checkpoint(self, path: str) -> None:
+        """Policy + critic engines with optimizer state (DeepSpeed format), the PEFT adapter (rank 0), and RNG."""
+        root = Path(path)
+        self.policy.save_checkpoint(str(root / "policy_ds"), tag="ckpt")
+        if self.critic is not None:
+            self.critic.save_checkpoint(str(root / "critic_ds"), tag="ckpt")
+        if self.rank == 0:
+            self.policy.module.save_pretrained(str(root / "adapter"))
+        rng = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+        torch.save({"rng": rng, "step_count": self.step_count}, root / f"learner_rank{self.rank}.pt")
+
+    def load_checkpoint(self, path: str) -> None:
+        root = Path(path)
+        self.policy.load_checkpoint(str(root / "policy_ds"), tag="ckpt")
+        if self.critic is not None:
+            self.critic.load_checkpoint(str(root / "critic_ds"), tag="ckpt")
+        state = torch.load(root / f"learner_rank{self.rank}.pt", weights_only=False)
+        torch.set_rng_state(state["rng"]["torch"])
+        np.random.set_state(state["rng"]["numpy"])
+        random.setstate(state["rng"]["python"])
+        self.step_count = state["step_count"]
+
+    def ping(self) -> int:
+        return self.rank

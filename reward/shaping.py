@@ -1,0 +1,110 @@
+"""Composition: apply a configured set of shaping terms to a trajectory, one ``Turn.shaped`` entry per term.
+
+Each term is a pure function ``Trajectory -> float64[T]`` from the modules of this package; keeping them as separate
+``shaped`` components (rather than one summed number) lets the learner log and ablate them, and
+``Turn.reward = env_reward + sum(shaped.values())`` is what the advantage estimators read.
+
+=====================  ====================================================  ================================
+component name         rule                                                  source
+=====================  ====================================================  ================================
+``format``             −0.1 per malformed output                             HiPER App. C; HIPIF App. B r^fmt
+``keep``               −c_KEEP (1 − q_t), c_KEEP = 0.3                       HiPER App. C, D.2
+``keep_consistency``   −0.1 when KEEP changed the subgoal text               HiPER Eq. 2 + App. C.3 prompt
+``invalid_action``     −0.1 when the env did not understand the action       verl-agent
+``ungrounded_subgoal`` −0.1 subgoal names nothing in the env context         HIPIF App. B r^gr
+``subgoal_failure``    −0.1 (won episodes) subgoal ended on a failure        HIPIF App. B r^term
+``repeat``             −0.1 on the 3rd+ same action–observation pair         HIPIF App. B r^exec
+``action_grounding``   +α·1[action executable], α = 0.3                      HISR Eq. 8
+=====================  ====================================================  ================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from actors.trajectory import Trajectory
+from reward.format import format_penalty
+from reward.grounding import FAILURE_PATTERNS, action_grounding_reward, invalid_action_penalty
+from reward.keep import keep_consistency_penalty, keep_penalty
+from reward.process import repeat_penalty, subgoal_failure_penalty, ungrounded_subgoal_penalty
+
+
+@dataclass(frozen=True)
+class ShapingConfig:
+    """Which shaping terms to apply and their constants (defaults from the papers)."""
+
+    terms: tuple[str, ...] = ("format",)
+    """Component names to apply, in order (keys of ``TERMS``); see ``HIPER_TERMS`` / ``HIPIF_TERMS`` /
+    ``HISR_TERMS``. The default is the format penalty every baseline uses (HiPER App. C)."""
+    format_penalty: float = 0.1
+    """Cost of a malformed output (HiPER App. C; HIPIF App. B)."""
+    c_keep: float = 0.3
+    """HiPER's KEEP penalty c_KEEP (App. C; best value of App. D.2, Table 4)."""
+    keep_consistency_penalty: float = 0.1
+    """Cost of a KEEP that rewrote the subgoal: a format requirement of the Plan–Execute prompt (App. C.3)."""
+    invalid_action_penalty: float = 0.1
+    """Cost of an action the environment did not understand (verl-agent's −0.1)."""
+    process_penalty: float = 0.1
+    """Magnitude of each HIPIF process penalty r^gr, r^term, r^exec (App. B; App. D: 0.1 beat 0.05 and 0.2)."""
+    repeat_threshold: int = 3
+    """HIPIF r^exec fires from this occurrence of an action–observation pair within a subgoal on (App. B: third)."""
+    ground_in_task: bool = True
+    """Whether the task instruction counts as environment context for HIPIF's subgoal grounding check."""
+    grounding_alpha: float = 0.3
+    """HISR α of Eq. 8 (App. B): weight of the action-grounding reward against the modulated segment reward."""
+    failure_patterns: tuple[str, ...] = FAILURE_PATTERNS
+    """Observation fragments that mean the action failed (HIPIF r^term, HISR executability)."""
+
+    def __post_init__(self) -> None:
+        unknown = [t for t in self.terms if t not in TERMS]
+        if unknown:
+            raise ValueError(f"unknown shaping terms {unknown}; known: {sorted(TERMS)}")
+        if len(set(self.terms)) != len(self.terms):
+            raise ValueError(f"shaping terms repeated: {self.terms}")
+        if self.repeat_threshold < 1:
+            raise ValueError("repeat_threshold must be >= 1")
+        if not 0.0 <= self.grounding_alpha <= 1.0:
+            raise ValueError("grounding_alpha must lie in [0, 1] (HISR Eq. 8 is a convex combination)")
+
+
+TermFn = Callable[[Trajectory, ShapingConfig], np.ndarray]
+
+TERMS: dict[str, TermFn] = {
+    "format": lambda traj, c: format_penalty(traj, c.format_penalty),
+    "keep": lambda traj, c: keep_penalty(traj, c.c_keep),
+    "keep_consistency": lambda traj, c: keep_consistency_penalty(traj, c.keep_consistency_penalty),
+    "invalid_action": lambda traj, c: invalid_action_penalty(traj, c.invalid_action_penalty),
+    "ungrounded_subgoal": lambda traj, c: ungrounded_subgoal_penalty(
+        traj, c.process_penalty, c.ground_in_task
+    ),
+    "subgoal_failure": lambda traj, c: subgoal_failure_penalty(traj, c.process_penalty, c.failure_patterns),
+    "repeat": lambda traj, c: repeat_penalty(traj, c.process_penalty, c.repeat_threshold),
+    "action_grounding": lambda traj, c: action_grounding_reward(traj, c.grounding_alpha, c.failure_patterns),
+}
+"""Component name -> term; each returns float64[T] for the trajectory's turns."""
+
+HIPER_TERMS: tuple[str, ...] = ("format", "keep", "keep_consistency")
+HIPIF_TERMS: tuple[str, ...] = ("format", "ungrounded_subgoal", "subgoal_failure", "repeat")
+HISR_TERMS: tuple[str, ...] = ("action_grounding",)
+
+
+def shaping_components(traj: Trajectory, config: ShapingConfig) -> dict[str, np.ndarray]:
+    """{component name: float64[T]} for the configured terms; pure (the trajectory is not modified)."""
+    return {name: np.asarray(TERMS[name](traj, config), dtype=np.float64) for name in config.terms}
+
+
+def apply_shaping(traj: Trajectory, config: ShapingConfig) -> Trajectory:
+    """Write each configured component into ``turn.shaped[name]`` **in place** and return the same trajectory.
+
+    Every turn gets every configured component (0.0 where the rule does not fire), so components line up across
+    turns for logging. Entries under other names (e.g. a model-based reward written by another stage) are left
+    alone; applying twice gives the same result, since all terms are computed before any is written and none reads
+    ``shaped``."""
+    components = shaping_components(traj, config)
+    for name, values in components.items():
+        for turn, value in zip(traj.turns, values, strict=True):
+            turn.shaped[name] = float(value)
+    return traj

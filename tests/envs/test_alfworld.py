@@ -1,0 +1,198 @@
+"""ALFWorld adapter on the real TextWorld-PDDL engine and the shared game files (one env per module)."""
+
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+
+from envs.base import INFO_KEYS, TextEnv, make
+from envs.data import alfworld_data_dir, shared_alfworld_tarball, unpack_alfworld
+
+pytest.importorskip("alfworld", reason="needs `pip install 'hierarl[alfworld]'`")
+pytest.importorskip("fast_downward", reason="needs textworld[pddl] (fast-downward)")
+
+from envs.alfworld import TASK_TYPES, AlfWorldEnv, PlanStep
+
+HAVE_DATA = shared_alfworld_tarball().is_file() or bool(os.environ.get("ALFWORLD_DATA"))
+needs_data = pytest.mark.skipif(
+    not HAVE_DATA,
+    reason=f"ALFWorld games not found: set HIERARL_SHARED (tarball at {shared_alfworld_tarball()}) or ALFWORLD_DATA",
+)
+
+BAD_ACTIONS = [
+    "",
+    "   ",
+    "x" * 10_000,
+    "héllo wörld ☃ 你好",
+    "\ud800 lone surrogate",
+    "look\ninventory",
+    "'; DROP TABLE games; --",
+    "$(rm -rf /) `reboot`",
+    "<action>look</action>",
+    "Go To Cabinet 1",  # right words, wrong case: ALFWorld matches commands exactly
+    None,
+    42,
+]
+
+
+@pytest.fixture(scope="module")
+def env():
+    e = make("alfworld", split="valid_unseen", max_steps=50, expert="handcoded", seed=0)
+    yield e
+    e.close()
+
+
+def _assert_info(info: dict) -> None:
+    missing = [k for k in INFO_KEYS if k not in info]
+    assert not missing, f"info lacks {missing}"
+    assert isinstance(info["admissible_actions"], list) and info["admissible_actions"]
+    assert isinstance(info["won"], bool) and isinstance(info["valid_action"], bool)
+    assert info["task_type"] in TASK_TYPES.values()
+
+
+def _first_of_each_type(env: AlfWorldEnv, split: str) -> dict[str, str]:
+    chosen: dict[str, str] = {}
+    for task_id in env.task_ids(split):
+        chosen.setdefault(env._by_id[task_id].task_type, task_id)
+    return chosen
+
+
+def test_unpack_is_idempotent_and_paths_resolve(tmp_path, monkeypatch):
+    if not shared_alfworld_tarball().is_file():
+        pytest.skip(f"no tarball at {shared_alfworld_tarball()} (set HIERARL_SHARED)")
+    monkeypatch.delenv("ALFWORLD_DATA", raising=False)
+    target = unpack_alfworld(shared_alfworld_tarball(), tmp_path / "alf")
+    assert (target / "json_2.1.1" / "valid_unseen").is_dir()
+    assert unpack_alfworld(shared_alfworld_tarball(), tmp_path / "alf") == target  # second call: no work
+    assert alfworld_data_dir(target) == target
+    assert alfworld_data_dir(target / "json_2.1.1") == target
+    monkeypatch.setenv("ALFWORLD_DATA", str(target))
+    assert alfworld_data_dir() == target
+
+
+def test_missing_data_says_how_to_get_it(tmp_path, monkeypatch):
+    monkeypatch.delenv("ALFWORLD_DATA", raising=False)
+    with pytest.raises(FileNotFoundError, match="alfworld-download"):
+        alfworld_data_dir(tmp_path / "nothing", tarball=tmp_path / "missing.tar.gz")
+
+
+@pytest.mark.slow
+@needs_data
+def test_splits_match_alfworlds_filter(env):
+    assert isinstance(env, TextEnv)
+    assert len(env.task_ids("valid_unseen")) == 134
+    assert len(env.task_ids("eval_in_distribution")) == 140  # alias of valid_seen
+    assert len(env.task_ids("valid_train")) == 200
+    assert env.task_ids("eval_out_of_distribution") == env.task_ids("valid_unseen")
+    assert set(_first_of_each_type(env, "valid_unseen")) == set(TASK_TYPES.values())
+    with pytest.raises(ValueError):
+        env.reset(task_id="valid_unseen/not-a-game/trial_0")
+
+
+@pytest.mark.slow
+@needs_data
+def test_reset_step_info_and_determinism(env):
+    task_id = env.task_ids()[0]
+    obs1, info = env.reset(task_id=task_id)
+    _assert_info(info)
+    assert obs1.startswith("-= Welcome to TextWorld, ALFRED! =-")
+    assert info["task"] and info["task"] in obs1 and info["task_id"] == task_id
+    assert info["split"] == "valid_unseen" and info["score"] == 0.0 and not info["won"]
+    action = info["admissible_actions"][0]
+    _, reward, terminated, truncated, info = env.step(action)
+    _assert_info(info)
+    assert info["valid_action"] and reward == 0.0 and not terminated and not truncated
+    assert env.reset(task_id=task_id)[0] == obs1
+    a, b = env.reset(seed=7), env.reset(seed=7)
+    assert a[1]["task_id"] == b[1]["task_id"] and a[0] == b[0]
+
+
+@pytest.mark.slow
+@needs_data
+def test_bad_actions_never_raise(env):
+    env.reset(task_id=env.task_ids()[0])
+    for action in BAD_ACTIONS:
+        obs, reward, terminated, truncated, info = env.step(action)
+        _assert_info(info)
+        assert obs == "Nothing happens." and not info["valid_action"], repr(action)[:40]
+        assert reward == 0.0 and not terminated and not truncated
+
+
+@pytest.mark.slow
+@needs_data
+def test_truncation_and_after_end(env):
+    saved = env.max_steps
+    env.max_steps = 2
+    try:
+        env.reset(task_id=env.task_ids()[0])
+        assert env.step("look")[3] is False
+        _, _, terminated, truncated, _ = env.step("look")
+        assert truncated and not terminated
+        obs, reward, terminated, truncated, info = env.step("look")
+        assert (
+            obs.startswith("The episode has ended")
+            and reward == 0.0
+            and truncated
+            and not info["valid_action"]
+        )
+        assert env.expert_action() is None
+    finally:
+        env.max_steps = saved
+
+
+@pytest.mark.slow
+@needs_data
+def test_handcoded_expert_solves_one_game_of_each_type(env):
+    random.seed(0)  # the hand-coded expert breaks ties with the global `random`
+    results = {}
+    for task_type, task_id in sorted(_first_of_each_type(env, "valid_unseen").items()):
+        env.reset(task_id=task_id)
+        total, terminated, truncated = 0.0, False, False
+        while not (terminated or truncated) and (action := env.expert_action()) is not None:
+            _, reward, terminated, truncated, info = env.step(action)
+            total += reward
+        results[task_type] = (info["won"], total, terminated)
+    assert results == {t: (True, 10.0, True) for t in TASK_TYPES.values()}, results
+
+
+@pytest.mark.slow
+@needs_data
+def test_expert_plan_is_the_alfred_high_level_plan(env):
+    by_type = _first_of_each_type(env, "valid_unseen")
+    env.reset(task_id=by_type["pick_heat_then_place"])
+    plan = env.expert_plan()
+    assert plan and all(isinstance(s, PlanStep) for s in plan)
+    actions = [s.pddl_action for s in plan]
+    assert "HeatObject" in actions and actions[-1] == "PutObject" and "NoOp" not in actions
+    heat = plan[actions.index("HeatObject")]
+    assert heat.subgoal == f"heat {heat.args[0]}" and heat.description
+    assert plan[-1].subgoal == f"put {plan[-1].args[0]} in/on {plan[-1].args[1]}"
+    assert plan[0].subgoal.startswith("go to ")
+
+
+@pytest.mark.slow
+@needs_data
+def test_no_expert_by_default():
+    e = AlfWorldEnv(split="valid_seen", task_types=["pick_and_place"], seed=1)
+    try:
+        _, info = e.reset()
+        assert info["task_type"] == "pick_and_place" and info["split"] == "valid_seen"
+        assert e.expert_action() is None
+        assert e.task_ids() and all(e._by_id[t].task_type == "pick_and_place" for t in e.task_ids())
+    finally:
+        e.close()
+
+
+def test_task_type_names_cover_alfworlds_six():
+    assert sorted(TASK_TYPES) == sorted(
+        [
+            "pick_and_place_simple",
+            "pick_two_obj_and_place",
+            "look_at_obj_in_light",
+            "pick_clean_then_place_in_recep",
+            "pick_heat_then_place_in_recep",
+            "pick_cool_then_place_in_recep",
+        ]
+    )

@@ -1,0 +1,587 @@
+"""Tests for learners/losses.py: hand-computed goldens, vectorised-vs-loop references, invariances, gradients.
+
+Everything runs in float64; tolerances are 1e-12 for goldens and 1e-10 for loop references.
+"""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from learners import losses as L
+
+TOL = dict(rtol=0.0, atol=1e-12)
+REF_TOL = dict(rtol=0.0, atol=1e-10)
+E = math.e
+
+
+@pytest.fixture(autouse=True)
+def _float64():
+    """Every tensor created in these tests is float64; the global default is restored afterwards."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(previous)
+
+
+def t(x, **kw) -> torch.Tensor:
+    return torch.tensor(x, dtype=torch.float64, **kw)
+
+
+def b(x) -> torch.Tensor:
+    return torch.tensor(x, dtype=torch.bool)
+
+
+def close(a, expected, tol=TOL) -> None:
+    expected = torch.as_tensor(expected, dtype=torch.float64)
+    torch.testing.assert_close(torch.as_tensor(a, dtype=torch.float64), expected, **tol)
+
+
+def random_mask(g: torch.Generator, B: int, L_: int) -> torch.Tensor:
+    """Right-padded mask with random lengths in [0, L]; row 0 always full, row 1 always empty."""
+    lens = torch.randint(0, L_ + 1, (B,), generator=g)
+    lens[0], lens[1] = L_, 0
+    return torch.arange(L_)[None, :] < lens[:, None]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# aggregation
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_aggregate_golden():
+    loss = t([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0], [7.0, 8.0, 9.0]])
+    mask = b([[1, 1, 1], [1, 0, 0], [0, 0, 0]])  # row 2 is empty padding
+    # token-mean: (1 + 2 + 3 + 4) / 4 = 2.5
+    close(L.aggregate(loss, mask, "token-mean"), 2.5)
+    # seq-mean-token-mean: (mean(1,2,3) = 2, mean(4) = 4) -> (2 + 4) / 2 = 3  (empty row not counted)
+    close(L.aggregate(loss, mask, "seq-mean-token-mean"), 3.0)
+    # seq-mean-token-sum: (6 + 4) / 2 = 5
+    close(L.aggregate(loss, mask, "seq-mean-token-sum"), 5.0)
+    # masked_mean over any shape: same as token-mean
+    close(L.masked_mean(loss, mask), 2.5)
+
+
+def test_aggregate_unequal_lengths_differ_as_expected():
+    # row 0: one token of loss 1; row 1: three tokens of loss 0.
+    loss = t([[1.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
+    mask = b([[1, 0, 0], [1, 1, 1]])
+    close(L.aggregate(loss, mask, "token-mean"), 1.0 / 4)  # 1 / (1 + 3) tokens
+    close(L.aggregate(loss, mask, "seq-mean-token-mean"), 0.5)  # (1/1 + 0/3) / 2 rows
+    # equal lengths -> the two means coincide
+    full = b([[1, 1, 1], [1, 1, 1]])
+    close(L.aggregate(loss, full, "token-mean"), L.aggregate(loss, full, "seq-mean-token-mean"))
+
+
+@pytest.mark.parametrize("mode", L.AGG_MODES)
+def test_aggregate_all_empty_is_zero_not_nan(mode):
+    loss = t([[1.0, float("nan")], [float("inf"), 2.0]], requires_grad=True)
+    mask = b([[0, 0], [0, 0]])
+    out = L.aggregate(loss, mask, mode)
+    close(out, 0.0)
+    out.backward()
+    close(loss.grad, [[0.0, 0.0], [0.0, 0.0]])
+
+
+def test_aggregate_unknown_mode_raises():
+    with pytest.raises(ValueError):
+        L.aggregate(t([[1.0]]), b([[1]]), "mean")  # type: ignore[arg-type]
+
+
+def _loop_aggregate(loss: torch.Tensor, mask: torch.Tensor, mode: str) -> float:
+    rows = []
+    for i in range(loss.shape[0]):
+        vals = [float(loss[i, j]) for j in range(loss.shape[1]) if bool(mask[i, j])]
+        if vals:
+            rows.append(vals)
+    if not rows:
+        return 0.0
+    if mode == "token-mean":
+        flat = [v for r in rows for v in r]
+        return sum(flat) / len(flat)
+    if mode == "seq-mean-token-mean":
+        return sum(sum(r) / len(r) for r in rows) / len(rows)
+    return sum(sum(r) for r in rows) / len(rows)
+
+
+@pytest.mark.parametrize("mode", L.AGG_MODES)
+def test_aggregate_matches_loop(mode):
+    g = torch.Generator().manual_seed(0)
+    for _ in range(5):
+        loss = torch.randn(6, 9, generator=g)
+        mask = random_mask(g, 6, 9)
+        close(L.aggregate(loss, mask, mode), _loop_aggregate(loss, mask, mode), REF_TOL)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# PPO
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _ppo_case():
+    # Row 0: A = +1, ratios (1, 1.5, 0.9).  Row 1: A = -2, ratios (0.9, 1), third token is padding holding garbage.
+    lp = t([[0.0, math.log(1.5), math.log(0.9)], [math.log(0.9), 0.0, float("inf")]], requires_grad=True)
+    old = t([[0.0, 0.0, 0.0], [0.0, 0.0, float("nan")]])
+    adv = t([1.0, -2.0])
+    mask = b([[1, 1, 1], [1, 1, 0]])
+    return lp, old, adv, mask
+
+
+def test_ppo_golden_2x3_one_clipped_token():
+    lp, old, adv, mask = _ppo_case()
+    loss, m = L.ppo_clip_loss(lp, old, adv, mask, clip_low=0.2, clip_high=0.2)
+    # per-token loss = max(-A r, -A clip(r, 0.8, 1.2)):
+    #   row 0: r=1   -> max(-1, -1)       = -1
+    #          r=1.5 -> max(-1.5, -1.2)   = -1.2   (clipped branch active)
+    #          r=0.9 -> max(-0.9, -0.9)   = -0.9
+    #   row 1: r=0.9 -> max(1.8, 1.8)     =  1.8
+    #          r=1   -> max(2, 2)         =  2
+    # token-mean = (-1 - 1.2 - 0.9 + 1.8 + 2) / 5 = 0.7 / 5 = 0.14
+    close(loss, 0.14)
+    close(m["clipfrac"], 1 / 5)
+    # ratio_mean = (1 + 1.5 + 0.9 + 0.9 + 1) / 5 = 1.06
+    close(m["ratio_mean"], 1.06)
+    # approx_kl = mean((r - 1) - log r) = (0 + (0.5 - log 1.5) + 2 (-0.1 - log 0.9) + 0) / 5
+    #           = (0.0945348919 + 2 * 0.0053605157) / 5 = 0.0210511846
+    close(m["approx_kl"], ((0.5 - math.log(1.5)) + 2 * (-0.1 - math.log(0.9))) / 5)
+    # seq-mean-token-sum: rows sum to -3.1 and 3.8 -> (-3.1 + 3.8) / 2 = 0.35
+    loss_s, _ = L.ppo_clip_loss(lp, old, adv, mask, agg="seq-mean-token-sum")
+    close(loss_s, 0.35)
+    # gradient (token-mean): d/dlp of -A r / 5 = -A r / 5 where the unclipped branch is active, 0 where clipped
+    loss.backward()
+    close(lp.grad, [[-1 / 5, 0.0, -0.9 / 5], [2 * 0.9 / 5, 2 / 5, 0.0]])
+
+
+def test_ppo_decoupled_clip_range():
+    # r = 1.25 with A = +1: clip_high = 0.28 leaves it unclipped (loss -1.25), clip_high = 0.2 clips it (-1.2).
+    lp, old, adv, mask = t([[math.log(1.25)]]), t([[0.0]]), t([1.0]), b([[1]])
+    close(L.ppo_clip_loss(lp, old, adv, mask, clip_high=0.28)[0], -1.25)
+    close(L.ppo_clip_loss(lp, old, adv, mask, clip_high=0.2)[0], -1.2)
+    # r = 0.75 with A = -1: clip_low = 0.2 clips to 0.8 -> max(0.75, 0.8) = 0.8; clip_low = 0.3 -> 0.75
+    lp = t([[math.log(0.75)]])
+    close(L.ppo_clip_loss(lp, old, -adv, mask, clip_low=0.2)[0], 0.8)
+    close(L.ppo_clip_loss(lp, old, -adv, mask, clip_low=0.3)[0], 0.75)
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_ppo_gradient_sign_follows_advantage(sign):
+    """One descent step must raise the log-prob of a token with positive advantage and lower it for negative.
+
+    This test fails if the advantage sign is flipped anywhere in the loss.
+    """
+    lp = t([[-1.0, -2.0]], requires_grad=True)
+    old = lp.detach().clone()
+    adv = t([[sign * 0.7, 0.0]])
+    loss, _ = L.ppo_clip_loss(lp, old, adv, b([[1, 1]]))
+    loss.backward()
+    new_lp = lp.detach() - 0.1 * lp.grad
+    assert sign * (new_lp[0, 0] - lp[0, 0]).item() > 0
+    # exact value at ratio 1: d loss / d lp = -A / n_tokens
+    close(lp.grad[0, 0], -sign * 0.7 / 2)
+    close(lp.grad[0, 1], 0.0)
+
+
+def _loop_ppo(lp, old, adv, mask, cl, ch, mode):
+    mat = torch.zeros_like(lp)
+    for i in range(lp.shape[0]):
+        for j in range(lp.shape[1]):
+            if bool(mask[i, j]):
+                r = math.exp(float(lp[i, j]) - float(old[i, j]))
+                a = float(adv[i])
+                mat[i, j] = max(-a * r, -a * min(max(r, 1 - cl), 1 + ch))
+    return _loop_aggregate(mat, mask, mode)
+
+
+@pytest.mark.parametrize("mode", L.AGG_MODES)
+def test_ppo_matches_loop(mode):
+    g = torch.Generator().manual_seed(1)
+    for _ in range(4):
+        B, Lt = 5, 8
+        lp = -torch.rand(B, Lt, generator=g) * 3
+        old = lp + 0.4 * torch.randn(B, Lt, generator=g)
+        adv = torch.randn(B, generator=g)
+        mask = random_mask(g, B, Lt)
+        loss, _ = L.ppo_clip_loss(lp, old, adv, mask, clip_low=0.2, clip_high=0.28, agg=mode)
+        close(loss, _loop_ppo(lp, old, adv, mask, 0.2, 0.28, mode), REF_TOL)
+
+
+@pytest.mark.parametrize("mode", L.AGG_MODES)
+def test_ppo_masked_values_do_not_matter(mode):
+    """Garbage (large, inf, nan) under masked tokens changes neither the loss, the metrics nor the gradient."""
+    g = torch.Generator().manual_seed(2)
+    B, Lt = 4, 6
+    lp0 = -torch.rand(B, Lt, generator=g)
+    old = lp0 + 0.3 * torch.randn(B, Lt, generator=g)
+    adv = torch.randn(B, Lt, generator=g)
+    mask = random_mask(g, B, Lt)
+    outs = []
+    for fill in (None, 1e6, float("inf"), float("nan")):
+        lp, o, a = lp0.clone(), old.clone(), adv.clone()
+        if fill is not None:
+            lp[~mask], o[~mask], a[~mask] = fill, -fill, fill
+        lp.requires_grad_(True)
+        loss, m = L.ppo_clip_loss(lp, o, a, mask, agg=mode)
+        loss.backward()
+        assert torch.isfinite(lp.grad).all()
+        assert (lp.grad[~mask] == 0).all()
+        outs.append((loss.detach(), lp.grad, m))
+    for loss, grad, m in outs[1:]:
+        close(loss, outs[0][0])
+        torch.testing.assert_close(grad, outs[0][1], **TOL)
+        for k in m:
+            close(m[k], outs[0][2][k])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# HiPER (App. B, Eq. 28–30)
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _hiper_masks():
+    # two turns, 6 tokens each: [switch | subgoal subgoal | action action | pad]
+    sw = b([[1, 0, 0, 0, 0, 0], [1, 0, 0, 0, 0, 0]])
+    sg = b([[0, 1, 1, 0, 0, 0], [0, 1, 1, 0, 0, 0]])
+    ac = b([[0, 0, 0, 1, 1, 0], [0, 0, 0, 1, 1, 0]])
+    return sw, sg, ac
+
+
+def test_decision_token_advantages_golden():
+    sw, sg, ac = _hiper_masks()
+    adv, mask = L.decision_token_advantages(
+        sw, sg, ac, t([1.0, 2.0]), t([3.0, 4.0]), t([5.0, 6.0]), b([True, False])
+    )
+    # turn 0 is a boundary: subgoal tokens carry A_high = 3; turn 1 KEEPs: its subgoal tokens leave the mask
+    close(adv, [[1, 3, 3, 5, 5, 0], [2, 0, 0, 6, 6, 0]])
+    assert mask.tolist() == [[True] * 5 + [False], [True, False, False, True, True, False]]
+
+
+def test_hiper_policy_loss_golden():
+    sw, sg, ac = _hiper_masks()
+    lp = torch.zeros(2, 6, requires_grad=True)
+    old = torch.zeros(2, 6)  # ratio 1 -> per-token loss = -A
+    args = (sw, sg, ac, t([1.0, 2.0]), t([3.0, 4.0]), t([5.0, 6.0]), b([True, False]))
+    loss, m = L.hiper_policy_loss(lp, old, *args)
+    # valid tokens: turn 0 -> -1, -3, -3, -5, -5 (sum -17); turn 1 -> -2, -6, -6 (sum -14); 8 tokens
+    # token-mean = -31 / 8 = -3.875
+    close(loss, -3.875)
+    close(m["clipfrac"], 0.0)
+    loss.backward()
+    # d/dlp = -A / 8 on valid tokens; the non-boundary subgoal tokens get no gradient at all
+    close(lp.grad, [[-1 / 8, -3 / 8, -3 / 8, -5 / 8, -5 / 8, 0], [-2 / 8, 0, 0, -6 / 8, -6 / 8, 0]])
+    # seq-mean-token-sum = (-17 - 14) / 2 = -15.5
+    close(L.hiper_policy_loss(lp, old, *args, agg="seq-mean-token-sum")[0], -15.5)
+
+
+def test_hiper_policy_loss_is_sum_of_three_surrogates():
+    """With seq-mean-token-sum, Eq. 28's L_low + L_switch + L_high equals the one combined loss (disjoint masks)."""
+    g = torch.Generator().manual_seed(3)
+    sw, sg, ac = _hiper_masks()
+    sw, sg, ac = (torch.cat([m, m]) for m in (sw, sg, ac))
+    lp = -torch.rand(4, 6, generator=g)
+    old = lp + 0.3 * torch.randn(4, 6, generator=g)
+    a_sw, a_hi, a_lo = (torch.randn(4, generator=g) for _ in range(3))
+    boundary = b([True, False, True, True])
+    agg = "seq-mean-token-sum"
+    combined, _ = L.hiper_policy_loss(
+        lp, old, sw, sg, ac, a_sw, a_hi, a_lo, boundary, clip_high=0.28, agg=agg
+    )
+    parts = []
+    for adv, m in ((a_sw, sw), (a_hi, sg & boundary[:, None]), (a_lo, ac)):
+        # each surrogate averages over all 4 trajectories' rows (a row with no token contributes 0 to the sum)
+        loss_mat = torch.zeros(4, 6)
+        for i in range(4):
+            for j in range(6):
+                if m[i, j]:
+                    r = math.exp(float(lp[i, j] - old[i, j]))
+                    loss_mat[i, j] = max(-adv[i] * r, -adv[i] * min(max(r, 0.8), 1.28))
+        parts.append(loss_mat.sum() / 4)
+    close(combined, sum(parts), REF_TOL)
+
+
+def test_hiper_high_advantage_sign_reaches_subgoal_tokens():
+    sw, sg, ac = _hiper_masks()
+    for sign in (1.0, -1.0):
+        lp = torch.zeros(2, 6, requires_grad=True)
+        loss, _ = L.hiper_policy_loss(
+            lp, torch.zeros(2, 6), sw, sg, ac, t([0.0, 0.0]), t([sign, sign]), t([0.0, 0.0]), b([True, True])
+        )
+        loss.backward()
+        # descent raises subgoal log-probs when A_high > 0 and lowers them when A_high < 0
+        assert (sign * -lp.grad[sg] > 0).all()
+        assert (lp.grad[~sg] == 0).all()
+
+
+def test_hiper_overlapping_masks_rejected():
+    sw, sg, ac = _hiper_masks()
+    with pytest.raises(ValueError):
+        L.decision_token_advantages(sw, sg | sw, ac, t([0, 0.0]), t([0, 0.0]), t([0, 0.0]), b([1, 1]))
+
+
+def test_hiper_critic_and_total_golden():
+    v_low = t([[1.0, 2.0], [3.0, 0.0]], requires_grad=True)
+    y_low = t([[0.0, 0.0], [1.0, 9.0]])
+    turn_mask = b([[1, 1], [1, 0]])
+    v_high, y_high, seg_mask = t([[1.0], [2.0]]), t([[0.0], [0.0]]), b([[1], [1]])
+    crit = L.hiper_critic_loss(v_low, y_low, turn_mask, v_high, y_high, seg_mask)
+    # low: row sums (1 + 4) = 5 and 4 -> mean 4.5; high: (1 + 4) / 2 = 2.5; total 7.0
+    close(crit, 7.0)
+    crit.backward()
+    # d/dv_low = 2 (v - y) / B = (v - y): row 0 -> (1, 2), row 1 -> (2, 0 for the padded turn)
+    close(v_low.grad, [[1.0, 2.0], [2.0, 0.0]])
+    # Eq. 30 with the KL as a penalty: 0.5 + c_V 7 + beta 0.2 = 0.5 + 3.5 + 0.002 = 4.002
+    total = L.hiper_total_loss(t(0.5), crit.detach(), t(0.2), c_v=0.5, kl_coef=0.01)
+    close(total, 4.002)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# value loss
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_value_loss_golden():
+    v, old, ret, mask = t([[1.0, 2.0, 7.0]]), t([[0.0, 2.5, 0.0]]), t([[0.5, 0.0, 0.0]]), b([[1, 1, 0]])
+    # unclipped: 0.5 * mean((1 - 0.5)^2, (2 - 0)^2) = 0.5 * (0.25 + 4) / 2 = 1.0625
+    close(L.value_loss(v, old, ret, mask), 1.0625)
+    # clip 0.2: token 0: V_clip = 0 + 0.2 = 0.2 -> (0.2 - 0.5)^2 = 0.09, max(0.25, 0.09) = 0.25
+    #           token 1: V_clip = 2.5 - 0.2 = 2.3 -> 2.3^2 = 5.29, max(4, 5.29) = 5.29
+    # 0.5 * (0.25 + 5.29) / 2 = 1.385
+    close(L.value_loss(v, old, ret, mask, clip_range=0.2), 1.385)
+
+
+def test_value_loss_matches_loop():
+    g = torch.Generator().manual_seed(4)
+    v, old, ret = (torch.randn(5, 7, generator=g) for _ in range(3))
+    mask = random_mask(g, 5, 7)
+    for clip in (None, 0.3):
+        mat = torch.zeros(5, 7)
+        for i in range(5):
+            for j in range(7):
+                e1 = (float(v[i, j]) - float(ret[i, j])) ** 2
+                if clip is not None:
+                    vc = float(old[i, j]) + min(max(float(v[i, j] - old[i, j]), -clip), clip)
+                    e1 = max(e1, (vc - float(ret[i, j])) ** 2)
+                mat[i, j] = 0.5 * e1
+        close(
+            L.value_loss(v, old, ret, mask, clip_range=clip),
+            _loop_aggregate(mat, mask, "token-mean"),
+            REF_TOL,
+        )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# KL, entropy, BC
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_kl_estimators_golden():
+    lp, ref = t([math.log(0.5)]), t([math.log(0.25)])
+    # log r = log 2 = 0.6931471806
+    close(L.kl_estimate(lp, ref, "k1"), [math.log(2)])
+    # k2 = 0.5 * 0.6931471806^2 = 0.2402265070
+    close(L.kl_estimate(lp, ref, "k2"), [0.5 * math.log(2) ** 2])
+    # k3 = exp(-log 2) + log 2 - 1 = 0.5 + 0.6931471806 - 1 = 0.1931471806
+    close(L.kl_estimate(lp, ref, "k3"), [0.5 + math.log(2) - 1])
+    close(L.kl_estimate(lp, ref, "low_var_kl"), L.kl_estimate(lp, ref, "k3"))
+    with pytest.raises(ValueError):
+        L.kl_estimate(lp, ref, "k4")  # type: ignore[arg-type]
+
+
+def test_k3_nonnegative_and_zero_when_equal():
+    g = torch.Generator().manual_seed(5)
+    lp, ref = torch.randn(1000, generator=g) * 5, torch.randn(1000, generator=g) * 5
+    assert (L.kl_estimate(lp, ref, "k3") >= 0).all()
+    close(L.kl_estimate(lp, lp.clone(), "k3"), [0.0] * 1000)
+
+
+def test_k1_k3_are_unbiased_exactly():
+    """E_{x~p}[k1] = E_{x~p}[k3] = KL(p || q): check by exact summation over a small vocabulary."""
+    g = torch.Generator().manual_seed(6)
+    logits, ref_logits = torch.randn(7, generator=g), torch.randn(7, generator=g)
+    logp, logq = torch.log_softmax(logits, -1), torch.log_softmax(ref_logits, -1)
+    kl_exact = float(sum(math.exp(logp[i]) * (logp[i] - logq[i]) for i in range(7)))
+    for kind in ("k1", "k3"):
+        close((logp.exp() * L.kl_estimate(logp, logq, kind)).sum(), kl_exact, REF_TOL)
+    close(L.kl_from_logits(logits, ref_logits), kl_exact, REF_TOL)
+
+
+def test_kl_penalty_masks_and_aggregates():
+    lp = t([[math.log(0.5), 3.0], [0.0, float("nan")]])
+    ref = t([[math.log(0.25), -3.0], [0.0, 1.0]])
+    mask = b([[1, 0], [1, 0]])
+    # k3 per valid token: 0.1931471806 and 0 -> token-mean 0.0965735903
+    close(L.kl_penalty(lp, ref, mask), (0.5 + math.log(2) - 1) / 2)
+
+
+def test_entropy_from_logits():
+    close(L.entropy_from_logits(torch.zeros(3, 5)), [math.log(5)] * 3)
+    # near one-hot with huge logits: entropy -> 0 and finite (no overflow)
+    close(L.entropy_from_logits(t([1000.0, 0.0, 0.0])), 0.0)
+    g = torch.Generator().manual_seed(7)
+    z = torch.randn(4, 6, generator=g) * 3
+    for i in range(4):
+        p = [math.exp(float(z[i, k])) for k in range(6)]
+        s = sum(p)
+        close(L.entropy_from_logits(z[i]), -sum(pk / s * math.log(pk / s) for pk in p), REF_TOL)
+
+
+def test_bc_nll_golden():
+    lp = t([[-1.0, -2.0, float("-inf")], [-3.0, float("nan"), 5.0]], requires_grad=True)
+    mask = b([[1, 1, 0], [1, 0, 0]])
+    # token-mean: -(-1 - 2 - 3) / 3 = 2;  seq-mean-token-sum: -((-3) + (-3)) / 2 = 3
+    close(L.bc_nll(lp, mask), 2.0)
+    close(L.bc_nll(lp, mask, agg="seq-mean-token-sum"), 3.0)
+    L.bc_nll(lp, mask).backward()
+    close(lp.grad, [[-1 / 3, -1 / 3, 0.0], [-1 / 3, 0.0, 0.0]])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# IQL / AWR / Multi2
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_expectile_golden_and_half_mse():
+    d = t([-2.0, 3.0, 0.0])
+    # tau = 0.9: |0.9 - 1| 4 = 0.4 ; 0.9 * 9 = 8.1 ; 0
+    close(L.expectile_loss(d, 0.9), [0.4, 8.1, 0.0])
+    g = torch.Generator().manual_seed(8)
+    x = torch.randn(50, generator=g)
+    close(L.expectile_loss(x, 0.5), 0.5 * x**2)
+    for i in range(50):
+        xi = float(x[i])
+        close(L.expectile_loss(x[i], 0.7), (0.3 if xi < 0 else 0.7) * xi * xi, REF_TOL)
+
+
+def test_iql_value_loss_golden_and_gradient_only_into_v():
+    q = t([3.0, 1.0], requires_grad=True)
+    v = t([1.0, 2.0], requires_grad=True)
+    loss = L.iql_value_loss(q, v, tau=0.9)
+    # d = Q - V = (2, -1): (0.9 * 4 + 0.1 * 1) / 2 = 1.85
+    close(loss, 1.85)
+    loss.backward()
+    assert q.grad is None
+    # dL/dV = -2 |tau - 1(d<0)| d / N = (-2 * 0.9 * 2 / 2, -2 * 0.1 * -1 / 2) = (-1.8, 0.1)
+    close(v.grad, [-1.8, 0.1])
+
+
+def test_iql_q_loss_golden():
+    q = t([1.0, 2.0, 5.0], requires_grad=True)
+    r, next_v, done = t([0.5, 1.0, 0.0]), t([2.0, 3.0, 0.0]), t([0.0, 1.0, 0.0])
+    next_v.requires_grad_(True)
+    mask = b([True, True, False])
+    loss = L.iql_q_loss(q, r, next_v, done, gamma=0.9, mask=mask)
+    # targets: 0.5 + 0.9 * 2 = 2.3 ; 1 + 0 (done) = 1 -> ((1 - 2.3)^2 + (2 - 1)^2) / 2 = (1.69 + 1) / 2 = 1.345
+    close(loss, 1.345)
+    loss.backward()
+    assert next_v.grad is None
+    # dL/dQ = (Q - target): (-1.3, 1.0, 0)
+    close(q.grad, [-1.3, 1.0, 0.0])
+
+
+def test_awr_weights_golden_and_clip():
+    w = L.awr_weights(t([0.0, 0.95, 100.0, 1e6, -1e6]), beta=0.95, max_weight=20.0)
+    # exp(0) = 1, exp(1) = e, exp(105.3) -> capped at 20, 1e6 -> capped (no inf), exp(-1e6/0.95) -> 0
+    close(w, [1.0, E, 20.0, 20.0, 0.0])
+    assert not w.requires_grad
+    g = torch.Generator().manual_seed(9)
+    a = torch.randn(100, generator=g) * 5
+    w = L.awr_weights(a, beta=0.5, max_weight=7.0)
+    assert (w <= 7.0).all()
+    for i in range(100):
+        close(w[i], min(math.exp(float(a[i]) / 0.5), 7.0), REF_TOL)
+
+
+def test_awr_loss_golden_and_gradient():
+    lp = t([[-1.0, -2.0], [-3.0, float("nan")]], requires_grad=True)
+    adv = t([0.0, 0.95])
+    mask = b([[1, 1], [1, 0]])
+    loss = L.awr_loss(lp, adv, mask, beta=0.95)
+    # weights (1, e); log pi(u|s) = (-3, -3); loss = -(1 * -3 + e * -3) / 2 = 1.5 (1 + e)
+    close(loss, 1.5 * (1 + E))
+    loss.backward()
+    # dL/dlp = -w / B: row 0 -> -0.5 per token, row 1 -> -e/2; the padded token gets 0
+    close(lp.grad, [[-0.5, -0.5], [-E / 2, 0.0]])
+
+
+def test_multi2_online_loss_golden():
+    lp = t([[-1.0, -1.0]])
+    kl = t([[0.2, 0.4]])
+    mask = b([[1, 1]])
+    adv = t([0.0])
+    # AWR part: -(1 * (-2)) / 1 = 2 ; KL part: 0.1 * (0.2 + 0.4) = 0.06  (seq-mean-token-sum) -> 2.06
+    close(L.multi2_online_loss(lp, adv, mask, kl, beta=1.0, kl_coef=0.1), 2.06)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# HISR
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_sprm_loss_golden():
+    scores = t([[0.2, 0.3, 9.0], [1.0, -0.5, 0.0]])
+    mask = b([[1, 1, 0], [1, 1, 1]])
+    outcome = t([1.0, 0.0])
+    # (1 - 0.5)^2 = 0.25 ; (0 - 0.5)^2 = 0.25 -> mean 0.25
+    close(L.sprm_loss(scores, mask, outcome), 0.25)
+
+
+def test_hindsight_importance_golden_and_loop():
+    hind = t([[-1.0, -1.0], [-2.0, 0.0], [0.0, 0.0]])
+    pol = t([[-2.0, -1.5], [-1.0, 0.0], [0.0, 0.0]])
+    mask = b([[1, 1], [1, 0], [0, 0]])
+    z = L.hindsight_importance(hind, pol, mask, beta=0.3)
+    # row 0: (1 + 0.5) / (0.3 * 2) = 2.5 -> e^2.5 ; row 1: -1 / (0.3 * 1) -> e^(-10/3) ; empty row -> 1
+    close(z, [math.exp(2.5), math.exp(-1 / 0.3), 1.0])
+    g = torch.Generator().manual_seed(10)
+    hind, pol = -torch.rand(6, 5, generator=g), -torch.rand(6, 5, generator=g)
+    mask = random_mask(g, 6, 5)
+    z = L.hindsight_importance(hind, pol, mask, beta=0.3)
+    for i in range(6):
+        toks = [float(hind[i, j] - pol[i, j]) for j in range(5) if mask[i, j]]
+        close(z[i], math.exp(sum(toks) / (0.3 * len(toks))) if toks else 1.0, REF_TOL)
+
+
+def test_segment_sum_and_turn_placement():
+    ids = torch.tensor([[0, 0, 1, 1, 1, -1], [0, 1, 2, -1, -1, -1]])
+    z = t([[1.0, 2.0, 3.0, 4.0, 5.0, 99.0], [0.5, 0.25, 2.0, 7.0, 7.0, 7.0]])
+    # traj 0: segments (1 + 2, 3 + 4 + 5) = (3, 12); traj 1: (0.5, 0.25, 2)
+    close(L.segment_sum(z, ids, 3), [[3.0, 12.0, 0.0], [0.5, 0.25, 2.0]])
+    vals = t([[5.0, 7.0, 0.0], [1.0, 2.0, 3.0]])
+    # each segment's value lands on its last turn
+    close(L.segment_to_turn_rewards(vals, ids), [[0, 5, 0, 0, 7, 0], [1, 2, 3, 0, 0, 0]])
+    g = torch.Generator().manual_seed(11)
+    zr = torch.randn(2, 6, generator=g)
+    out = L.segment_sum(zr, ids, 3)
+    for i in range(2):
+        for s in range(3):
+            close(out[i, s], sum(float(zr[i, k]) for k in range(6) if int(ids[i, k]) == s), REF_TOL)
+
+
+def test_hindsight_modulated_rewards_and_fusion():
+    r_hat = t([[3.0, 2.0, 5.0], [0.0, 0.0, 0.0]])
+    z_s = t([[1.0, 2.0, 9.0], [1.0, 1.0, 1.0]])
+    mask = b([[1, 1, 0], [1, 1, 1]])
+    # traj 0: product (3, 4), L2 norm 5 -> (0.6, 0.8), masked segment 0; traj 1: zero stays zero
+    r_him = L.hindsight_modulated_rewards(r_hat, z_s, mask)
+    close(r_him, [[0.6, 0.8, 0.0], [0.0, 0.0, 0.0]])
+    # Eq. 8, alpha = 0.3: 0.7 * 0.6 + 0.3 * 1 = 0.72 ; 0.7 * 0.8 + 0.3 * 0 = 0.56
+    close(L.fuse_rewards(t([0.6, 0.8]), t([1.0, 0.0]), alpha=0.3), [0.72, 0.56])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# purity
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_module_imports_no_distributed_stack():
+    code = (
+        "import sys, learners.losses; "
+        "bad = [m for m in ('ray', 'vllm', 'deepspeed') if m in sys.modules]; "
+        "assert not bad, bad"
+    )
+    subprocess.run(
+        [sys.executable, "-c", code], check=True, cwd=str(__import__("pathlib").Path(__file__).parents[2])
+    )
