@@ -69,7 +69,10 @@ def convert_smollm2(dest: Path) -> Path:
 
 
 def resolve_model_path(path: str, cache_dir: str | None = None) -> str:
-    """A loadable HF model folder (or hub name) for ``path``; converts the packaged SmolLM2 on first use."""
+    """A loadable HF model folder (or hub name) for ``path``; converts the packaged SmolLM2 on first use;
+    "tiny" is a random 2-layer Llama with the SmolLM2 tokenizer (tests, smoke runs)."""
+    if path == "tiny":
+        return build_tiny_model(default_cache_dir(cache_dir) / "tiny-llama")
     if path in SMOLLM2_ALIASES:
         dest = default_cache_dir(cache_dir) / "SmolLM2-135M-Instruct"
         if not (dest / "config.json").exists():
@@ -88,7 +91,7 @@ def build_tiny_model(dest: str | Path, *, hidden_size: int = 128, layers: int = 
     dest = Path(dest)
     if (dest / "config.json").exists():
         return str(dest)
-    tok = AutoTokenizer.from_pretrained(resolve_model_path("smollm2"))
+    tok = AutoTokenizer.from_pretrained(resolve_model_path("smollm2", str(dest.parent)))
     config = LlamaConfig(
         vocab_size=len(tok),
         hidden_size=hidden_size,

@@ -283,12 +283,20 @@ class AlfWorldEnv:
         if self.expert == "planner":
             self._expert_next = _first(self._state.get("policy_commands"))
         elif self._handcoded is not None:
+            # alfworld 0.4.2's expert speaks the json_2.1.2 grammar ("move X to Y"); json_2.1.1 game files say
+            # "put X in/on Y".  Show it translated commands and map its answer back (identity on 2.1.2 files).
+            as_expert = {_put_as_move(c): c for c in self._admissible}
+            view = {
+                "feedback": self._state["feedback"],
+                "facts": self._state["facts"],
+                "admissible_commands": list(as_expert),
+            }
             try:
-                suggestion = self._handcoded.act(self._state, 0, self._won, command)
+                suggestion = as_expert.get(self._handcoded.act(view, 0, self._won, command))
             except Exception:  # HandCodedAgentTimeout / HandCodedAgentFailed / heuristics hitting odd states
                 self._handcoded, self._expert_next = None, None
                 return
-            self._expert_next = suggestion if suggestion in self._admissible else "look"
+            self._expert_next = suggestion or "look"
 
     def _info(self, *, valid_action: bool) -> dict[str, Any]:
         record = self._record
@@ -304,6 +312,14 @@ class AlfWorldEnv:
             "steps": self._steps,
             "game_file": os.fspath(record.game_file) if record else "",
         }
+
+
+def _put_as_move(command: str) -> str:
+    """``put mug 1 in/on desk 1`` -> ``move mug 1 to desk 1`` (other commands unchanged)."""
+    if command.startswith("put ") and " in/on " in command:
+        obj, recep = command[len("put ") :].split(" in/on ", 1)
+        return f"move {obj} to {recep}"
+    return command
 
 
 def _first(commands: Any) -> str | None:

@@ -63,7 +63,10 @@ class EnvConfig:
     train_split: str = "train"
     eval_split: str = "test"
     options: dict[str, Any] = field(default_factory=dict)
-    workers_per_rollout: int = 2
+    workers_per_rollout: int = 4
+    """Env slots (concurrent episodes) per rollout worker."""
+    use_pool: bool = False
+    """Subprocess EnvPool (crash/hang isolation: use for JVM/TextWorld envs) vs in-process envs (µs-step envs)."""
     step_timeout_s: float = 60.0
 
 
@@ -76,6 +79,7 @@ class RolloutConfig:
     agent: str = "plan_execute"
     """react | plan_execute | hipif | step_hrl | multi2."""
     num_workers: int = 1
+    cpus_per_worker: float = 0.5
     group_size: int = 4
     groups_per_iter: int = 4
     temperature: float = 1.0
@@ -92,10 +96,14 @@ class LearnerConfig:
     """The DeepSpeed learner group."""
 
     num_workers: int = 1
+    cpus_per_worker: float = 0.5
     zero_stage: int = 0
+    dtype: str = "float32"
+    """Learner precision: "float32", "bfloat16" (DeepSpeed bf16) or "auto"."""
     actor_lr: float = 1e-5
     critic_lr: float = 1e-4
     micro_batch_size: int = 4
+    grad_accum: int = 1
     mini_batch_size: int = 16
     ppo_epochs: int = 1
     max_grad_norm: float = 1.0
@@ -126,6 +134,7 @@ class TrainConfig:
     iterations: int = 6
     eval_every: int = 2
     eval_episodes: int = 16
+    eval_zero_shot: bool = True
     checkpoint_every: int = 1
     seed: int = 0
     run_dir: str = "runs/default"
@@ -213,7 +222,7 @@ def apply_overrides(cfg: Any, overrides: dict[str, Any], *, prefix: str = "") ->
         if head not in hints:
             close = difflib.get_close_matches(head, list(hints), n=1)
             hint = f" (did you mean {prefix}{close[0]}?)" if close else ""
-            raise ConfigError(f"unknown config key {prefix}{key!r}{hint}")
+            raise ConfigError(f"unknown config key '{prefix}{key}'{hint}")
         sub = getattr(cfg, head)
         if dataclasses.is_dataclass(sub):
             if not rest:
@@ -226,7 +235,7 @@ def apply_overrides(cfg: Any, overrides: dict[str, Any], *, prefix: str = "") ->
             direct.setdefault(head, dict(getattr(cfg, head)))
             direct[head][rest] = value
         elif rest:
-            raise ConfigError(f"unknown config key {prefix}{key!r} ({full} has no sub-keys)")
+            raise ConfigError(f"unknown config key '{prefix}{key}' ({full} has no sub-keys)")
         else:
             direct[head] = _coerce(value, hints[head], full)
     for head, sub_over in nested.items():

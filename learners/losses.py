@@ -78,7 +78,7 @@ def aggregate(loss_mat: Tensor, mask: Tensor, mode: AggMode = "token-mean") -> T
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def ppo_clip_loss(
+def ppo_token_loss(
     logprobs: Tensor,
     old_logprobs: Tensor,
     advantages: Tensor,
@@ -86,17 +86,15 @@ def ppo_clip_loss(
     *,
     clip_low: float = 0.2,
     clip_high: float = 0.2,
-    agg: AggMode = "token-mean",
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """PPO clipped surrogate, negated for minimisation (Schulman et al. 2017, Eq. 7; HISR Eq. 9).
+    """Per-token PPO clipped surrogate, negated (Schulman et al. 2017, Eq. 7; HISR Eq. 9), before aggregation.
 
-    Per token ``r = exp(logprobs - old_logprobs)`` and
-    ``loss = max(-A r, -A clip(r, 1 - clip_low, 1 + clip_high))`` (= ``-min(rA, clip(r)A)``).
-
-    Shapes: ``logprobs``, ``old_logprobs`` ``[B, L]``; ``advantages`` ``[B, L]`` or ``[B]`` (broadcast to every
-    token of its row); ``mask`` ``bool[B, L]``.  Returns ``(loss, metrics)`` with ``clipfrac`` (share of valid
-    tokens where the clipped branch is the active one), ``approx_kl`` (``(r - 1) - log r``, an unbiased,
-    non-negative estimate of KL(pi_old || pi_theta) on samples from pi_old) and ``ratio_mean``.
+    Per token ``r = exp(logprobs - old_logprobs)`` and ``loss = max(-A r, -A clip(r, 1 - clip_low, 1 + clip_high))``
+    (= ``-min(rA, clip(r)A)``). Shapes: ``logprobs``, ``old_logprobs`` ``[B, L]``; ``advantages`` ``[B, L]`` or
+    ``[B]`` (broadcast to every token of its row); ``mask`` ``bool[B, L]``. Returns ``(loss_mat [B, L], metrics)``
+    with ``clipfrac`` (share of valid tokens where the clipped branch is active), ``approx_kl`` (``(r - 1) - log r``,
+    a non-negative estimate of KL(pi_old || pi_theta) on samples from pi_old) and ``ratio_mean``. Masked positions
+    are 0 in ``loss_mat``.
     """
     mask = mask.to(torch.bool)
     if advantages.dim() == logprobs.dim() - 1:
@@ -107,15 +105,49 @@ def ppo_clip_loss(
     ratio = torch.exp(log_ratio)
     unclipped = -adv * ratio
     clipped = -adv * torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
-    loss_mat = torch.maximum(unclipped, clipped)
-    loss = aggregate(loss_mat, mask, agg)
+    loss_mat = _zero_masked(torch.maximum(unclipped, clipped), mask)
     with torch.no_grad():
         metrics = {
             "clipfrac": masked_mean((clipped > unclipped).to(logprobs.dtype), mask),
             "approx_kl": masked_mean((ratio - 1.0) - log_ratio, mask),
             "ratio_mean": masked_mean(ratio, mask),
         }
-    return loss, metrics
+    return loss_mat, metrics
+
+
+def ppo_clip_loss(
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    clip_low: float = 0.2,
+    clip_high: float = 0.2,
+    agg: AggMode = "token-mean",
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """PPO clipped surrogate aggregated with ``agg`` (see ``ppo_token_loss`` for the per-token form)."""
+    loss_mat, metrics = ppo_token_loss(
+        logprobs, old_logprobs, advantages, mask, clip_low=clip_low, clip_high=clip_high
+    )
+    return aggregate(loss_mat, mask.to(torch.bool), agg), metrics
+
+
+def aggregation_weights(mask: Tensor, mode: AggMode = "token-mean") -> Tensor:
+    """float[B, L] weights w with ``sum(w * x) == aggregate(x, mask, mode)`` for every x.
+
+    The learner splits a mini-batch into micro-batches for gradient accumulation; weights computed once over the
+    whole mini-batch keep the accumulated gradient equal to the gradient of the mini-batch loss.
+    """
+    m = mask.to(torch.float64)
+    if mode == "token-mean":
+        return m / m.sum().clamp(min=1.0)
+    per_row = m.sum(dim=-1, keepdim=True)
+    n_rows = (per_row > 0).sum().clamp(min=1).to(torch.float64)
+    if mode == "seq-mean-token-mean":
+        return m / per_row.clamp(min=1.0) / n_rows
+    if mode == "seq-mean-token-sum":
+        return m / n_rows
+    raise ValueError(f"unknown aggregation mode {mode!r}; known: {AGG_MODES}")
 
 
 def decision_token_advantages(

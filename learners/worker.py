@@ -157,20 +157,21 @@ class LearnerWorker:
 
     @torch.no_grad()
     def values(self, batch: dict[str, np.ndarray]) -> np.ndarray:
-        """float32[B, H]: head h read at ``value_pos[b, h]``."""
+        """float32[B, K]: value slot k is head ``value_head[k]`` read at position ``value_pos[b, k]``."""
         if self.critic is None:
             raise RuntimeError("this learner has no critic (value_heads=0)")
         self.critic.eval()
         out = []
         for rows in self._micro_rows(len(batch["input_ids"])):
             v = self.critic(self._dev(batch["input_ids"][rows]), self._dev(batch["attention_mask"][rows]))
-            out.append(self._gather_values(v, self._dev(batch["value_pos"][rows])).cpu().numpy())
-        return np.concatenate(out) if out else np.zeros((0, self.spec.value_heads), np.float32)
+            pos, head = self._dev(batch["value_pos"][rows]), self._dev(batch["value_head"])
+            out.append(self._gather_values(v, pos, head).cpu().numpy())
+        return np.concatenate(out) if out else np.zeros((0, len(batch["value_head"])), np.float32)
 
     @staticmethod
-    def _gather_values(v: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-        heads = torch.arange(v.shape[-1], device=v.device)
-        return v[torch.arange(v.shape[0], device=v.device)[:, None], pos, heads[None, :]]
+    def _gather_values(v: torch.Tensor, pos: torch.Tensor, head: torch.Tensor) -> torch.Tensor:
+        """v float[B, L, H], pos int[B, K], head int[K] -> float[B, K]."""
+        return v[torch.arange(v.shape[0], device=v.device)[:, None], pos, head[None, :]]
 
     # -- updates ---------------------------------------------------------------------------------------------
 
@@ -187,23 +188,25 @@ class LearnerWorker:
         """One optimizer step over ``batch`` (this rank's share of a mini-batch).
 
         ``loss_fn(new_logprobs, micro: dict[str, Tensor], cfg) -> (token_loss float[B, L], metrics)`` is the
-        algorithm's pure per-token loss; it is aggregated here as a token mean over the *whole* mini-batch
-        (``loss_mask``), so gradient accumulation gives the same gradient as one big batch.
+        algorithm's pure per-token loss; it is aggregated with ``batch["loss_weight"]`` (float[B, L], computed once
+        over the whole mini-batch by ``learners.losses.aggregation_weights``), so gradient accumulation over
+        micro-batches gives the gradient of the mini-batch loss.
         """
         self.policy.train()
         rows = np.arange(len(batch["input_ids"]))
-        total_tokens = max(1.0, float(np.asarray(batch["loss_mask"]).sum()))
         metrics: dict[str, float] = {}
         chunks = self._accum_chunks(rows)
         real = [i < len(rows) for i in range(len(chunks))]
         for chunk, is_real in zip(chunks, real, strict=True):
             weight = 1.0 if is_real else 0.0
-            micro = {k: self._dev(v[chunk]) for k, v in batch.items() if isinstance(v, np.ndarray)}
+            micro = {k: self._dev(v[chunk]) for k, v in batch.items() if k != "value_head"}
             logits = self._policy_logits(micro["input_ids"], micro["attention_mask"])
             new_lp = token_logprobs(logits, micro["input_ids"])
             token_loss, m = loss_fn(new_lp, micro, loss_cfg)
             mask = micro["loss_mask"].float()
-            loss = (token_loss * mask).sum() / total_tokens * self.spec.grad_accum * weight
+            # DeepSpeed divides by grad_accum and averages over ranks; the weights already sum to 1 over the mini-batch.
+            scale = self.spec.grad_accum * self.world_size * weight
+            loss = (token_loss * micro["loss_weight"].float()).sum() * scale
             with torch.no_grad():
                 probs = torch.softmax(logits[:, :-1].float(), dim=-1)
                 ent = -(probs * torch.log(probs.clamp_min(1e-30))).sum(-1)
@@ -213,36 +216,39 @@ class LearnerWorker:
             self.policy.step()
             for k, v in m.items() if is_real else ():
                 metrics[k] = metrics.get(k, 0.0) + float(v) / max(1, sum(real))
-        metrics["policy_loss_tokens"] = total_tokens
+        metrics["loss_tokens"] = float(np.asarray(batch["loss_mask"]).sum())
         self.step_count += 1
         return metrics
 
     def update_critic(
         self, batch: dict[str, np.ndarray], *, clip_range: float | None = None
     ) -> dict[str, float]:
-        """0.5 · (V − y)² over valid (row, head) targets (HiPER Eq. 12 / Eq. 29; PPO value loss), optionally
-        clipped around ``old_values``."""
+        """0.5 · (V − y)² weighted by ``value_weight`` float[B, K] (valid targets / their count in the mini-batch):
+        HiPER Eq. 12 + the low-level analogue (App. B Eq. 29); PPO's value loss. Optionally clipped around
+        ``old_values`` (PPO-style)."""
         if self.critic is None:
             raise RuntimeError("this learner has no critic (value_heads=0)")
         self.critic.train()
         rows = np.arange(len(batch["input_ids"]))
-        n_valid = max(1.0, float(np.asarray(batch["value_valid"]).sum()))
+        chunks = self._accum_chunks(rows)
         total = 0.0
-        for chunk in self._accum_chunks(rows):
-            micro = {k: self._dev(v[chunk]) for k, v in batch.items() if isinstance(v, np.ndarray)}
+        for i, chunk in enumerate(chunks):
+            micro = {k: self._dev(v[chunk]) for k, v in batch.items() if k != "value_head"}
+            head = self._dev(batch["value_head"])
             v = self._gather_values(
-                self.critic(micro["input_ids"], micro["attention_mask"]), micro["value_pos"]
+                self.critic(micro["input_ids"], micro["attention_mask"]), micro["value_pos"], head
             )
-            target, valid = micro["value_target"].float(), micro["value_valid"].float()
+            target = micro["value_target"].float()
             err = (v - target) ** 2
             if clip_range is not None:
                 old = micro["old_values"].float()
                 v_clip = old + (v - old).clamp(-clip_range, clip_range)
                 err = torch.maximum(err, (v_clip - target) ** 2)
-            loss = 0.5 * (err * valid).sum() / n_valid * self.spec.grad_accum
-            self.critic.backward(loss)
+            loss = 0.5 * (err * micro["value_weight"].float()).sum()
+            scale = self.spec.grad_accum * self.world_size * (1.0 if i < len(rows) else 0.0)
+            self.critic.backward(loss * scale)
             self.critic.step()
-            total += float(loss.detach()) / self.spec.grad_accum
+            total += float(loss.detach()) * (1.0 if i < len(rows) else 0.0)
         return {"value_loss": total}
 
     # -- weights and checkpoints -----------------------------------------------------------------------------
@@ -283,6 +289,11 @@ class LearnerWorker:
         np.random.set_state(state["rng"]["numpy"])
         random.setstate(state["rng"]["python"])
         self.step_count = state["step_count"]
+
+    def set_lr(self, lr: float) -> None:
+        """Behaviour cloning runs at its own learning rate through the same optimizer."""
+        for group in self.policy.optimizer.param_groups:
+            group["lr"] = lr
 
     def ping(self) -> int:
         return self.rank

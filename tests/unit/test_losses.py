@@ -585,3 +585,45 @@ def test_module_imports_no_distributed_stack():
     subprocess.run(
         [sys.executable, "-c", code], check=True, cwd=str(__import__("pathlib").Path(__file__).parents[2])
     )
+
+
+# --- aggregation weights (exact gradient accumulation) ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"])
+def test_aggregation_weights_reproduce_aggregate(mode):
+    from learners.losses import aggregate, aggregation_weights
+
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(5, 7, generator=g, dtype=torch.float64)
+    mask = torch.rand(5, 7, generator=g) < 0.6
+    mask[2] = False  # an empty row contributes nothing
+    w = aggregation_weights(mask, mode)
+    assert torch.allclose((w * x).sum(), aggregate(x, mask, mode), atol=1e-12, rtol=0)
+    assert (w[~mask] == 0).all()
+
+
+def test_aggregation_weights_golden():
+    from learners.losses import aggregation_weights
+
+    mask = torch.tensor([[True, True, False], [True, False, False]])
+    # token-mean: 3 valid tokens -> 1/3 each
+    assert torch.allclose(aggregation_weights(mask, "token-mean"), torch.tensor([[1, 1, 0], [1, 0, 0]]) / 3.0)
+    # seq-mean-token-mean: row 0 has 2 tokens (1/2 each), row 1 has 1; then / 2 rows -> 1/4, 1/4, 1/2
+    want = torch.tensor([[0.25, 0.25, 0.0], [0.5, 0.0, 0.0]], dtype=torch.float64)
+    assert torch.allclose(aggregation_weights(mask, "seq-mean-token-mean"), want)
+
+
+def test_ppo_token_loss_matches_clip_loss():
+    from learners.losses import ppo_clip_loss, ppo_token_loss
+
+    g = torch.Generator().manual_seed(4)
+    lp, old = (
+        torch.randn(3, 4, generator=g, dtype=torch.float64),
+        torch.randn(3, 4, generator=g, dtype=torch.float64),
+    )
+    adv = torch.randn(3, generator=g, dtype=torch.float64)
+    mask = torch.rand(3, 4, generator=g) < 0.7
+    mat, _ = ppo_token_loss(lp, old, adv, mask)
+    agg, _ = ppo_clip_loss(lp, old, adv, mask)
+    assert torch.allclose(mat.sum() / mask.sum(), agg, atol=1e-12, rtol=0)

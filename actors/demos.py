@@ -1,0 +1,157 @@
+"""Expert demonstrations in the agent's own output format, for the behaviour-cloning warm start.
+
+SmolLM2-135M zero-shot wins nothing on our benchmarks (platform.md), so RL needs a BC start, as STEP-HRL (Sec. 3.2),
+HISR and Multi2 do. A demonstration is the environment's expert plan — ``env.expert_plan()``: a list of
+(subgoal text, [actions]) — written the way the protocol's model would write it:
+
+* react:        ``<think>Current subgoal: {subgoal}.</think><action>{a}</action>``
+* plan_execute: ``<switch>SWITCH</switch>`` on the first action of each subgoal, KEEP after (HiPER: subgoal
+                boundaries = expert plan boundaries, e.g. ALFWorld's high_pddl, TextCraft's recipe tree)
+* hipif:        a new ``<subgoal>`` on each subgoal's first action, a short reflection each turn
+* step_hrl:     high → the subgoal; low → action + completion flag on the subgoal's last action; progress → a
+                short progress note
+* multi2:       planner → the subgoal; executor → action + completion flag
+
+The episodes are played by the real rollout loop (``actors.rollout.iter_episodes``) with ``ExpertEngine`` standing in
+for the model, so demonstration turns are built by the same code as RL turns (prompt token ids, masks, roles) —
+only the response comes from the expert (tokenised text + EOS, logprobs 0).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from actors.agents.hipif import format_hipif
+from actors.agents.multi2 import format_executor, format_planner
+from actors.agents.plan_execute import format_plan_execute
+from actors.agents.react import format_react
+from actors.agents.step_hrl import format_high, format_low, format_progress
+from actors.inference import GenerationRequest, GenerationResult, SamplingParams
+from actors.trajectory import Trajectory
+
+
+@dataclass(frozen=True)
+class PlanStep:
+    subgoal: str
+    action: str
+    first: bool
+    last: bool
+
+
+def flatten_plan(plan: Sequence[tuple[str, Sequence[str]]]) -> list[PlanStep]:
+    steps = []
+    for subgoal, actions in plan:
+        for i, a in enumerate(actions):
+            steps.append(PlanStep(subgoal, a, i == 0, i == len(actions) - 1))
+    return steps
+
+
+def expert_text(protocol: str, role: str, step: PlanStep) -> str:
+    """What a perfect model would write for ``role`` at ``step`` under ``protocol``."""
+    if protocol == "react":
+        return format_react(f"Current subgoal: {step.subgoal}.", step.action)
+    if protocol == "plan_execute":
+        return format_plan_execute(step.first, step.subgoal, step.action)
+    if protocol == "hipif":
+        reflection = f"Working on: {step.subgoal}."
+        return format_hipif(reflection, step.action, step.subgoal if step.first else None)
+    if protocol == "step_hrl":
+        if role == "high":
+            return format_high(step.subgoal)
+        if role == "low":
+            return format_low(step.action, step.last)
+        return format_progress(f"done: {step.action}")
+    if protocol == "multi2":
+        if role == "planner":
+            return format_planner(step.subgoal)
+        return format_executor(step.action, step.last)
+    raise ValueError(f"no demonstration format for protocol {protocol!r}")
+
+
+ACTING_ROLES = {"agent", "low", "executor"}
+
+
+@dataclass
+class ExpertEngine:
+    """An ``InferenceEngine`` that answers with the expert plan of the one episode being played.
+
+    Requests name their *role* as the adapter (the demo collector maps each role to an adapter of the same name);
+    the cursor advances after each acting call. ``plan`` is set per episode by ``collect_demonstrations``."""
+
+    tokenizer: Any
+    protocol: str
+    plan: list[PlanStep] = field(default_factory=list)
+    cursor: int = 0
+
+    def adapter_version(self, name: str | None) -> int:
+        return 0
+
+    def load_adapter(self, name: str, weights: dict[str, np.ndarray], version: int) -> bool:
+        return True
+
+    def generate(
+        self, requests: Sequence[GenerationRequest], params: SamplingParams
+    ) -> list[GenerationResult]:
+        out = []
+        for r in requests:
+            role = r.adapter or "agent"
+            step = self.plan[min(self.cursor, len(self.plan) - 1)]
+            if role in ACTING_ROLES:
+                self.cursor += 1
+            text = expert_text(self.protocol, role, step)
+            ids = [*self.tokenizer.encode(text, add_special_tokens=False), self.tokenizer.eos_token_id]
+            out.append(GenerationResult(ids, [0.0] * len(ids), text, "stop", r.adapter, 0))
+        return out
+
+    def close(self) -> None:
+        return None
+
+
+def collect_demonstrations(
+    env_name: str,
+    protocol: str,
+    task_ids: Sequence[str],
+    *,
+    tokenizer: Any,
+    env_options: dict[str, Any] | None = None,
+    max_steps: int = 50,
+    history_length: int = 2,
+) -> list[Trajectory]:
+    """Play each task with the expert through the real rollout loop; keep the won episodes."""
+    import envs
+    from actors.agent_loop import ROLES
+    from actors.rollout import EpisodeRequest, iter_episodes
+
+    env = envs.make(env_name, **(env_options or {}))
+    planner = envs.make(env_name, **(env_options or {}))
+    engine = ExpertEngine(tokenizer, protocol)
+    adapters = {role: role for role in ROLES[protocol]}
+    demos: list[Trajectory] = []
+    try:
+        for i, task_id in enumerate(task_ids):
+            planner.reset(task_id=task_id, seed=i)
+            engine.plan, engine.cursor = flatten_plan(planner.expert_plan()), 0
+            if not engine.plan:
+                continue
+            (traj,) = iter_episodes(
+                engine,
+                [env],
+                [EpisodeRequest(task_id, i, group_id=f"demo-{i}", traj_id=f"demo-{i}")],
+                protocol=protocol,
+                env_name=env_name,
+                params=SamplingParams(),
+                max_steps=max_steps,
+                tokenizer=tokenizer,
+                adapters=adapters,
+                history_length=history_length,
+            )
+            if traj.won:
+                demos.append(traj)
+    finally:
+        env.close()
+        planner.close()
+    return demos

@@ -1,0 +1,152 @@
+"""The ``hierarl`` command.
+
+hierarl train [PRESET] [key=value ...]   the main job (no arguments: the embedded default, see README)
+hierarl eval RUN_DIR [--episodes N]      success per task type of a run's latest checkpoint
+hierarl rollout [options]                play episodes, write trajectories as JSONL (+ summary)
+hierarl download-alfworld [DEST]         the official ALFWorld data download (needs the internet)
+hierarl presets                          list the YAML presets
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from launch.config import PRESET_DIR, ConfigError, TrainConfig, apply_overrides, flatten, resolve_config
+
+
+def _split_preset(args: Sequence[str]) -> tuple[str | None, list[str]]:
+    if args and "=" not in args[0]:
+        return args[0], list(args[1:])
+    return None, list(args)
+
+
+def cmd_train(args: Sequence[str]) -> int:
+    preset, overrides = _split_preset(args)
+    try:
+        cfg = resolve_config(preset, overrides)
+        from launch.algos import get_algo
+        from launch.config import resolve_algo_config
+
+        resolve_algo_config(get_algo(cfg.algo).Config, cfg.algo_overrides)
+    except (ConfigError, ValueError) as e:
+        print(f"hierarl train: {e}", file=sys.stderr)
+        return 2
+    from launch.train import train
+
+    train(cfg)
+    return 0
+
+
+def cmd_eval(args: Sequence[str]) -> int:
+    import yaml
+
+    p = argparse.ArgumentParser(prog="hierarl eval", description="Evaluate a run's latest checkpoint.")
+    p.add_argument("run_dir")
+    p.add_argument("--episodes", type=int, default=0, help="0: the whole eval split")
+    p.add_argument("--split", default=None)
+    a = p.parse_args(args)
+    run = Path(a.run_dir)
+    latest = run / "checkpoints" / "latest"
+    if not latest.exists():
+        print(f"hierarl eval: no checkpoint under {run}", file=sys.stderr)
+        return 2
+    raw = yaml.safe_load((run / "config.yaml").read_text())
+    raw.pop("resolved_algo", None)
+    cfg = apply_overrides(TrainConfig(), flatten(raw))
+    adapter = run / "checkpoints" / latest.read_text().strip() / "adapter"
+
+    import envs
+    from actors.inference import LoraSpec
+    from actors.rollout import RolloutWorker, WorkerConfig
+
+    probe = envs.make(cfg.env.name, **dict(cfg.env.options))
+    tasks = probe.task_ids(a.split or cfg.env.eval_split)
+    probe.close()
+    if a.episodes:
+        tasks = tasks[: a.episodes]
+    m = cfg.model
+    worker = RolloutWorker(
+        WorkerConfig(
+            model_path=m.path,
+            engine=cfg.rollout.engine,
+            dtype=m.dtype,
+            lora=LoraSpec(m.lora_rank, m.lora_alpha, m.lora_targets, m.lora_dropout),
+            adapter_path=str(adapter),
+            protocol=cfg.rollout.agent,
+            env_name=cfg.env.name,
+            env_options=dict(cfg.env.options),
+            num_envs=cfg.env.workers_per_rollout,
+            max_steps=cfg.env.max_steps,
+            temperature=cfg.rollout.eval_temperature,
+            max_new_tokens=cfg.rollout.max_new_tokens,
+            seed=cfg.seed,
+        )
+    )
+    t0 = time.perf_counter()
+    try:
+        groups = worker.collect(tasks, 1, cfg.seed, packed=False)
+    finally:
+        worker.close()
+    trajs = [t for g in groups for t in g.trajectories]  # type: ignore[union-attr]
+    per_type: dict[str, list[bool]] = {}
+    for t in trajs:
+        per_type.setdefault(str(t.info.get("task_type", "all")), []).append(t.won)
+    print(
+        f"{cfg.algo} / {cfg.rollout.agent} on {cfg.env.name} ({len(trajs)} episodes, {time.perf_counter() - t0:.0f}s)"
+    )
+    print(f"  {'task type':<28} {'n':>4} {'success':>8}")
+    for k, v in sorted(per_type.items()):
+        print(f"  {k:<28} {len(v):>4} {sum(v) / len(v):>8.3f}")
+    print(f"  {'all':<28} {len(trajs):>4} {sum(t.won for t in trajs) / max(1, len(trajs)):>8.3f}")
+    return 0
+
+
+def cmd_rollout(args: Sequence[str]) -> int:
+    from actors.rollout import rollout_main
+
+    rollout_main(list(args))
+    return 0
+
+
+def cmd_download_alfworld(args: Sequence[str]) -> int:
+    from envs.data import download_alfworld
+
+    dest = args[0] if args else os.environ.get("ALFWORLD_DATA", "~/.cache/alfworld")
+    download_alfworld(Path(dest).expanduser())
+    return 0
+
+
+def cmd_presets(args: Sequence[str]) -> int:
+    for p in sorted(PRESET_DIR.glob("*.yaml")):
+        first = p.read_text().splitlines()[0].lstrip("# ") if p.read_text() else ""
+        print(f"{p.stem:<28} {first}")
+    return 0
+
+
+COMMANDS = {
+    "train": cmd_train,
+    "eval": cmd_eval,
+    "rollout": cmd_rollout,
+    "download-alfworld": cmd_download_alfworld,
+    "presets": cmd_presets,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0
+    if args[0] not in COMMANDS:
+        print(f"hierarl: unknown command {args[0]!r}; one of {', '.join(COMMANDS)}", file=sys.stderr)
+        return 2
+    return COMMANDS[args[0]](args[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,470 @@
+"""The training driver: one readable loop over coarse worker calls (single controller, as in verl).
+
+    collect groups (rollout workers) → shaping + advantages (pure, here) → update (learner group)
+        → push weights (object store) → evaluate every k → checkpoint
+
+Before RL, an optional behaviour-cloning warm start: expert demonstrations in the agent's own format
+(``actors.demos``) trained with ``learners.algos.sft`` through the same learner group.
+Every phase is timed; metrics go to ``<run_dir>/metrics.jsonl`` and TensorBoard; the resolved config is printed and
+saved as ``<run_dir>/config.yaml``; checkpoints under ``<run_dir>/checkpoints/iter_<k>`` make a killed run resume
+exactly (``resume=true``).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Sequence
+from contextlib import contextmanager
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import ray
+import torch
+
+from actors.demos import collect_demonstrations
+from actors.inference import LoraSpec
+from actors.models import resolve_model_path
+from actors.rollout import RolloutWorker, WorkerConfig, unpack_group
+from actors.trajectory import Trajectory
+from cluster.ray_cluster import WorkerResources, init_ray
+from launch.algos import get_algo
+from launch.config import TrainConfig, dump_yaml, resolve_algo_config
+from learners.batch import TurnBatch, build_turn_batch
+from learners.group import LearnerGroup
+from learners.targets import value_positions
+from learners.worker import LearnerSpec
+from reward.shaping import ShapingConfig, apply_shaping
+
+
+@contextmanager
+def timed(timings: dict[str, float], name: str):
+    t0 = time.perf_counter()
+    yield
+    timings[name] = timings.get(name, 0.0) + time.perf_counter() - t0
+
+
+def shaping_config(algo_cfg: Any) -> ShapingConfig:
+    """The algorithm's reward terms with its constants (c_KEEP, format penalty) where it defines them."""
+    kwargs: dict[str, Any] = {"terms": tuple(algo_cfg.reward_terms)}
+    for name in ("c_keep", "format_penalty"):
+        if hasattr(algo_cfg, name):
+            kwargs[name] = getattr(algo_cfg, name)
+    return ShapingConfig(**kwargs)
+
+
+def batch_arrays(batch: TurnBatch) -> dict[str, np.ndarray]:
+    out = {
+        "input_ids": batch.input_ids.numpy(),
+        "attention_mask": batch.attention_mask.numpy(),
+        "response_mask": batch.response_mask.numpy(),
+        "old_logprobs": batch.old_logprobs.numpy(),
+    }
+    return out
+
+
+def trajectory_stats(trajs: Sequence[Trajectory]) -> dict[str, float]:
+    """Success, return, format validity, switch rate and mean segment length, tokens per turn."""
+    turns = [t for tr in trajs for t in tr.turns]
+    n = max(1, len(trajs))
+    seg_lengths = []
+    for tr in trajs:
+        q = tr.switches()
+        if q.size:
+            seg_lengths.append(q.size / max(1, int(q.sum())))
+    return {
+        "success": sum(t.won for t in trajs) / n,
+        "return": float(np.mean([t.episode_return for t in trajs])) if trajs else 0.0,
+        "env_steps": float(np.mean([t.info.get("env_steps", len(t.turns)) for t in trajs])) if trajs else 0.0,
+        "valid_format": float(np.mean([t.decision.valid for t in turns])) if turns else 0.0,
+        "switch_rate": float(np.mean([bool(t.decision.switch) for t in turns])) if turns else 0.0,
+        "segment_len": float(np.mean(seg_lengths)) if seg_lengths else 0.0,
+        "prompt_tokens": float(np.mean([t.prompt_ids.size for t in turns])) if turns else 0.0,
+        "response_tokens": float(np.mean([t.response_ids.size for t in turns])) if turns else 0.0,
+        "failed": float(sum(t.status == "failed" for t in trajs)),
+    }
+
+
+class Trainer:
+    """Holds the workers of one run; ``run()`` is the loop in the module docstring."""
+
+    def __init__(self, cfg: TrainConfig) -> None:
+        self.cfg = cfg
+        self.run_dir = Path(cfg.run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.algo = get_algo(cfg.algo)
+        self.algo_cfg = resolve_algo_config(self.algo.Config, cfg.algo_overrides)
+        text = (
+            dump_yaml(cfg)
+            + "resolved_algo:\n"
+            + "".join(f"  {k}: {v!r}\n" for k, v in asdict(self.algo_cfg).items())
+        )
+        print("[hierarl] resolved config:\n" + text, flush=True)
+        (self.run_dir / "config.yaml").write_text(text)
+        random.seed(cfg.seed)
+        np.random.seed(cfg.seed)
+        torch.manual_seed(cfg.seed)
+        self.device = "cuda" if torch.cuda.is_available() else "cpu"
+        init_ray(cfg.ray_address, device=self.device)
+        self.model_path = resolve_model_path(cfg.model.path, cfg.model.cache_dir)
+        from transformers import AutoTokenizer
+
+        self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
+        self.pad_id = self.tokenizer.pad_token_id or self.tokenizer.eos_token_id
+        self.lora = LoraSpec(
+            cfg.model.lora_rank, cfg.model.lora_alpha, cfg.model.lora_targets, cfg.model.lora_dropout
+        )
+        gpu = 1.0 if self.device == "cuda" else 0.0
+        self.rollout_cfg = WorkerConfig(
+            model_path=self.model_path,
+            engine=cfg.rollout.engine,
+            dtype=cfg.model.dtype,
+            device=self.device,
+            lora=self.lora,
+            protocol=cfg.rollout.agent,
+            env_name=cfg.env.name,
+            env_options=dict(cfg.env.options),
+            num_envs=cfg.env.workers_per_rollout,
+            use_env_pool=cfg.env.use_pool,
+            step_timeout_s=cfg.env.step_timeout_s,
+            max_steps=cfg.env.max_steps,
+            temperature=cfg.rollout.temperature,
+            top_p=cfg.rollout.top_p,
+            max_new_tokens=cfg.rollout.max_new_tokens,
+            max_model_len=cfg.model.max_model_len,
+            history_length=cfg.rollout.history_length,
+            max_group_retries=cfg.rollout.max_group_retries,
+            seed=cfg.seed,
+        )
+        actor_cls = ray.remote(RolloutWorker)
+        self.rollout = [
+            actor_cls.options(num_cpus=cfg.rollout.cpus_per_worker, num_gpus=gpu).remote(self.rollout_cfg)
+            for _ in range(cfg.rollout.num_workers)
+        ]
+        self.learner_spec = LearnerSpec(
+            model_path=self.model_path,
+            lora=self.lora,
+            dtype=cfg.learner.dtype,
+            device=self.device,
+            zero_stage=cfg.learner.zero_stage,
+            actor_lr=cfg.learner.actor_lr,
+            critic_lr=cfg.learner.critic_lr,
+            max_grad_norm=cfg.learner.max_grad_norm,
+            grad_accum=cfg.learner.grad_accum,
+            micro_batch_size=cfg.learner.micro_batch_size,
+            value_heads=self.algo.VALUE_HEADS,
+            seed=cfg.seed,
+        )
+        self.learner = LearnerGroup(
+            self.learner_spec, cfg.learner.num_workers, WorkerResources(cfg.learner.cpus_per_worker, gpu)
+        )
+        self.version = 0
+        self.start_iter = 0
+        self.history: list[dict[str, Any]] = []
+        self.metrics_path = self.run_dir / "metrics.jsonl"
+        self._tb = None
+
+    # -- pieces ----------------------------------------------------------------------------------------------
+
+    def task_ids(self, split: str) -> list[str]:
+        import envs
+
+        env = envs.make(self.cfg.env.name, **dict(self.cfg.env.options))
+        try:
+            return list(env.task_ids(split))
+        finally:
+            env.close()
+
+    def push_weights(self) -> float:
+        """Export the adapter once, ``ray.put`` it once, every rollout worker loads it from the object ref."""
+        t0 = time.perf_counter()
+        self.version += 1
+        ref = ray.put(self.learner.adapter_weights())
+        ok = ray.get([w.set_weights.remote(ref, self.version) for w in self.rollout])
+        if not all(ok):
+            print(f"[hierarl] warning: {ok.count(False)} rollout worker(s) kept the old adapter", flush=True)
+        return time.perf_counter() - t0
+
+    def collect(
+        self, task_ids: Sequence[str], group_size: int, seed: int, *, temperature: float
+    ) -> list[Trajectory]:
+        """Split the tasks over the rollout workers; whole groups only (failed groups are retried by the worker)."""
+        shards = [list(task_ids[i :: len(self.rollout)]) for i in range(len(self.rollout))]
+        refs = [
+            w.collect.remote(s, group_size, seed + k, temperature=temperature)
+            for k, (w, s) in enumerate(zip(self.rollout, shards, strict=True))
+            if s
+        ]
+        groups = [unpack_group(g) for gs in ray.get(refs) for g in gs]
+        return [t for g in groups for t in g.trajectories]
+
+    def evaluate(self, n: int, seed: int) -> dict[str, Any]:
+        """Success on the eval split at the validation temperature (HiPER C.1: 0.4), per task type."""
+        ids = self.task_ids(self.cfg.env.eval_split)
+        rng = random.Random(seed)
+        ids = rng.sample(ids, min(n, len(ids)))
+        trajs = self.collect(ids, 1, seed, temperature=self.cfg.rollout.eval_temperature)
+        per_type: dict[str, list[bool]] = {}
+        for t in trajs:
+            per_type.setdefault(str(t.info.get("task_type", "all")), []).append(t.won)
+        return {
+            "success": sum(t.won for t in trajs) / max(1, len(trajs)),
+            "per_type": {k: sum(v) / len(v) for k, v in sorted(per_type.items())},
+            "episodes": len(trajs),
+        }
+
+    def update(
+        self, trajs: list[Trajectory], algo: Any, algo_cfg: Any, *, seed: int, lr: float | None = None
+    ):
+        """Advantages (pure) + learner update; returns (metrics, timings)."""
+        timings: dict[str, float] = {}
+        with timed(timings, "advantage"):
+            for t in trajs:
+                apply_shaping(t, shaping_config(algo_cfg))
+            batch = build_turn_batch(trajs, max_len=self.cfg.learner.max_seq_len, pad_id=self.pad_id)
+            arrays = batch_arrays(batch)
+        metrics: dict[str, float] = {}
+        with timed(timings, "logprobs"):
+            learner_lp = self.learner.logprobs(arrays)
+            resp = arrays["response_mask"]
+            if algo.__name__.endswith(".sft"):
+                gap = 0.0
+            else:
+                gap = float(np.abs(learner_lp - arrays["old_logprobs"])[resp].mean()) if resp.any() else 0.0
+            metrics["logprob_gap"] = gap
+            # The PPO ratio uses the learner's own recomputation (vLLM and trainer logprobs differ slightly).
+            arrays["old_logprobs"] = learner_lp
+            if getattr(algo_cfg, "kl_coef", 0.0) > 0:
+                arrays["ref_logprobs"] = self.learner.logprobs(arrays, reference=True)
+        values = None
+        if algo.VALUE_HEADS:
+            pos, head = value_positions(batch, algo.VALUE_SLOTS)
+            arrays["value_pos"], arrays["value_head"] = pos, head
+            with timed(timings, "values"):
+                values = self.learner.values(arrays)
+        with timed(timings, "advantage"):
+            targets = algo.compute_targets(trajs, batch, values, algo_cfg)
+        arrays.update(token_adv=targets.token_adv, loss_mask=targets.loss_mask)
+        if algo.VALUE_HEADS:
+            arrays.update(
+                value_target=targets.value_target,
+                value_valid=targets.value_valid,
+                old_values=values.astype(np.float32),
+            )
+        metrics.update(targets.stats)
+        with timed(timings, "update"):
+            if lr is not None:
+                self.learner.set_lr(lr)
+            metrics.update(
+                self.learner.update(
+                    arrays,
+                    loss_fn=algo.policy_loss,
+                    loss_cfg=algo_cfg,
+                    agg=algo_cfg.agg,
+                    mini_batch_size=self.cfg.learner.mini_batch_size,
+                    epochs=self.cfg.learner.ppo_epochs,
+                    seed=seed,
+                    train_critic=bool(algo.VALUE_HEADS),
+                    value_clip=getattr(algo_cfg, "value_clip", None),
+                )
+            )
+            if lr is not None:
+                self.learner.set_lr(self.cfg.learner.actor_lr)
+        return metrics, timings
+
+    def behaviour_cloning(self) -> dict[str, Any]:
+        """Demonstrations from the env's expert in the agent's format, then SFT epochs."""
+        cfg = self.cfg
+        t0 = time.perf_counter()
+        ids = self.task_ids(cfg.env.train_split)
+        ids = random.Random(cfg.seed).sample(ids, min(cfg.bc.episodes, len(ids)))
+        demos = collect_demonstrations(
+            cfg.env.name,
+            cfg.rollout.agent,
+            ids,
+            tokenizer=self.tokenizer,
+            env_options=dict(cfg.env.options),
+            max_steps=cfg.env.max_steps,
+            history_length=cfg.rollout.history_length,
+        )
+        if not demos:
+            raise RuntimeError(f"the {cfg.env.name} expert produced no winning demonstration")
+        sft = get_algo("sft")
+        out: dict[str, Any] = {"demos": len(demos), "turns": sum(len(d.turns) for d in demos)}
+        for epoch in range(cfg.bc.epochs):
+            m, _ = self.update(demos, sft, sft.Config(), seed=cfg.seed + epoch, lr=cfg.bc.lr)
+            out[f"nll_epoch{epoch}"] = m.get("nll", float("nan"))
+        out["wall_s"] = time.perf_counter() - t0
+        return out
+
+    # -- bookkeeping -----------------------------------------------------------------------------------------
+
+    def log(self, record: dict[str, Any]) -> None:
+        self.history.append(record)
+        with open(self.metrics_path, "a") as f:
+            f.write(json.dumps(record) + "\n")
+        if self._tb is None:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self._tb = SummaryWriter(str(self.run_dir / "tb"))
+            except ImportError:
+                self._tb = False
+        if self._tb:
+            step = int(record.get("iteration", 0))
+            for k, v in record.items():
+                if isinstance(v, int | float) and k != "iteration":
+                    self._tb.add_scalar(k, v, step)
+            self._tb.flush()
+
+    def checkpoint(self, iteration: int) -> None:
+        path = self.run_dir / "checkpoints" / f"iter_{iteration}"
+        path.mkdir(parents=True, exist_ok=True)
+        self.learner.save_checkpoint(str(path))
+        state = {
+            "iteration": iteration,
+            "version": self.version,
+            "python_rng": random.getstate(),
+            "numpy_rng": np.random.get_state(),
+            "torch_rng": torch.get_rng_state(),
+        }
+        torch.save(state, path / "driver.pt")
+        (self.run_dir / "checkpoints" / "latest").write_text(path.name)
+
+    def try_resume(self) -> bool:
+        latest = self.run_dir / "checkpoints" / "latest"
+        if not (self.cfg.resume and latest.exists()):
+            return False
+        path = self.run_dir / "checkpoints" / latest.read_text().strip()
+        self.learner.load_checkpoint(str(path))
+        state = torch.load(path / "driver.pt", weights_only=False)
+        random.setstate(state["python_rng"])
+        np.random.set_state(state["numpy_rng"])
+        torch.set_rng_state(state["torch_rng"])
+        self.version = state["version"] - 1
+        self.push_weights()
+        self.start_iter = state["iteration"] + 1
+        if self.metrics_path.exists():
+            self.history = [json.loads(line) for line in self.metrics_path.read_text().splitlines() if line]
+        print(f"[hierarl] resumed from {path} at iteration {self.start_iter}", flush=True)
+        return True
+
+    # -- the loop --------------------------------------------------------------------------------------------
+
+    def run(self) -> list[dict[str, Any]]:
+        cfg = self.cfg
+        if not self.try_resume():
+            self.metrics_path.unlink(missing_ok=True)
+            self.push_weights()
+            if cfg.eval_zero_shot:
+                ev = self.evaluate(cfg.eval_episodes, cfg.seed + 10_000)
+                self.log({"iteration": -1, "phase": "zero-shot", "eval_success": ev["success"], **_flat(ev)})
+                print(f"[hierarl] zero-shot eval success {ev['success']:.3f} {ev['per_type']}", flush=True)
+            if cfg.bc.enabled:
+                bc = self.behaviour_cloning()
+                push_s = self.push_weights()
+                ev = self.evaluate(cfg.eval_episodes, cfg.seed + 10_000)
+                self.log(
+                    {"iteration": 0, "phase": "bc", **bc, "push_s": push_s, "eval_success": ev["success"]}
+                )
+                print(
+                    f"[hierarl] BC on {bc['demos']} demos ({bc['turns']} turns) in {bc['wall_s']:.1f}s; "
+                    f"eval success after BC {ev['success']:.3f} {ev['per_type']}",
+                    flush=True,
+                )
+            self.checkpoint(0)
+            self.start_iter = 1
+        train_ids = self.task_ids(cfg.env.train_split)
+        for it in range(self.start_iter, cfg.iterations + 1):
+            timings: dict[str, float] = {}
+            t_iter = time.perf_counter()
+            rng = random.Random(cfg.seed * 1_000_003 + it)
+            tasks = rng.sample(train_ids, min(cfg.rollout.groups_per_iter, len(train_ids)))
+            with timed(timings, "rollout"):
+                trajs = self.collect(
+                    tasks, cfg.rollout.group_size, cfg.seed * 7919 + it, temperature=cfg.rollout.temperature
+                )
+            stats = trajectory_stats(trajs)
+            metrics, t_upd = self.update(trajs, self.algo, self.algo_cfg, seed=cfg.seed + it)
+            timings.update(t_upd)
+            with timed(timings, "push"):
+                self.push_weights()
+            record: dict[str, Any] = {
+                "iteration": it,
+                "phase": "rl",
+                "version": self.version,
+                **stats,
+                **metrics,
+            }
+            if cfg.eval_every and it % cfg.eval_every == 0:
+                with timed(timings, "eval"):
+                    ev = self.evaluate(cfg.eval_episodes, cfg.seed + 10_000)
+                record["eval_success"] = ev["success"]
+            if cfg.checkpoint_every and it % cfg.checkpoint_every == 0:
+                with timed(timings, "checkpoint"):
+                    self.checkpoint(it)
+            timings["iteration"] = time.perf_counter() - t_iter
+            record.update({f"time_{k}": v for k, v in timings.items()})
+            self.log(record)
+            print(_iteration_line(record), flush=True)
+        print(_final_table(self.history), flush=True)
+        return self.history
+
+    def close(self) -> None:
+        for w in self.rollout:
+            try:
+                ray.get(w.close.remote(), timeout=60)
+            except Exception as e:  # shutting down: report, don't mask the run's result
+                print(f"[hierarl] rollout worker close failed: {e}")
+        if self._tb:
+            self._tb.close()
+
+
+def _flat(ev: dict[str, Any]) -> dict[str, float]:
+    return {f"eval_{k}": v for k, v in ev.get("per_type", {}).items()}
+
+
+def _iteration_line(r: dict[str, Any]) -> str:
+    parts = [
+        f"iter {r['iteration']:>3}",
+        f"success {r['success']:.2f}",
+        f"return {r['return']:+.2f}",
+        f"valid {r['valid_format']:.2f}",
+        f"kl {r.get('kl', 0.0):.4f}",
+        f"entropy {r.get('entropy', 0.0):.2f}",
+        f"switch {r['switch_rate']:.2f}",
+        f"seglen {r['segment_len']:.1f}",
+        f"tok {r['prompt_tokens']:.0f}+{r['response_tokens']:.0f}",
+        f"gap {r.get('logprob_gap', 0.0):.3f}",
+    ]
+    if "eval_success" in r:
+        parts.append(f"EVAL {r['eval_success']:.2f}")
+    parts.append(
+        "time "
+        + " ".join(
+            f"{k[5:]}={v:.1f}s" for k, v in r.items() if k.startswith("time_") and k != "time_iteration"
+        )
+    )
+    return " | ".join(parts)
+
+
+def _final_table(history: list[dict[str, Any]]) -> str:
+    rows = ["", "phase      iter  train_success  eval_success  return   iter_time_s"]
+    for r in history:
+        rows.append(
+            f"{r.get('phase', ''):<10} {r.get('iteration', ''):>4}  "
+            f"{r.get('success', float('nan')):>13.3f}  {r.get('eval_success', float('nan')):>12.3f}  "
+            f"{r.get('return', float('nan')):>+7.2f}  {r.get('time_iteration', float('nan')):>11.1f}"
+        )
+    return "\n".join(rows)
+
+
+def train(cfg: TrainConfig) -> list[dict[str, Any]]:
+    trainer = Trainer(cfg)
+    try:
+        return trainer.run()
+    finally:
+        trainer.close()

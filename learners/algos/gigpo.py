@@ -1,0 +1,77 @@
+"""GiGPO (Feng et al. 2025, "Group-in-Group Policy Optimization"), the strongest flat baseline in HiPER Table 1
+and the step-level estimator HIPIF builds on (HIPIF Sec. 3.3).
+
+A_t = A_episode + step_weight · A_step: the episode-level group advantage of the trajectory's return, plus a
+step-level advantage that normalises discounted step returns among the steps of the same episode group that were
+taken from the same anchor state (same normalised observation, ``Turn.anchor_key``); singleton anchor groups give 0
+(``learners.advantages.gigpo_advantages``). Every response token of turn t gets A_t. Loss: per-token clipped
+surrogate + kl_coef · KL(π‖π_ref).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from actors.trajectory import Trajectory
+from learners.advantages import gigpo_advantages
+from learners.batch import TurnBatch
+from learners.targets import Targets, broadcast_turn_values, clipped_policy_loss, rows_per_trajectory
+
+
+@dataclass(frozen=True)
+class Config:
+    gamma: float = 0.95
+    step_weight: float = 1.0
+    mode: str = "grpo"
+    """"grpo" divides by the group std; "mean" only subtracts the mean (GiGPO's two normalisers)."""
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    kl_coef: float = 0.01
+    kl_kind: str = "low_var_kl"
+    eps: float = 1e-6
+    agg: str = "token-mean"
+    reward_terms: tuple[str, ...] = ("format",)
+
+
+VALUE_HEADS = 0
+VALUE_SLOTS = ()
+
+
+def compute_targets(
+    trajectories: Sequence[Trajectory], batch: TurnBatch, values: np.ndarray | None, cfg: Config
+) -> Targets:
+    per_traj = gigpo_advantages(
+        [t.rewards() for t in trajectories],
+        [[turn.anchor_key for turn in t.turns] for t in trajectories],
+        [t.group_id for t in trajectories],
+        gamma=cfg.gamma,
+        step_weight=cfg.step_weight,
+        mode=cfg.mode,
+        eps=cfg.eps,
+    )
+    resp = batch.response_mask.numpy()
+    adv_row = np.zeros(len(batch))
+    for adv, rows in zip(per_traj, rows_per_trajectory(batch, trajectories), strict=True):
+        adv_row[rows] = adv.numpy()
+    return Targets(
+        token_adv=broadcast_turn_values(adv_row, resp),
+        loss_mask=resp,
+        value_target=np.zeros((len(batch), 0), np.float32),
+        value_valid=np.zeros((len(batch), 0), bool),
+        stats={"adv_abs_mean": float(np.abs(adv_row).mean()) if adv_row.size else 0.0},
+    )
+
+
+def policy_loss(new_lp: torch.Tensor, micro: dict[str, torch.Tensor], cfg: Config):
+    return clipped_policy_loss(
+        new_lp,
+        micro,
+        clip_low=cfg.clip_low,
+        clip_high=cfg.clip_high,
+        kl_coef=cfg.kl_coef,
+        kl_kind=cfg.kl_kind,
+    )

@@ -1,0 +1,78 @@
+"""GRPO (Shao et al. 2024) for multi-turn agents, the critic-free baseline of HiPER Table 1 (App. C.1: group size
+8, KL coefficient 0.01).
+
+Each trajectory's return R (env reward + format penalty, summed over turns) is normalised within its group of
+trajectories from the same task and initial state: A = (R − mean) / (std + ε) with the unbiased std
+(``learners.advantages.group_advantages``, mode "grpo"); every response token of every turn of the trajectory gets A.
+Loss: per-token clipped surrogate + kl_coef · KL(π‖π_ref).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from actors.trajectory import Trajectory
+from learners.advantages import group_advantages
+from learners.batch import TurnBatch
+from learners.targets import Targets, broadcast_turn_values, clipped_policy_loss, rows_per_trajectory
+
+
+@dataclass(frozen=True)
+class Config:
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    kl_coef: float = 0.01
+    kl_kind: str = "low_var_kl"
+    eps: float = 1e-6
+    agg: str = "token-mean"
+    reward_terms: tuple[str, ...] = ("format",)
+
+
+MODE = "grpo"
+VALUE_HEADS = 0
+VALUE_SLOTS = ()
+
+
+def episode_advantages(trajectories: Sequence[Trajectory], mode: str, eps: float) -> np.ndarray:
+    returns = np.array([t.episode_return for t in trajectories], dtype=np.float64)
+    return group_advantages(returns, [t.group_id for t in trajectories], mode=mode, eps=eps).numpy()
+
+
+def targets_from_episode_advantages(
+    trajectories: Sequence[Trajectory], batch: TurnBatch, adv_traj: np.ndarray
+) -> Targets:
+    """Every response token of trajectory i gets adv_traj[i] (shared by GRPO and RLOO)."""
+    resp = batch.response_mask.numpy()
+    adv_row = np.zeros(len(batch))
+    for i, rows in enumerate(rows_per_trajectory(batch, trajectories)):
+        adv_row[rows] = adv_traj[i]
+    return Targets(
+        token_adv=broadcast_turn_values(adv_row, resp),
+        loss_mask=resp,
+        value_target=np.zeros((len(batch), 0), np.float32),
+        value_valid=np.zeros((len(batch), 0), bool),
+        stats={"adv_abs_mean": float(np.abs(adv_traj).mean()) if adv_traj.size else 0.0},
+    )
+
+
+def compute_targets(
+    trajectories: Sequence[Trajectory], batch: TurnBatch, values: np.ndarray | None, cfg: Config
+) -> Targets:
+    return targets_from_episode_advantages(
+        trajectories, batch, episode_advantages(trajectories, MODE, cfg.eps)
+    )
+
+
+def policy_loss(new_lp: torch.Tensor, micro: dict[str, torch.Tensor], cfg: Config):
+    return clipped_policy_loss(
+        new_lp,
+        micro,
+        clip_low=cfg.clip_low,
+        clip_high=cfg.clip_high,
+        kl_coef=cfg.kl_coef,
+        kl_kind=cfg.kl_kind,
+    )

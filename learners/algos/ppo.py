@@ -1,0 +1,91 @@
+"""Flat PPO with turn-level GAE (Schulman et al. 2017; the PPO baseline of HiPER Table 1, App. C.1).
+
+Each turn is one action; its reward r_t = env reward + shaping (format penalty, HiPER App. C). Advantages by GAE
+over turns (``learners.advantages.gae``), critic V(s_t) read at the last prompt token, all response tokens of a turn
+share its advantage. Loss: per-token clipped surrogate + kl_coef · KL(π‖π_ref) (low-variance estimator), critic
+0.5 · (V − return)².
+
+Deviations: the value of a truncated episode's final state s_T is approximated by V(s_{T−1})
+(``learners.targets.bootstrap_value``); advantages are whitened over the batch's response tokens (verl practice).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from actors.trajectory import Trajectory
+from learners.advantages import gae
+from learners.batch import TurnBatch
+from learners.targets import (
+    Targets,
+    ValueSlot,
+    bootstrap_value,
+    broadcast_turn_values,
+    clipped_policy_loss,
+    rows_per_trajectory,
+    whiten,
+)
+
+
+@dataclass(frozen=True)
+class Config:
+    gamma: float = 0.99
+    lam: float = 0.95
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    kl_coef: float = 0.01
+    """HiPER App. C.1: KL loss coefficient 0.01 for every method."""
+    kl_kind: str = "low_var_kl"
+    value_clip: float = 0.2
+    normalize_advantages: bool = True
+    agg: str = "token-mean"
+    reward_terms: tuple[str, ...] = ("format",)
+
+
+VALUE_HEADS = 1
+VALUE_SLOTS = (ValueSlot("v", 0, "prompt_last"),)
+
+
+def compute_targets(
+    trajectories: Sequence[Trajectory], batch: TurnBatch, values: np.ndarray | None, cfg: Config
+) -> Targets:
+    assert values is not None, "PPO needs critic values"
+    resp = batch.response_mask.numpy()
+    adv_row = np.zeros(len(batch))
+    ret_row = np.zeros(len(batch))
+    for traj, rows in zip(trajectories, rows_per_trajectory(batch, trajectories), strict=True):
+        v = values[rows, 0].astype(np.float64)
+        adv, ret = gae(
+            traj.rewards(),
+            v,
+            gamma=cfg.gamma,
+            lam=cfg.lam,
+            terminated=traj.terminated,
+            bootstrap_value=bootstrap_value(traj, v[-1]),
+        )
+        adv_row[rows], ret_row[rows] = adv.numpy(), ret.numpy()
+    token_adv = broadcast_turn_values(adv_row, resp)
+    if cfg.normalize_advantages:
+        token_adv = whiten(token_adv, resp)
+    return Targets(
+        token_adv=token_adv,
+        loss_mask=resp,
+        value_target=ret_row[:, None].astype(np.float32),
+        value_valid=np.ones((len(batch), 1), bool),
+        stats={"adv_mean": float(adv_row.mean()) if adv_row.size else 0.0},
+    )
+
+
+def policy_loss(new_lp: torch.Tensor, micro: dict[str, torch.Tensor], cfg: Config):
+    return clipped_policy_loss(
+        new_lp,
+        micro,
+        clip_low=cfg.clip_low,
+        clip_high=cfg.clip_high,
+        kl_coef=cfg.kl_coef,
+        kl_kind=cfg.kl_kind,
+    )

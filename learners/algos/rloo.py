@@ -1,0 +1,48 @@
+"""RLOO (Ahmadian et al. 2024), a critic-free baseline of HiPER Table 1: each trajectory's return minus the mean
+return of the *other* members of its group (``group_advantages`` mode "rloo"); every response token of the
+trajectory gets it. Loss: per-token clipped surrogate + kl_coef · KL(π‖π_ref), as for GRPO.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from actors.trajectory import Trajectory
+from learners.algos.grpo import episode_advantages, targets_from_episode_advantages
+from learners.batch import TurnBatch
+from learners.targets import Targets, clipped_policy_loss
+
+
+@dataclass(frozen=True)
+class Config:
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    kl_coef: float = 0.01
+    kl_kind: str = "low_var_kl"
+    agg: str = "token-mean"
+    reward_terms: tuple[str, ...] = ("format",)
+
+
+VALUE_HEADS = 0
+VALUE_SLOTS = ()
+
+
+def compute_targets(
+    trajectories: Sequence[Trajectory], batch: TurnBatch, values: np.ndarray | None, cfg: Config
+) -> Targets:
+    return targets_from_episode_advantages(trajectories, batch, episode_advantages(trajectories, "rloo", 0.0))
+
+
+def policy_loss(new_lp: torch.Tensor, micro: dict[str, torch.Tensor], cfg: Config):
+    return clipped_policy_loss(
+        new_lp,
+        micro,
+        clip_low=cfg.clip_low,
+        clip_high=cfg.clip_high,
+        kl_coef=cfg.kl_coef,
+        kl_kind=cfg.kl_kind,
+    )

@@ -1,0 +1,101 @@
+"""What an algorithm hands the learner: token-level advantages, the loss mask, and critic targets (pure).
+
+Every algorithm file (``learners/algos/<name>.py``) turns trajectories + a ``TurnBatch`` (+ critic values) into a
+``Targets``; the learner worker then only needs a per-token loss function. Value *slots* say where the critic is
+read: slot k = head ``head`` at the batch position named ``at`` ("prompt_last" or "subgoal_last").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from actors.trajectory import Trajectory
+from learners.batch import TurnBatch
+from learners.losses import kl_estimate, ppo_token_loss
+
+
+@dataclass(frozen=True)
+class ValueSlot:
+    name: str
+    head: int
+    at: str  # "prompt_last" | "subgoal_last"
+
+
+@dataclass
+class Targets:
+    """Shapes: ``token_adv`` float32[B, L], ``loss_mask`` bool[B, L], ``value_target`` float32[B, K],
+    ``value_valid`` bool[B, K] (K value slots); ``stats`` scalar diagnostics for the run log."""
+
+    token_adv: np.ndarray
+    loss_mask: np.ndarray
+    value_target: np.ndarray
+    value_valid: np.ndarray
+    stats: dict[str, float] = field(default_factory=dict)
+
+
+def value_positions(batch: TurnBatch, slots: Sequence[ValueSlot]) -> tuple[np.ndarray, np.ndarray]:
+    """(value_pos int64[B, K], value_head int64[K]) for the learner's critic read-out."""
+    cols = [getattr(batch, s.at).numpy() for s in slots]
+    pos = np.stack(cols, axis=1) if cols else np.zeros((len(batch), 0), np.int64)
+    return pos.astype(np.int64), np.array([s.head for s in slots], dtype=np.int64)
+
+
+def rows_per_trajectory(batch: TurnBatch, trajectories: Sequence[Trajectory]) -> list[np.ndarray]:
+    """Batch rows of each trajectory in turn order; every turn must be in the batch (one row per turn)."""
+    rows: list[list[int]] = [[] for _ in trajectories]
+    for r, (i, _j) in enumerate(batch.index):
+        rows[i].append(r)
+    out = []
+    for i, (traj, rs) in enumerate(zip(trajectories, rows, strict=True)):
+        if len(rs) != len(traj.turns):
+            raise ValueError(f"trajectory {i} has {len(traj.turns)} turns but {len(rs)} batch rows")
+        out.append(np.array(rs, dtype=np.int64))
+    return out
+
+
+def bootstrap_value(traj: Trajectory, last_value: float) -> float:
+    """V(s_T): 0 when terminated; for a truncated episode we have no forward pass on s_T, so the value of the
+    last state the policy acted from stands in (a documented approximation)."""
+    return 0.0 if traj.terminated else float(last_value)
+
+
+def broadcast_turn_values(per_row: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """float[B] per turn → float32[B, L] on ``mask`` tokens."""
+    return (per_row[:, None] * mask).astype(np.float32)
+
+
+def whiten(token_adv: np.ndarray, mask: np.ndarray, eps: float = 1e-8) -> np.ndarray:
+    """(A − mean) / std over the masked tokens (verl's advantage whitening); masked-out entries stay 0."""
+    vals = token_adv[mask]
+    if vals.size < 2:
+        return token_adv
+    out = (token_adv - vals.mean()) / (vals.std() + eps)
+    return np.where(mask, out, 0.0).astype(np.float32)
+
+
+def clipped_policy_loss(
+    new_lp: torch.Tensor,
+    micro: dict[str, torch.Tensor],
+    *,
+    clip_low: float,
+    clip_high: float,
+    kl_coef: float,
+    kl_kind: str,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Per-token PPO clipped surrogate + ``kl_coef`` · KL(π‖π_ref) estimate (HiPER Eq. 30's β term; GRPO's KL).
+
+    ``micro`` holds ``old_logprobs``, ``token_adv``, ``loss_mask`` and (when ``kl_coef`` > 0) ``ref_logprobs``."""
+    mask = micro["loss_mask"].bool()
+    loss, m = ppo_token_loss(
+        new_lp, micro["old_logprobs"], micro["token_adv"], mask, clip_low=clip_low, clip_high=clip_high
+    )
+    metrics = {k: float(v) for k, v in m.items()}
+    if kl_coef > 0:
+        kl = torch.where(mask, kl_estimate(new_lp, micro["ref_logprobs"], kl_kind), torch.zeros_like(new_lp))
+        loss = loss + kl_coef * kl
+        metrics["kl"] = float(kl.detach().sum() / mask.sum().clamp(min=1))
+    return loss, metrics
