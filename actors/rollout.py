@@ -207,7 +207,11 @@ def iter_episodes(
                     task_id=req.task_id or str(res.info.get("task_id", "")),
                     env_name=env_name,
                     task=str(res.info.get("task", "")),
-                    info={"seed": req.seed},
+                    info={
+                        "seed": req.seed,
+                        "task_type": str(res.info.get("task_type", "")),
+                        "admissible_actions": res.info.get("admissible_actions"),
+                    },
                 )
                 ep = _Episode(
                     make_agent(
@@ -497,12 +501,26 @@ class RolloutWorker:
     # ------------------------------------------------------------------ collection
 
     def collect_stream(
-        self, task_ids: Sequence[str | None], group_size: int, seed: int | None = None, *, packed: bool = True
+        self,
+        task_ids: Sequence[str | None],
+        group_size: int,
+        seed: int | None = None,
+        *,
+        packed: bool = True,
+        temperature: float | None = None,
+        sample_seed: int | None = None,
     ) -> Iterator[dict[str, Any] | TrajectoryGroup]:
         """Yield one group per task id as soon as its ``group_size`` episodes (same task, same env ``seed``)
         are all done.  A group with a failed episode is replayed whole, up to ``max_group_retries`` times, then
         dropped (``stats["groups_dropped"]``): a partial group is never returned.  ``packed``: the
-        ``pack_group`` dict (numpy arrays, for Ray); else a ``TrajectoryGroup``."""
+        ``pack_group`` dict (numpy arrays, for Ray); else a ``TrajectoryGroup``.  ``temperature`` overrides the
+        configured one for this call (evaluation at the validation temperature); ``sample_seed`` seeds torch's
+        RNG first, which makes the HF engine's sampling reproducible (exact resume); vLLM ignores it."""
+        params = self.params if temperature is None else dataclasses.replace(self.params, temperature=temperature)
+        if sample_seed is not None:
+            import torch
+
+            torch.manual_seed(sample_seed)
         queue: deque[EpisodeRequest] = deque()
         pending: dict[str, dict[str, Any]] = {}
 
@@ -522,7 +540,7 @@ class RolloutWorker:
                 queue,
                 protocol=self.config.protocol,
                 env_name=self.config.env_name,
-                params=self.params,
+                params=params,
                 max_steps=self.config.max_steps,
                 tokenizer=self.tokenizer,
                 adapters=self.config.adapters,
@@ -554,10 +572,21 @@ class RolloutWorker:
             self._apply_staged()
 
     def collect(
-        self, task_ids: Sequence[str | None], group_size: int, seed: int | None = None, *, packed: bool = True
+        self,
+        task_ids: Sequence[str | None],
+        group_size: int,
+        seed: int | None = None,
+        *,
+        packed: bool = True,
+        temperature: float | None = None,
+        sample_seed: int | None = None,
     ) -> list[dict[str, Any] | TrajectoryGroup]:
         """``list(collect_stream(...))``: whole groups only, in completion order."""
-        return list(self.collect_stream(task_ids, group_size, seed, packed=packed))
+        return list(
+            self.collect_stream(
+                task_ids, group_size, seed, packed=packed, temperature=temperature, sample_seed=sample_seed
+            )
+        )
 
     def close(self) -> None:
         if isinstance(self.envs, EnvPool):

@@ -10,11 +10,15 @@ with textworld's ``PddlEnv`` and alfworld's own wrappers (``AlfredDemangler`` gi
   shared copy, ``train`` = 3,553 after ``alfworld-download``.
 * Reward: ``success_reward`` (10 in HiPER / HIPIF / GiGPO-style training; STEP-HRL App. A uses 1) on the step that
   wins, else 0.  ``info["score"]`` is the game's own 0/1 score.
-* Expert: alfworld's hand-coded expert (``expert="handcoded"``) or the PDDL planner (``expert="planner"``, 0.5-19 s
-  per step: evaluation only); off by default so RL rollouts never pay for it.  ``expert_plan()`` returns the
-  ALFRED high-level plan (``traj_data.json`` ``plan.high_pddl``) as subgoal steps for hierarchical demonstrations.
-* Memory: RSS grows ~7 MB per game loaded in one process (parsed grammars are not freed), so long-lived workers
-  should be recycled (the env pool does).
+* Expert: alfworld's hand-coded expert (``expert="handcoded"``, driven as alfworld's ``AlfredExpert`` wrapper
+  drives it) or the PDDL planner (``expert="planner"``, 0.1-19 s per step: evaluation only); off by default so
+  RL rollouts never pay for it.  ``expert_plan()`` returns the ALFRED high-level plan (``traj_data.json``
+  ``plan.high_pddl``) as subgoal steps for hierarchical demonstrations.
+* Text: the shared json_2.1.1 game files carry the grammar of alfworld <= 0.3 ("put X in/on Y", "You arrive at
+  loc 5."), which is what the papers' prompts use; files from ``alfworld-download`` (json_2.1.2) say "move X to Y".
+  The adapter passes either through unchanged.
+* Memory: RSS grows with every game loaded in one process (platform.md: ~7 MB per game; ~2 MB measured over 12
+  games here), so long-lived workers should be recycled (the env pool does).
 """
 
 from __future__ import annotations

@@ -117,7 +117,7 @@ class ScienceWorldEnv:
     strings; the simulator computes it on every step anyway).  It is not capped: prompt builders decide how many
     to show.  ``expert_action()`` is the gold action sequence's next step while the agent has followed it
     (None once it has deviated); the gold path is generated only on the first call per episode because
-    generating it costs 5-35 s per load.
+    generating it costs 1-35 s per load (first load in a fresh JVM is the slowest).
     """
 
     name = "scienceworld"
@@ -177,10 +177,10 @@ class ScienceWorldEnv:
         self._family, self._variation = family, variation
         self._load(generate_gold=False)
         self._task = str(self._sim.get_task_description())
-        self._score, self._steps, self._done = 0, 0, False
+        self._steps, self._done = 0, False
         self._valid_history, self._sent_history, self._gold = [], [], None
-        observation, _, _, raw = self._sim.step("look around")
-        self._admissible = list(raw["valid"])
+        observation, _, _, raw = self._sim.step("look around")  # the package's own reset() ends the same way
+        self._score, self._admissible = int(raw["score"]), list(raw["valid"])
         return observation, self._info(valid_action=True, moves=raw["moves"])
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:

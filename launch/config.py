@@ -103,7 +103,6 @@ class LearnerConfig:
     actor_lr: float = 1e-5
     critic_lr: float = 1e-4
     micro_batch_size: int = 4
-    grad_accum: int = 1
     mini_batch_size: int = 16
     ppo_epochs: int = 1
     max_grad_norm: float = 1.0

@@ -153,7 +153,6 @@ class Trainer:
             actor_lr=cfg.learner.actor_lr,
             critic_lr=cfg.learner.critic_lr,
             max_grad_norm=cfg.learner.max_grad_norm,
-            grad_accum=cfg.learner.grad_accum,
             micro_batch_size=cfg.learner.micro_batch_size,
             value_heads=self.algo.VALUE_HEADS,
             seed=cfg.seed,
@@ -194,7 +193,7 @@ class Trainer:
         """Split the tasks over the rollout workers; whole groups only (failed groups are retried by the worker)."""
         shards = [list(task_ids[i :: len(self.rollout)]) for i in range(len(self.rollout))]
         refs = [
-            w.collect.remote(s, group_size, seed + k, temperature=temperature)
+            w.collect.remote(s, group_size, seed + k, temperature=temperature, sample_seed=seed + k)
             for k, (w, s) in enumerate(zip(self.rollout, shards, strict=True))
             if s
         ]

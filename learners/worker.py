@@ -29,7 +29,6 @@ from torch import nn
 
 from actors.inference import LoraSpec
 from actors.models import pick_dtype
-from learners.batch import token_logprobs
 
 
 @dataclass(frozen=True)
@@ -42,8 +41,8 @@ class LearnerSpec:
     actor_lr: float = 1e-5
     critic_lr: float = 1e-4
     max_grad_norm: float = 1.0
-    grad_accum: int = 1
     micro_batch_size: int = 4
+    """Rows per forward/backward (memory bound); gradients accumulate over a whole mini-batch before a step."""
     value_heads: int = 0
     """0: no critic; 1: V(s); 2: HiPER [V_high, V_low]."""
     seed: int = 0
@@ -61,8 +60,9 @@ class ValueModel(nn.Module):
         nn.init.zeros_(self.head.bias)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        out = self.backbone(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True)
-        hidden = out.hidden_states[-1]
+        # the decoder alone: the LM head's B × L × vocab logits are never needed for values
+        decoder = self.backbone.get_base_model().get_decoder()
+        hidden = decoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         return self.head(hidden.to(self.head.weight.dtype)).float()
 
 
@@ -83,10 +83,13 @@ def _init_dist(rank: int, world_size: int, port: int, device: str) -> None:
 
 
 def _ds_config(spec: LearnerSpec, world_size: int, bf16: bool) -> dict[str, Any]:
+    # The caller owns the accumulation boundary: any number of micro-batch backward() calls, then one step() per
+    # mini-batch (DeepSpeed's unmanaged gradient accumulation), so micro_batch_size only bounds memory.
     return {
         "train_micro_batch_size_per_gpu": spec.micro_batch_size,
-        "gradient_accumulation_steps": spec.grad_accum,
-        "train_batch_size": spec.micro_batch_size * spec.grad_accum * world_size,
+        "gradient_accumulation_steps": 1,
+        "train_batch_size": spec.micro_batch_size * world_size,
+        "managed_gradient_accumulation": False,
         "gradient_clipping": spec.max_grad_norm,
         "zero_optimization": {"stage": spec.zero_stage},
         "bf16": {"enabled": bf16},
@@ -137,22 +140,43 @@ class LearnerWorker:
     def _dev(self, x: np.ndarray | torch.Tensor) -> torch.Tensor:
         return torch.as_tensor(x).to(self.policy.device)
 
-    def _policy_logits(self, input_ids: torch.Tensor, attention: torch.Tensor) -> torch.Tensor:
-        return self.policy(input_ids=input_ids, attention_mask=attention).logits
+    def _response_logprobs(
+        self, ids: torch.Tensor, attn: torch.Tensor, where: torch.Tensor, *, entropy: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """float32[B, L]: log π(x_j | x_<j) at the positions ``where`` (bool[B, L]; 0 elsewhere).
+
+        The decoder runs once and ``lm_head`` only at the positions that predict a wanted token: full-vocabulary
+        logits over every prompt position (B × L × 49k floats) is what exhausted memory otherwise. With
+        ``entropy`` also the token entropy at those positions (float32[N], no gradient)."""
+        lm = self.policy.module.get_base_model()
+        hidden = lm.get_decoder()(input_ids=ids, attention_mask=attn).last_hidden_state
+        sel = where[:, 1:].bool()
+        logits = lm.get_output_embeddings()(hidden[:, :-1][sel]).float()
+        logz = torch.logsumexp(logits, dim=-1)
+        picked = logits.gather(-1, ids[:, 1:][sel][:, None]).squeeze(-1) - logz
+        out = torch.zeros(ids.shape, dtype=torch.float32, device=ids.device)
+        out[:, 1:][sel] = picked
+        ent = None
+        if entropy:
+            with torch.no_grad():
+                ent = logz - (torch.softmax(logits, dim=-1) * logits).sum(-1)
+        return out, ent
 
     @torch.no_grad()
     def logprobs(self, batch: dict[str, np.ndarray], *, reference: bool = False) -> np.ndarray:
-        """float32[B, L] token log-probs of ``input_ids`` under the policy (or the reference: adapter disabled)."""
+        """float32[B, L] log-probs of the response tokens (``response_mask``) under the policy, or under the
+        reference policy (the same weights with the adapter disabled)."""
         self.policy.eval()
         out = []
         for rows in self._micro_rows(len(batch["input_ids"])):
             ids, attn = self._dev(batch["input_ids"][rows]), self._dev(batch["attention_mask"][rows])
+            where = self._dev(batch["response_mask"][rows])
             if reference:
                 with self.policy.module.disable_adapter():
-                    logits = self._policy_logits(ids, attn)
+                    lp, _ = self._response_logprobs(ids, attn, where)
             else:
-                logits = self._policy_logits(ids, attn)
-            out.append(token_logprobs(logits, ids).cpu().numpy())
+                lp, _ = self._response_logprobs(ids, attn, where)
+            out.append(lp.cpu().numpy())
         return np.concatenate(out) if out else np.zeros((0, 0), np.float32)
 
     @torch.no_grad()
@@ -179,65 +203,49 @@ class LearnerWorker:
         mb = self.spec.micro_batch_size
         return [np.arange(i, min(n, i + mb)) for i in range(0, n, mb)]
 
-    def _accum_chunks(self, rows: np.ndarray) -> list[np.ndarray]:
-        """Exactly ``grad_accum`` chunks (DeepSpeed steps the optimizer on its accumulation boundary); an empty
-        chunk repeats row 0 with zero weight."""
-        return [c if c.size else rows[:1] for c in np.array_split(rows, self.spec.grad_accum)]
-
     def update_policy(self, batch: dict[str, np.ndarray], loss_fn: Any, loss_cfg: Any) -> dict[str, float]:
-        """One optimizer step over ``batch`` (this rank's share of a mini-batch).
+        """One optimizer step over ``batch`` (this rank's share of a mini-batch), in micro-batches.
 
         ``loss_fn(new_logprobs, micro: dict[str, Tensor], cfg) -> (token_loss float[B, L], metrics)`` is the
         algorithm's pure per-token loss; it is aggregated with ``batch["loss_weight"]`` (float[B, L], computed once
-        over the whole mini-batch by ``learners.losses.aggregation_weights``), so gradient accumulation over
-        micro-batches gives the gradient of the mini-batch loss.
+        over the whole mini-batch by ``learners.losses.aggregation_weights``), so the accumulated gradient is the
+        gradient of the mini-batch loss; × world size because DeepSpeed averages gradients over ranks.
         """
         self.policy.train()
-        rows = np.arange(len(batch["input_ids"]))
-        metrics: dict[str, float] = {}
-        chunks = self._accum_chunks(rows)
-        real = [i < len(rows) for i in range(len(chunks))]
-        for chunk, is_real in zip(chunks, real, strict=True):
-            weight = 1.0 if is_real else 0.0
+        rows = self._micro_rows(len(batch["input_ids"]))
+        sums: dict[str, float] = {}
+        tokens = 0.0
+        for chunk in rows:
             micro = {k: self._dev(v[chunk]) for k, v in batch.items() if k != "value_head"}
-            logits = self._policy_logits(micro["input_ids"], micro["attention_mask"])
-            new_lp = token_logprobs(logits, micro["input_ids"])
+            new_lp, ent = self._response_logprobs(
+                micro["input_ids"], micro["attention_mask"], micro["response_mask"], entropy=True
+            )
             token_loss, m = loss_fn(new_lp, micro, loss_cfg)
-            mask = micro["loss_mask"].float()
-            # DeepSpeed divides by grad_accum and averages over ranks; the weights already sum to 1 over the mini-batch.
-            scale = self.spec.grad_accum * self.world_size * weight
-            loss = (token_loss * micro["loss_weight"].float()).sum() * scale
-            with torch.no_grad():
-                probs = torch.softmax(logits[:, :-1].float(), dim=-1)
-                ent = -(probs * torch.log(probs.clamp_min(1e-30))).sum(-1)
-                ent = torch.nn.functional.pad(ent, (1, 0))
-                m["entropy"] = float((ent * mask).sum() / mask.sum().clamp_min(1.0))
+            loss = (token_loss * micro["loss_weight"].float()).sum() * self.world_size
             self.policy.backward(loss)
-            self.policy.step()
-            for k, v in m.items() if is_real else ():
-                metrics[k] = metrics.get(k, 0.0) + float(v) / max(1, sum(real))
-        metrics["loss_tokens"] = float(np.asarray(batch["loss_mask"]).sum())
+            n = float(micro["loss_mask"].sum())
+            tokens += n
+            m["entropy"] = float(ent.mean()) if ent is not None and ent.numel() else 0.0
+            for k, v in m.items():
+                sums[k] = sums.get(k, 0.0) + float(v) * n
+        self.policy.step()
         self.step_count += 1
+        metrics = {k: v / max(tokens, 1.0) for k, v in sums.items()}
+        metrics["loss_tokens"] = tokens
         return metrics
 
-    def update_critic(
-        self, batch: dict[str, np.ndarray], *, clip_range: float | None = None
-    ) -> dict[str, float]:
+    def update_critic(self, batch: dict[str, np.ndarray], *, clip_range: float | None = None) -> dict[str, float]:
         """0.5 · (V − y)² weighted by ``value_weight`` float[B, K] (valid targets / their count in the mini-batch):
         HiPER Eq. 12 + the low-level analogue (App. B Eq. 29); PPO's value loss. Optionally clipped around
-        ``old_values`` (PPO-style)."""
+        ``old_values`` (PPO-style). One optimizer step over the micro-batches."""
         if self.critic is None:
             raise RuntimeError("this learner has no critic (value_heads=0)")
         self.critic.train()
-        rows = np.arange(len(batch["input_ids"]))
-        chunks = self._accum_chunks(rows)
+        head = self._dev(batch["value_head"])
         total = 0.0
-        for i, chunk in enumerate(chunks):
+        for chunk in self._micro_rows(len(batch["input_ids"])):
             micro = {k: self._dev(v[chunk]) for k, v in batch.items() if k != "value_head"}
-            head = self._dev(batch["value_head"])
-            v = self._gather_values(
-                self.critic(micro["input_ids"], micro["attention_mask"]), micro["value_pos"], head
-            )
+            v = self._gather_values(self.critic(micro["input_ids"], micro["attention_mask"]), micro["value_pos"], head)
             target = micro["value_target"].float()
             err = (v - target) ** 2
             if clip_range is not None:
@@ -245,10 +253,9 @@ class LearnerWorker:
                 v_clip = old + (v - old).clamp(-clip_range, clip_range)
                 err = torch.maximum(err, (v_clip - target) ** 2)
             loss = 0.5 * (err * micro["value_weight"].float()).sum()
-            scale = self.spec.grad_accum * self.world_size * (1.0 if i < len(rows) else 0.0)
-            self.critic.backward(loss * scale)
-            self.critic.step()
-            total += float(loss.detach()) * (1.0 if i < len(rows) else 0.0)
+            self.critic.backward(loss * self.world_size)
+            total += float(loss.detach())
+        self.critic.step()
         return {"value_loss": total}
 
     # -- weights and checkpoints -----------------------------------------------------------------------------

@@ -31,7 +31,8 @@ def _turn(reward=0.0, *, switch=None, valid=True, last=False, anchor="s0"):
 
 def _traj(tid, gid, rewards, switches):
     turns = [
-        _turn(r, switch=s, last=i == len(rewards) - 1) for i, (r, s) in enumerate(zip(rewards, switches))
+        _turn(r, switch=s, last=i == len(rewards) - 1)
+        for i, (r, s) in enumerate(zip(rewards, switches, strict=True))
     ]
     return Trajectory(
         traj_id=tid, group_id=gid, task_id="t", env_name="synthetic", turns=turns, status="finished"
@@ -68,7 +69,7 @@ def test_group_methods_reward_the_winner(name):
 
 def test_grpo_golden():
     # returns 1 and 0 in one group: mean 0.5, unbiased std sqrt(0.5) -> A = ±0.5/(0.70711 + 1e-6) = ±0.707106
-    batch, tg = _targets("grpo", [_traj("w", "g", [1.0], [True]), _traj("l", "g", [0.0], [True])])
+    _batch, tg = _targets("grpo", [_traj("w", "g", [1.0], [True]), _traj("l", "g", [0.0], [True])])
     assert tg.token_adv[0, 3] == pytest.approx(0.5 / (np.sqrt(0.5) + 1e-6), abs=1e-6)
     assert tg.token_adv[1, 3] == pytest.approx(-0.5 / (np.sqrt(0.5) + 1e-6), abs=1e-6)
 

@@ -53,7 +53,7 @@ def test_algo_keys_are_validated_against_the_algorithm_dataclass():
     algo_cfg = resolve_algo_config(get_algo(cfg.algo).Config, cfg.algo_overrides)
     assert algo_cfg.c_keep == pytest.approx(0.1)
     bad = resolve_config(None, ["algo=ppo", "algo.c_keep=0.1"])
-    with pytest.raises(ConfigError, match="algo.c_keep"):
+    with pytest.raises(ConfigError, match=r"algo\.c_keep"):
         resolve_algo_config(get_algo(bad.algo).Config, bad.algo_overrides)
 
 
