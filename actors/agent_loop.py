@@ -104,6 +104,8 @@ class _Base:
     steps: int = 0
     segment: int = 0
     turns: int = 0
+    compact: bool = False
+    """Compact prompts (react, plan_execute): same fields, minimal wording — small models, fast tests."""
 
     def start(self, observation: str, info: Mapping[str, Any]) -> None:
         self.task = str(info.get("task") or "")
@@ -148,6 +150,7 @@ class ReactAgent(_Base):
             env=self.env_name,
             history_window=self.history_length,
             step_count=self.steps,
+            compact=self.compact,
         )
         return self._call(msgs, "agent", acts=True)
 
@@ -185,6 +188,7 @@ class PlanExecuteAgent(_Base):
             env=self.env_name,
             history_window=self.history_length,
             step_count=self.steps,
+            compact=self.compact,
         )
         return self._call(msgs, "agent", acts=True)
 

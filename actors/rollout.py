@@ -516,7 +516,9 @@ class RolloutWorker:
         ``pack_group`` dict (numpy arrays, for Ray); else a ``TrajectoryGroup``.  ``temperature`` overrides the
         configured one for this call (evaluation at the validation temperature); ``sample_seed`` seeds torch's
         RNG first, which makes the HF engine's sampling reproducible (exact resume); vLLM ignores it."""
-        params = self.params if temperature is None else dataclasses.replace(self.params, temperature=temperature)
+        params = (
+            self.params if temperature is None else dataclasses.replace(self.params, temperature=temperature)
+        )
         if sample_seed is not None:
             import torch
 

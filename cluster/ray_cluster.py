@@ -73,15 +73,18 @@ class WorkerResources:
     num_gpus: float = 0.0
 
 
-def place_workers(cls: type, n: int, resources: WorkerResources, *args: Any, **kwargs: Any) -> list[Any]:
-    """Create ``n`` Ray actors of plain class ``cls`` in one PACK placement group (one bundle each)."""
+def place_workers(
+    cls: type, n: int, resources: WorkerResources, *args: Any, **kwargs: Any
+) -> tuple[list[Any], PlacementGroup]:
+    """Create ``n`` Ray actors of plain class ``cls`` in one PACK placement group (one bundle each); returns the
+    actors and the group (to remove when done)."""
     bundle: dict[str, float] = {"CPU": resources.num_cpus}
     if resources.num_gpus:
         bundle["GPU"] = resources.num_gpus
     pg: PlacementGroup = placement_group([bundle] * n, strategy="PACK")
     ray.get(pg.ready(), timeout=300)
     remote_cls = ray.remote(cls)
-    return [
+    actors = [
         remote_cls.options(
             num_cpus=resources.num_cpus,
             num_gpus=resources.num_gpus,
@@ -89,3 +92,4 @@ def place_workers(cls: type, n: int, resources: WorkerResources, *args: Any, **k
         ).remote(*args, rank=i, world_size=n, **kwargs)
         for i in range(n)
     ]
+    return actors, pg

@@ -59,10 +59,11 @@ class EnvConfig:
     """The environment family and its task sets. ``options`` are passed to ``envs.make``."""
 
     name: str = "textcraft"
-    max_steps: int = 15
+    max_steps: int = 10
     train_split: str = "train"
     eval_split: str = "test"
-    options: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=lambda: {"depths": [1]})
+    """Default: TextCraft depth-1 goals (the ADaPT protocol's easiest level), so a 135M model can win some."""
     workers_per_rollout: int = 4
     """Env slots (concurrent episodes) per rollout worker."""
     use_pool: bool = False
@@ -78,13 +79,16 @@ class RolloutConfig:
     """"vllm", "hf", or "auto" (vLLM when importable, else transformers)."""
     agent: str = "plan_execute"
     """react | plan_execute | hipif | step_hrl | multi2."""
+    agent_options: dict[str, Any] = field(default_factory=lambda: {"compact": True})
+    """Protocol options; {"compact": true} = short prompts (same fields as the papers' templates, ~3x fewer
+    tokens) so the CPU default fits in minutes; presets for paper runs set {} (the papers' prompts)."""
     num_workers: int = 1
     cpus_per_worker: float = 0.5
     group_size: int = 4
     groups_per_iter: int = 4
     temperature: float = 1.0
     top_p: float = 1.0
-    max_new_tokens: int = 64
+    max_new_tokens: int = 48
     history_length: int = 2
     eval_temperature: float = 0.4
     """HiPER C.1 validation temperature."""
@@ -98,12 +102,12 @@ class LearnerConfig:
     num_workers: int = 1
     cpus_per_worker: float = 0.5
     zero_stage: int = 0
-    dtype: str = "float32"
-    """Learner precision: "float32", "bfloat16" (DeepSpeed bf16) or "auto"."""
-    actor_lr: float = 1e-5
+    dtype: str = "auto"
+    """Learner precision: "float32", "bfloat16" (DeepSpeed bf16) or "auto" (bf16 on CUDA / AMX CPUs)."""
+    actor_lr: float = 5e-5
     critic_lr: float = 1e-4
-    micro_batch_size: int = 4
-    mini_batch_size: int = 16
+    micro_batch_size: int = 8
+    mini_batch_size: int = 32
     ppo_epochs: int = 1
     max_grad_norm: float = 1.0
     max_seq_len: int = 1024
@@ -116,7 +120,7 @@ class BCConfig:
     enabled: bool = True
     episodes: int = 32
     epochs: int = 2
-    lr: float = 2e-4
+    lr: float = 1e-3
 
 
 @dataclass(frozen=True)
@@ -124,15 +128,17 @@ class TrainConfig:
     """Everything one ``hierarl train`` run needs."""
 
     algo: str = "hiper"
-    algo_overrides: dict[str, Any] = field(default_factory=dict)
+    algo_overrides: dict[str, Any] = field(default_factory=lambda: {"c_keep": 0.03, "format_penalty": 0.01})
+    """Default: HiPER's c_KEEP 0.3 and format penalty 0.1 scaled by 1/10, because TextCraft pays 1 on success
+    where ALFWorld/WebShop pay 10 (HiPER App. C)."""
     model: ModelConfig = field(default_factory=ModelConfig)
     env: EnvConfig = field(default_factory=EnvConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     learner: LearnerConfig = field(default_factory=LearnerConfig)
     bc: BCConfig = field(default_factory=BCConfig)
-    iterations: int = 6
-    eval_every: int = 2
-    eval_episodes: int = 16
+    iterations: int = 2
+    eval_every: int = 1
+    eval_episodes: int = 8
     eval_zero_shot: bool = True
     checkpoint_every: int = 1
     seed: int = 0
@@ -246,7 +252,7 @@ def flatten(mapping: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     """{"a": {"b": 1}} → {"a.b": 1}; dict-typed leaf fields are kept whole by ``apply_overrides`` anyway."""
     out: dict[str, Any] = {}
     for k, v in mapping.items():
-        if isinstance(v, dict) and k not in ("options", "algo_overrides"):
+        if isinstance(v, dict) and k not in ("options", "algo_overrides", "agent_options"):
             out.update(flatten(v, f"{prefix}{k}."))
         else:
             out[f"{prefix}{k}"] = v
@@ -299,6 +305,12 @@ def resolve_config(preset: str | None = None, cli: list[str] | None = None) -> T
     for layer in layers:
         layer = _route_algo(layer)
         algo_over = layer.pop("algo_overrides", {})
+        # The defaults' algorithm overrides and env options belong to the default algorithm and env: a layer
+        # that switches either starts that section clean (unless it sets it itself).
+        if "algo" in layer and layer["algo"] != cfg.algo:
+            cfg = dataclasses.replace(cfg, algo_overrides={})
+        if "env.name" in layer and layer["env.name"] != cfg.env.name and "env.options" not in layer:
+            cfg = dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, options={}))
         cfg = apply_overrides(cfg, layer)
         if algo_over:
             cfg = dataclasses.replace(cfg, algo_overrides={**cfg.algo_overrides, **algo_over})

@@ -138,6 +138,7 @@ class Trainer:
             history_length=cfg.rollout.history_length,
             max_group_retries=cfg.rollout.max_group_retries,
             seed=cfg.seed,
+            agent_options=dict(cfg.rollout.agent_options),
         )
         actor_cls = ray.remote(RolloutWorker)
         self.rollout = [
@@ -288,6 +289,7 @@ class Trainer:
             env_options=dict(cfg.env.options),
             max_steps=cfg.env.max_steps,
             history_length=cfg.rollout.history_length,
+            agent_options=dict(cfg.rollout.agent_options),
         )
         if not demos:
             raise RuntimeError(f"the {cfg.env.name} expert produced no winning demonstration")
@@ -413,11 +415,15 @@ class Trainer:
         return self.history
 
     def close(self) -> None:
+        """Stop the env pools and engines, kill the actors (frees DeepSpeed's port), close TensorBoard."""
         for w in self.rollout:
             try:
                 ray.get(w.close.remote(), timeout=60)
             except Exception as e:  # shutting down: report, don't mask the run's result
                 print(f"[hierarl] rollout worker close failed: {e}")
+            ray.kill(w)
+        self.rollout = []
+        self.learner.shutdown()
         if self._tb:
             self._tb.close()
 

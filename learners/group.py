@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import ray
 import torch
+from ray.util.placement_group import remove_placement_group
 
 from cluster.ray_cluster import WorkerResources, place_workers
 from learners.losses import aggregation_weights
@@ -36,7 +37,7 @@ class LearnerGroup:
 
     def __init__(self, spec: LearnerSpec, num_workers: int, resources: WorkerResources) -> None:
         self.spec = spec
-        self.workers = place_workers(LearnerWorker, num_workers, resources, spec)
+        self.workers, self.placement_group = place_workers(LearnerWorker, num_workers, resources, spec)
         ray.get([w.ping.remote() for w in self.workers])
 
     def _map_rows(self, method: str, batch: Batch, **kwargs: Any) -> np.ndarray:
@@ -111,6 +112,15 @@ class LearnerGroup:
 
     def adapter_weights(self) -> dict[str, np.ndarray]:
         return ray.get(self.workers[0].adapter_weights.remote())
+
+    def shutdown(self) -> None:
+        """Kill the workers (frees their DeepSpeed process group and port) and release the placement group."""
+        for w in self.workers:
+            ray.kill(w)
+        self.workers = []
+        if self.placement_group is not None:
+            remove_placement_group(self.placement_group)
+            self.placement_group = None
 
     def save_checkpoint(self, path: str) -> None:
         ray.get([w.save_checkpoint.remote(path) for w in self.workers])

@@ -234,7 +234,9 @@ class LearnerWorker:
         metrics["loss_tokens"] = tokens
         return metrics
 
-    def update_critic(self, batch: dict[str, np.ndarray], *, clip_range: float | None = None) -> dict[str, float]:
+    def update_critic(
+        self, batch: dict[str, np.ndarray], *, clip_range: float | None = None
+    ) -> dict[str, float]:
         """0.5 · (V − y)² weighted by ``value_weight`` float[B, K] (valid targets / their count in the mini-batch):
         HiPER Eq. 12 + the low-level analogue (App. B Eq. 29); PPO's value loss. Optionally clipped around
         ``old_values`` (PPO-style). One optimizer step over the micro-batches."""
@@ -245,7 +247,9 @@ class LearnerWorker:
         total = 0.0
         for chunk in self._micro_rows(len(batch["input_ids"])):
             micro = {k: self._dev(v[chunk]) for k, v in batch.items() if k != "value_head"}
-            v = self._gather_values(self.critic(micro["input_ids"], micro["attention_mask"]), micro["value_pos"], head)
+            v = self._gather_values(
+                self.critic(micro["input_ids"], micro["attention_mask"]), micro["value_pos"], head
+            )
             target = micro["value_target"].float()
             err = (v - target) ** 2
             if clip_range is not None:

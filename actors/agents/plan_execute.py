@@ -28,7 +28,7 @@ from actors.agents.parsing import (
     parse_tagged,
     read_switch,
 )
-from actors.agents.react import ENV_INTRO, Pair, env_intro, format_history, recent_history
+from actors.agents.react import ENV_INTRO, Pair, compact_prompt, env_intro, format_history, recent_history
 from actors.trajectory import Decision
 
 PLAN_EXECUTE_FORMAT = TagFormat(("switch", "subgoal", "action"))
@@ -69,10 +69,18 @@ def build_plan_execute_messages(
     env: str = "alfworld",
     history_window: int = 2,
     step_count: int | None = None,
+    compact: bool = False,
 ) -> list[Message]:
-    """One user message: HiPER Fig. 6/8 filled in."""
+    """One user message: HiPER Fig. 6/8 filled in; ``compact``: the same fields with minimal wording (~80
+    tokens instead of ~400, for small models and fast tests; not the paper's prompt)."""
     taken = len(history) if step_count is None else step_count
     shown = recent_history(history, history_window, taken)
+    if compact:
+        answer = "<switch>KEEP or SWITCH</switch><subgoal>short subgoal</subgoal><action>one action</action>"
+        body = compact_prompt(
+            task, observation, admissible_actions, shown, answer, subgoal=current_subgoal or "None"
+        )
+        return [{"role": "user", "content": body}]
     parts = [
         f"{env_intro(env, PE_ENV_INTRO)} Your overall task is: {task.strip()}",
         SUBGOAL_RULES,

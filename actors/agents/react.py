@@ -62,6 +62,28 @@ def format_history(numbered: Sequence[tuple[int, Pair]]) -> str:
     return "\n".join(f"[Observation {n}: '{obs}', Action {n}: '{act}']" for n, (obs, act) in numbered)
 
 
+def compact_prompt(
+    task: str,
+    observation: str,
+    admissible_actions: Sequence[str] | None,
+    shown: Sequence[tuple[int, Pair]],
+    answer: str,
+    *,
+    subgoal: str | None = None,
+) -> str:
+    """Task, recent history, observation, current subgoal (when given), admissible actions and the answer format,
+    in ~80 tokens instead of the papers' ~400: for small models and fast tests (an option, not the papers' prompt)."""
+    lines = [f"Task: {task.strip()}"]
+    lines += [f"Step {n}: {obs} -> {act}" for n, (obs, act) in shown]
+    lines.append(f"Now: {observation}")
+    if subgoal is not None:
+        lines.append(f"Subgoal: {subgoal}")
+    if admissible_actions is not None:
+        lines.append(f"Actions: {', '.join(admissible_actions)}")
+    lines.append(f"Answer: {answer}")
+    return "\n".join(lines)
+
+
 def build_react_messages(
     task: str,
     observation: str,
@@ -71,10 +93,17 @@ def build_react_messages(
     env: str = "alfworld",
     history_window: int = 2,
     step_count: int | None = None,
+    compact: bool = False,
 ) -> list[Message]:
-    """One user message: HiPER Fig. 5/7 filled in (admissible-action sentence dropped when the list is None)."""
+    """One user message: HiPER Fig. 5/7 filled in (admissible-action sentence dropped when the list is None);
+    ``compact``: the same fields with minimal wording (``compact_prompt``; not the paper's prompt)."""
     taken = len(history) if step_count is None else step_count
     shown = recent_history(history, history_window, taken)
+    if compact:
+        answer = "<think>short reasoning</think><action>one action</action>"
+        return [
+            {"role": "user", "content": compact_prompt(task, observation, admissible_actions, shown, answer)}
+        ]
     parts = [f"{env_intro(env)} Your task is to: {strip_period(task)}."]
     if shown:
         parts.append(

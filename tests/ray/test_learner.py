@@ -1,0 +1,394 @@
+"""LearnerWorker / LearnerGroup end to end on a tiny random Llama (DeepSpeed on CPU over gloo, peft LoRA, critic).
+
+What is checked, and why it can fail:
+* micro-batching only bounds memory: one step with micro_batch_size = B equals one with micro_batch_size = 2;
+* data parallelism through Ray (2 ranks, gloo) equals the single-rank update on the same mini-batch;
+* the reference policy is the base model (adapter disabled), checked against a plain HF forward pass;
+* the trained adapter leaves the learner intact: HF engine, vLLM engine and ``peft.PeftModel.from_pretrained``
+  reproduce the learner's log-probs;
+* a checkpoint restores weights, optimizer state and RNG (LoRA dropout on, so RNG matters);
+* ZeRO 1/2/3 equal ZeRO 0;
+* the critic moves towards its targets and ignores invalid ones.
+
+Tolerances are fp32 on CPU; each constant says what was measured.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.slow
+
+# Set before Ray starts (its workers inherit the driver's environment) and before DeepSpeed is imported.
+os.environ.setdefault("DS_ACCELERATOR", "cpu")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("deepspeed")
+pytest.importorskip("peft")
+
+from actors.inference import LoraSpec  # noqa: E402
+from learners.algos import grpo  # noqa: E402
+from learners.losses import aggregation_weights  # noqa: E402
+
+LORA = LoraSpec(rank=8, alpha=16, target_modules=("q_proj", "v_proj"))
+LOSS_CFG = grpo.Config(kl_coef=0.0)
+B, L = 6, 16
+
+MICRO_TOL = 1e-5
+"""micro_batch_size 6 vs 2 (2 AdamW steps, lr 1e-2): max |Δ logprob| measured MEASURE_MICRO."""
+DP_TOL = 1e-5
+"""1 vs 2 gloo ranks: max |Δ adapter weight| / |Δ logprob| measured MEASURE_DP."""
+ENGINE_TOL = 1e-4
+"""engine-reported logprobs vs the learner's: HF max gap MEASURE_HF, vLLM MEASURE_VLLM."""
+REF_TOL = 1e-4
+"""learner (decoder + lm_head on the selected rows) vs a full HF forward of the same weights: max |Δ logprob|
+measured 2.9e-5 on log-probs of about −20 (the random tiny model), i.e. ~1e-6 relative fp32 rounding."""
+ZERO_TOL = 1e-5
+"""ZeRO k vs ZeRO 0 after 2 steps: max |Δ logprob| measured MEASURE_ZERO."""
+
+
+def _free_port() -> int:
+    """A port nobody listens on now: the default 29533 is shared by every learner on the machine."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+IN_PROCESS_PORT = _free_port()
+"""All in-process workers share one world-size-1 gloo group (``_init_dist`` initialises once per process)."""
+
+
+@pytest.fixture(scope="module")
+def model_path() -> str:
+    from actors.models import resolve_model_path
+
+    return resolve_model_path("tiny")
+
+
+def _spec(model_path: str, **kw):
+    from learners.worker import LearnerSpec
+
+    base = {
+        "model_path": model_path,
+        "lora": LORA,
+        "dtype": "float32",
+        "actor_lr": 1e-2,
+        "critic_lr": 1e-2,
+        "micro_batch_size": 2,
+        "value_heads": 2,
+        "seed": 0,
+        "master_port": IN_PROCESS_PORT,
+    }
+    base.update(kw)
+    return LearnerSpec(**base)
+
+
+def _worker(model_path: str, **kw):
+    from learners.worker import LearnerWorker
+
+    return LearnerWorker(_spec(model_path, **kw))
+
+
+def _batch(seed: int, n: int = B) -> dict[str, np.ndarray]:
+    """Right-padded rows of random tokens: prompt 4–7 tokens, response 3–8; value slot 0 at the last prompt token
+    (head 0), slot 1 at the last response token (head 1); the last row's slot 1 is an invalid target."""
+    rng = np.random.default_rng(seed)
+    ids = np.zeros((n, L), np.int64)
+    attn = np.zeros((n, L), np.int64)
+    resp = np.zeros((n, L), bool)
+    pos = np.zeros((n, 2), np.int64)
+    for i in range(n):
+        p, r = int(rng.integers(4, 8)), int(rng.integers(3, 9))
+        ids[i, : p + r] = rng.integers(10, 2000, p + r)
+        attn[i, : p + r] = 1
+        resp[i, p : p + r] = True
+        pos[i] = (p - 1, p + r - 1)
+    valid = np.ones((n, 2), bool)
+    valid[-1, 1] = False
+    return {
+        "input_ids": ids,
+        "attention_mask": attn,
+        "response_mask": resp,
+        "loss_mask": resp.copy(),
+        "token_adv": (rng.normal(size=(n, L)) * resp).astype(np.float32),
+        "loss_weight": aggregation_weights(torch.from_numpy(resp), "token-mean").numpy().astype(np.float32),
+        "value_pos": pos,
+        "value_head": np.array([0, 1]),
+        "value_target": rng.normal(size=(n, 2)).astype(np.float32),
+        "value_valid": valid,
+        "value_weight": (valid / valid.sum()).astype(np.float32),
+        "old_values": np.zeros((n, 2), np.float32),
+    }
+
+
+def _train(worker, batch: dict[str, np.ndarray], steps: int = 2, critic: bool = True) -> None:
+    """``steps`` PPO-style steps: old log-probs are the policy's own before each step (ratio 1 at the start)."""
+    for _ in range(steps):
+        batch = {**batch, "old_logprobs": worker.logprobs(batch)}
+        worker.update_policy(batch, grpo.policy_loss, LOSS_CFG)
+        if critic:
+            worker.update_critic(batch)
+
+
+def _max_gap(a: np.ndarray, b: np.ndarray, mask: np.ndarray) -> float:
+    return float(np.abs(a - b)[mask].max())
+
+
+# -- 1. micro-batching ------------------------------------------------------------------------------------------
+
+
+def test_micro_batching_is_exact(model_path):
+    batch = _batch(0)
+    whole, micro = _worker(model_path, micro_batch_size=B), _worker(model_path, micro_batch_size=2)
+    lp0 = whole.logprobs(batch)
+    _train(whole, batch)
+    _train(micro, batch)
+    lp_w, lp_m = whole.logprobs(batch), micro.logprobs(batch)
+    resp = batch["response_mask"]
+    gap_lp = _max_gap(lp_w, lp_m, resp)
+    gap_v = float(np.abs(whole.values(batch) - micro.values(batch)).max())
+    print(f"micro-batching: max |Δ logprob| {gap_lp:.2e}, max |Δ value| {gap_v:.2e}")
+    assert _max_gap(lp_w, lp0, resp) > 1e-2, (
+        "the update must move the policy for the comparison to mean anything"
+    )
+    assert gap_lp < MICRO_TOL
+    assert gap_v < MICRO_TOL
+
+
+# -- 2. data parallel through Ray ------------------------------------------------------------------------------
+
+
+def test_data_parallel_group_equals_single_worker(ray_local, model_path):
+    from cluster.ray_cluster import WorkerResources
+    from learners.group import LearnerGroup
+
+    batch = _batch(1)
+    groups = {
+        n: LearnerGroup(_spec(model_path, master_port=_free_port()), n, WorkerResources(0.5, 0))
+        for n in (1, 2)
+    }
+    out = {}
+    for n, g in groups.items():
+        b = {**batch, "old_logprobs": g.logprobs(batch)}
+        g.update(
+            b,
+            loss_fn=grpo.policy_loss,
+            loss_cfg=LOSS_CFG,
+            agg="token-mean",
+            mini_batch_size=B,
+            epochs=2,
+            seed=0,
+            train_critic=True,
+        )
+        out[n] = (g.adapter_weights(), g.logprobs(batch), g.values(batch))
+    for g in groups.values():
+        for w in g.workers:
+            ray_local.kill(w)
+    (w1, lp1, v1), (w2, lp2, v2) = out[1], out[2]
+    assert set(w1) == set(w2)
+    gap_w = max(float(np.abs(w1[k] - w2[k]).max()) for k in w1)
+    gap_lp = _max_gap(lp1, lp2, batch["response_mask"])
+    gap_v = float(np.abs(v1 - v2).max())
+    print(f"data parallel: max |Δ adapter| {gap_w:.2e}, |Δ logprob| {gap_lp:.2e}, |Δ value| {gap_v:.2e}")
+    assert max(float(np.abs(v).max()) for k, v in w1.items() if "lora_B" in k) > 1e-3
+    assert gap_w < DP_TOL
+    assert gap_lp < DP_TOL
+    assert gap_v < DP_TOL
+
+
+# -- 3. reference policy ---------------------------------------------------------------------------------------
+
+
+def _hf_logprobs(model, batch: dict[str, np.ndarray]) -> np.ndarray:
+    """float32[B, L]: a plain HF forward pass, log-softmax at the positions predicting each response token."""
+    ids = torch.from_numpy(batch["input_ids"])
+    with torch.no_grad():
+        logits = model(input_ids=ids, attention_mask=torch.from_numpy(batch["attention_mask"])).logits.float()
+    lp = torch.log_softmax(logits[:, :-1], dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+    out = np.zeros(ids.shape, np.float32)
+    out[:, 1:] = lp.numpy()
+    return out * batch["response_mask"]
+
+
+def test_reference_is_base_model(model_path):
+    from transformers import AutoModelForCausalLM
+
+    batch = _batch(2)
+    worker = _worker(model_path)
+    base = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
+    expected = _hf_logprobs(base, batch)
+    resp = batch["response_mask"]
+    before = worker.logprobs(batch, reference=True)
+    _train(worker, batch, critic=False)
+    after = worker.logprobs(batch, reference=True)
+    gap = max(_max_gap(before, expected, resp), _max_gap(after, expected, resp))
+    print(f"reference vs HF base: max |Δ logprob| {gap:.2e}")
+    assert gap < REF_TOL
+    assert _max_gap(worker.logprobs(batch), expected, resp) > 1e-2
+
+
+# -- 4. adapter round trip -------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def trained(model_path):
+    """A worker after three large updates (lora_A and lora_B both moved) and its adapter tensors."""
+    worker = _worker(model_path, actor_lr=0.1)
+    _train(worker, _batch(3), steps=3, critic=False)
+    return worker, worker.adapter_weights()
+
+
+def _engine_vs_learner(engine, worker, weights) -> tuple[float, float]:
+    """Greedy generation with the adapter; max gap between the engine's log-probs of its responses and the
+    learner's policy log-probs of the same tokens, and (to show the adapter was applied) the gap to the
+    learner's reference log-probs."""
+    from actors.inference import GenerationRequest, SamplingParams
+
+    assert engine.load_adapter("policy", weights, 1)
+    prompts = [
+        tuple(int(t) for t in row[:n]) for row, n in zip(_batch(4)["input_ids"][:3], (5, 6, 7), strict=True)
+    ]
+    params = SamplingParams(temperature=0.0, max_tokens=6)
+    tuned = engine.generate([GenerationRequest(p, "policy") for p in prompts], params)
+    width = max(len(p) + len(r.response_ids) for p, r in zip(prompts, tuned, strict=True))
+    ids = np.zeros((len(prompts), width), np.int64)
+    attn = np.zeros_like(ids)
+    resp = np.zeros(ids.shape, bool)
+    eng = np.zeros(ids.shape, np.float32)
+    for i, (p, r) in enumerate(zip(prompts, tuned, strict=True)):
+        n = len(p) + len(r.response_ids)
+        ids[i, :n] = list(p) + r.response_ids
+        attn[i, :n] = 1
+        resp[i, len(p) : n] = True
+        eng[i, len(p) : n] = r.logprobs
+    batch = {"input_ids": ids, "attention_mask": attn, "response_mask": resp}
+    return _max_gap(worker.logprobs(batch), eng, resp), _max_gap(
+        worker.logprobs(batch, reference=True), eng, resp
+    )
+
+
+def test_adapter_round_trip_hf_engine(model_path, trained):
+    from actors.inference import HFEngine
+
+    worker, weights = trained
+    gap, base_gap = _engine_vs_learner(HFEngine(model_path, LORA, dtype="float32"), worker, weights)
+    print(f"HF engine vs learner: max |Δ logprob| {gap:.2e} (vs the base model {base_gap:.2e})")
+    assert base_gap > 1e-2, "the engine must apply the adapter"
+    assert gap < ENGINE_TOL
+
+
+def test_adapter_round_trip_vllm_engine(model_path, trained):
+    pytest.importorskip("vllm")
+    from actors.inference import VLLMEngine
+
+    worker, weights = trained
+    engine = VLLMEngine(model_path, LORA, dtype="float32", max_model_len=256)
+    try:
+        gap, base_gap = _engine_vs_learner(engine, worker, weights)
+    finally:
+        engine.close()
+    print(f"vLLM engine vs learner: max |Δ logprob| {gap:.2e} (vs the base model {base_gap:.2e})")
+    assert base_gap > 1e-2, "the engine must apply the adapter"
+    assert gap < ENGINE_TOL
+
+
+def test_adapter_files_load_in_peft(model_path, trained, tmp_path):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from actors.inference import write_peft_adapter
+
+    worker, weights = trained
+    folder = write_peft_adapter(tmp_path / "adapter", weights, LORA)
+    base = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    model = PeftModel.from_pretrained(base, str(folder)).eval()
+    batch = _batch(5)
+    gap = _max_gap(_hf_logprobs(model, batch), worker.logprobs(batch), batch["response_mask"])
+    print(f"PeftModel.from_pretrained vs learner: max |Δ logprob| {gap:.2e}")
+    assert gap < REF_TOL
+
+
+# -- 5. checkpoint ---------------------------------------------------------------------------------------------
+
+
+def test_checkpoint_restores_optimizer_and_rng(model_path, tmp_path):
+    """LoRA dropout 0.1 makes the training forward use the torch RNG, so an unrestored RNG changes the update;
+    AdamW moments after two steps differ from those after one, so an unrestored optimizer does too."""
+    lora = LoraSpec(rank=8, alpha=16, target_modules=("q_proj", "v_proj"), dropout=0.1)
+    worker = _worker(model_path, lora=lora)
+    first, second = _batch(6), _batch(7)
+    _train(worker, first, steps=1)
+    worker.save_checkpoint(str(tmp_path / "ckpt"))
+    _train(worker, second, steps=1)
+    lp_a, v_a = worker.logprobs(second), worker.values(second)
+    _train(worker, second, steps=1)  # a third step moves away from the state to be restored
+    worker.load_checkpoint(str(tmp_path / "ckpt"))
+    _train(worker, second, steps=1)
+    lp_b, v_b = worker.logprobs(second), worker.values(second)
+    np.testing.assert_array_equal(lp_a, lp_b)
+    np.testing.assert_array_equal(v_a, v_b)
+
+
+# -- 6. ZeRO stages --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def zero0(model_path):
+    worker = _worker(model_path, zero_stage=0)
+    batch = _batch(8)
+    _train(worker, batch)
+    return worker.logprobs(batch), worker.values(batch), worker.adapter_weights()
+
+
+ZERO3_BUG = (
+    "ZeRO-3 with managed_gradient_accumulation=False keeps only part of the accumulated gradient: with one "
+    "micro-batch per step it matches stage 0 (5e-8), with 3 micro-batches every LoRA tensor is 2·lr off after one "
+    "step (learners/worker.py update_policy; see the report)"
+)
+
+
+@pytest.mark.parametrize(
+    "stage", [1, 2, pytest.param(3, marks=pytest.mark.xfail(reason=ZERO3_BUG, strict=True))]
+)
+def test_zero_stage_matches_stage0(model_path, zero0, stage):
+    batch = _batch(8)
+    worker = _worker(model_path, zero_stage=stage)
+    _train(worker, batch)
+    lp0, v0, w0 = zero0
+    gap_lp = _max_gap(worker.logprobs(batch), lp0, batch["response_mask"])
+    gap_v = float(np.abs(worker.values(batch) - v0).max())
+    w = worker.adapter_weights()
+    gap_w = max(float(np.abs(w[k] - w0[k]).max()) for k in w0)
+    print(f"ZeRO {stage} vs 0: max |Δ logprob| {gap_lp:.2e}, |Δ value| {gap_v:.2e}, |Δ adapter| {gap_w:.2e}")
+    assert set(w) == set(w0)
+    assert gap_lp < ZERO_TOL
+    assert gap_v < ZERO_TOL
+    assert gap_w < ZERO_TOL
+
+
+# -- 7. critic -------------------------------------------------------------------------------------------------
+
+
+def test_critic_fits_targets_and_ignores_invalid(model_path):
+    batch = _batch(9)
+    valid = batch["value_valid"]
+    moved = {**batch, "value_target": np.where(valid, batch["value_target"], 1e6).astype(np.float32)}
+    a, b = _worker(model_path), _worker(model_path)
+    err0 = float(np.abs(a.values(batch) - batch["value_target"])[valid].mean())
+    for _ in range(5):
+        a.update_critic(batch)
+        b.update_critic(moved)
+    va, vb = a.values(batch), b.values(batch)
+    err = float(np.abs(va - batch["value_target"])[valid].mean())
+    print(f"critic: mean |V − y| over valid targets {err0:.3f} -> {err:.3f}")
+    assert err < 0.5 * err0
+    np.testing.assert_array_equal(va, vb)
