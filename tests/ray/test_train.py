@@ -83,7 +83,7 @@ def test_run_writes_everything_and_resume_reproduces_the_losses(ray_local, tmp_p
     part = tmp_path / "part"
     _run(part, [*common, "iterations=1"])
     resumed = _run(part, [*common, "iterations=2", "resume=true"])
-    again = [r for r in resumed if r.get("phase") == "rl" and r["iteration"] == 2][0]
+    again = next(r for r in resumed if r.get("phase") == "rl" and r["iteration"] == 2)
     for key in ("success", "return", "loss_tokens", "kl", "entropy", "value_loss", "approx_kl"):
         assert again[key] == pytest.approx(rl[1][key], rel=1e-5, abs=1e-7), key
 
