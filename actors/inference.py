@@ -153,7 +153,7 @@ class HFEngine:
         device: str = "cpu",
         adapters: Sequence[str] = ("policy",),
     ) -> None:
-        from peft import LoraConfig, get_peft_model
+        from peft import get_peft_model
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.device = device
@@ -161,12 +161,9 @@ class HFEngine:
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         base = AutoModelForCausalLM.from_pretrained(model_path, dtype=self.dtype).to(device)
         self.lora = lora
-        cfg = LoraConfig(
-            r=lora.rank, lora_alpha=lora.alpha, target_modules=list(lora.target_modules), lora_dropout=0.0
-        )
-        self.model = get_peft_model(base, cfg, adapter_name=adapters[0])
+        self.model = get_peft_model(base, self._lora_config(), adapter_name=adapters[0])
         for name in adapters[1:]:
-            self.model.add_adapter(name, cfg)
+            self.model.add_adapter(name, self._lora_config())
         self.model.eval()
         self._versions: dict[str, int] = dict.fromkeys(adapters, 0)
         self._pad = self.tokenizer.pad_token_id
@@ -176,18 +173,22 @@ class HFEngine:
     def adapter_version(self, name: str | None) -> int:
         return 0 if name is None else self._versions.get(name, -1)
 
+    def _lora_config(self) -> Any:
+        from peft import LoraConfig
+
+        return LoraConfig(
+            r=self.lora.rank,
+            lora_alpha=self.lora.alpha,
+            target_modules=list(self.lora.target_modules),
+            lora_dropout=0.0,
+        )
+
     def load_adapter(self, name: str, weights: dict[str, np.ndarray], version: int) -> bool:
-        from peft import LoraConfig, set_peft_model_state_dict
+        from peft import set_peft_model_state_dict
 
         try:
             if name not in self._versions:
-                cfg = LoraConfig(
-                    r=self.lora.rank,
-                    lora_alpha=self.lora.alpha,
-                    target_modules=list(self.lora.target_modules),
-                    lora_dropout=0.0,
-                )
-                self.model.add_adapter(name, cfg)
+                self.model.add_adapter(name, self._lora_config())
             tensors = {k: torch.from_numpy(np.asarray(v)) for k, v in weights.items()}
             result = set_peft_model_state_dict(self.model, tensors, adapter_name=name)
             unexpected = [k for k in getattr(result, "unexpected_keys", []) if "lora_" in k]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -78,24 +79,26 @@ def whiten(token_adv: np.ndarray, mask: np.ndarray, eps: float = 1e-8) -> np.nda
 
 
 def clipped_policy_loss(
-    new_lp: torch.Tensor,
-    micro: dict[str, torch.Tensor],
-    *,
-    clip_low: float,
-    clip_high: float,
-    kl_coef: float,
-    kl_kind: str,
+    new_lp: torch.Tensor, micro: dict[str, torch.Tensor], cfg: Any
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """Per-token PPO clipped surrogate + ``kl_coef`` · KL(π‖π_ref) estimate (HiPER Eq. 30's β term; GRPO's KL).
+    """Per-token PPO clipped surrogate + ``cfg.kl_coef`` · KL(π‖π_ref) estimate (HiPER Eq. 28 + the β term of
+    Eq. 30; GRPO's KL term). ``cfg`` supplies ``clip_low``, ``clip_high``, ``kl_coef``, ``kl_kind``.
 
     ``micro`` holds ``old_logprobs``, ``token_adv``, ``loss_mask`` and (when ``kl_coef`` > 0) ``ref_logprobs``."""
     mask = micro["loss_mask"].bool()
     loss, m = ppo_token_loss(
-        new_lp, micro["old_logprobs"], micro["token_adv"], mask, clip_low=clip_low, clip_high=clip_high
+        new_lp,
+        micro["old_logprobs"],
+        micro["token_adv"],
+        mask,
+        clip_low=cfg.clip_low,
+        clip_high=cfg.clip_high,
     )
     metrics = {k: float(v) for k, v in m.items()}
-    if kl_coef > 0:
-        kl = torch.where(mask, kl_estimate(new_lp, micro["ref_logprobs"], kl_kind), torch.zeros_like(new_lp))
-        loss = loss + kl_coef * kl
+    if cfg.kl_coef > 0:
+        kl = torch.where(
+            mask, kl_estimate(new_lp, micro["ref_logprobs"], cfg.kl_kind), torch.zeros_like(new_lp)
+        )
+        loss = loss + cfg.kl_coef * kl
         metrics["kl"] = float(kl.detach().sum() / mask.sum().clamp(min=1))
     return loss, metrics

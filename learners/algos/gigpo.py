@@ -67,11 +67,5 @@ def compute_targets(
 
 
 def policy_loss(new_lp: torch.Tensor, micro: dict[str, torch.Tensor], cfg: Config):
-    return clipped_policy_loss(
-        new_lp,
-        micro,
-        clip_low=cfg.clip_low,
-        clip_high=cfg.clip_high,
-        kl_coef=cfg.kl_coef,
-        kl_kind=cfg.kl_kind,
-    )
+    """Per-token clipped surrogate on ``token_adv`` + kl_coef · KL to the reference policy."""
+    return clipped_policy_loss(new_lp, micro, cfg)
