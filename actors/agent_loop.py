@@ -129,7 +129,9 @@ class _Base:
 
 
 def _admissible(info: Mapping[str, Any]) -> list[str] | None:
-    acts = info.get("admissible_actions")
+    """What the prompt lists: ``info["prompt_actions"]`` when the env provides it (ScienceWorld's action
+    templates: its full valid list would overflow the context), else the admissible actions."""
+    acts = info.get("prompt_actions", info.get("admissible_actions"))
     return None if acts is None else [str(a) for a in acts]
 
 

@@ -154,6 +154,7 @@ class ScienceWorldEnv:
         self._done = True
         self._end_flags = (False, True)  # (terminated, truncated) repeated by step() once an episode is over
         self._admissible: list[str] = []
+        self._templates: list[str] = []
         self._valid_history: list[str] = []
         self._sent_history: list[str] = []
         self._gold: list[str] | None = None
@@ -177,6 +178,7 @@ class ScienceWorldEnv:
         self._family, self._variation = family, variation
         self._load(generate_gold=False)
         self._task = str(self._sim.get_task_description())
+        self._templates = [str(a) for a in self._sim.get_possible_actions()]
         self._steps, self._done = 0, False
         self._valid_history, self._sent_history, self._gold = [], [], None
         observation, _, _, raw = self._sim.step("look around")  # the package's own reset() ends the same way
@@ -241,6 +243,9 @@ class ScienceWorldEnv:
         return {
             "task": self._task,
             "admissible_actions": self._admissible,
+            # Prompts list the action templates ("open OBJ", "go to LOC", ...) as STEP-HRL and HIPIF do: the full
+            # valid list (500-6,400 strings, 3k-24k tokens) would overflow any context.
+            "prompt_actions": self._templates,
             "won": self._score >= 100,
             "score": self._score,
             "valid_action": valid_action,

@@ -7,6 +7,8 @@ together (gradients are all-reduced by DeepSpeed). Aggregation weights are compu
 
 from __future__ import annotations
 
+import dataclasses
+import socket
 from collections.abc import Callable
 from typing import Any
 
@@ -28,6 +30,28 @@ def _split(batch: Batch, parts: int) -> list[Batch]:
     return [{k: (v if k == "value_head" else v[i]) for k, v in batch.items()} for i in idx]
 
 
+def _pad_empty_shards(shards: list[Batch], mb: Batch) -> list[Batch]:
+    """Every rank must take part in the step (gradients are all-reduced): a rank without rows gets row 0 with
+    zero loss and value weights, which contributes nothing."""
+    out = []
+    for s in shards:
+        if len(s["input_ids"]):
+            out.append(s)
+            continue
+        dummy = _take(mb, np.array([0]))
+        dummy["loss_weight"] = np.zeros_like(dummy["loss_weight"])
+        if "value_weight" in dummy:
+            dummy["value_weight"] = np.zeros_like(dummy["value_weight"])
+        out.append(dummy)
+    return out
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 def _take(batch: Batch, rows: np.ndarray) -> Batch:
     return {k: (v if k == "value_head" else v[rows]) for k, v in batch.items()}
 
@@ -36,6 +60,8 @@ class LearnerGroup:
     """N ``ray.remote(LearnerWorker)`` actors in one placement group."""
 
     def __init__(self, spec: LearnerSpec, num_workers: int, resources: WorkerResources) -> None:
+        if spec.master_port == 0:
+            spec = dataclasses.replace(spec, master_port=_free_port())
         self.spec = spec
         self.workers, self.placement_group = place_workers(LearnerWorker, num_workers, resources, spec)
         ray.get([w.ping.remote() for w in self.workers])
@@ -85,7 +111,7 @@ class LearnerGroup:
                 if train_critic:
                     valid = mb["value_valid"].astype(np.float32)
                     mb["value_weight"] = valid / max(1.0, float(valid.sum()))
-                shards = [s for s in _split(mb, len(self.workers))]
+                shards = _pad_empty_shards(_split(mb, len(self.workers)), mb)
                 refs = [
                     w.update_policy.remote(s, loss_fn, loss_cfg)
                     for w, s in zip(self.workers, shards, strict=True)

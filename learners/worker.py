@@ -46,7 +46,8 @@ class LearnerSpec:
     value_heads: int = 0
     """0: no critic; 1: V(s); 2: HiPER [V_high, V_low]."""
     seed: int = 0
-    master_port: int = 29533
+    master_port: int = 0
+    """torch.distributed rendezvous port; 0: ``LearnerGroup`` picks a free one."""
 
 
 class ValueModel(nn.Module):
@@ -72,8 +73,10 @@ def _init_dist(rank: int, world_size: int, port: int, device: str) -> None:
 
     if dist.is_initialized():
         return
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", str(port))
+    # Explicit, not setdefault: Ray workers inherit the driver's environment, and an inherited MASTER_PORT would
+    # make every learner group rendezvous on one port.
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
     os.environ["RANK"] = str(rank)
     os.environ["LOCAL_RANK"] = (
         "0" if not device.startswith("cuda") else str(rank % max(1, torch.cuda.device_count()))
@@ -203,6 +206,15 @@ class LearnerWorker:
         mb = self.spec.micro_batch_size
         return [np.arange(i, min(n, i + mb)) for i in range(0, n, mb)]
 
+    def _check_zero3_accumulation(self, n_micro: int) -> None:
+        """Measured here (tests/ray/test_learner.py): with DeepSpeed 0.19.8's unmanaged accumulation, ZeRO-3 drops
+        part of a gradient accumulated over several backward() calls (stages 0-2 are exact). Refuse, don't corrupt."""
+        if self.spec.zero_stage == 3 and n_micro > 1:
+            raise ValueError(
+                "ZeRO-3 with more than one micro-batch per step gives wrong gradients here; use learner.zero_stage "
+                "1 or 2, or make learner.micro_batch_size >= the per-worker mini-batch"
+            )
+
     def update_policy(self, batch: dict[str, np.ndarray], loss_fn: Any, loss_cfg: Any) -> dict[str, float]:
         """One optimizer step over ``batch`` (this rank's share of a mini-batch), in micro-batches.
 
@@ -213,6 +225,7 @@ class LearnerWorker:
         """
         self.policy.train()
         rows = self._micro_rows(len(batch["input_ids"]))
+        self._check_zero3_accumulation(len(rows))
         sums: dict[str, float] = {}
         tokens = 0.0
         for chunk in rows:
@@ -245,7 +258,9 @@ class LearnerWorker:
         self.critic.train()
         head = self._dev(batch["value_head"])
         total = 0.0
-        for chunk in self._micro_rows(len(batch["input_ids"])):
+        chunks = self._micro_rows(len(batch["input_ids"]))
+        self._check_zero3_accumulation(len(chunks))
+        for chunk in chunks:
             micro = {k: self._dev(v[chunk]) for k, v in batch.items() if k != "value_head"}
             v = self._gather_values(
                 self.critic(micro["input_ids"], micro["attention_mask"]), micro["value_pos"], head
@@ -256,7 +271,9 @@ class LearnerWorker:
                 old = micro["old_values"].float()
                 v_clip = old + (v - old).clamp(-clip_range, clip_range)
                 err = torch.maximum(err, (v_clip - target) ** 2)
-            loss = 0.5 * (err * micro["value_weight"].float()).sum()
+            weight = micro["value_weight"].float()
+            # where, not multiply: a NaN/inf placeholder target at an invalid slot must not poison the loss
+            loss = 0.5 * torch.where(weight > 0, err * weight, torch.zeros_like(err)).sum()
             self.critic.backward(loss * self.world_size)
             total += float(loss.detach())
         self.critic.step()
