@@ -217,7 +217,14 @@ class Trainer:
         }
 
     def update(
-        self, trajs: list[Trajectory], algo: Any, algo_cfg: Any, *, seed: int, lr: float | None = None
+        self,
+        trajs: list[Trajectory],
+        algo: Any,
+        algo_cfg: Any,
+        *,
+        seed: int,
+        lr: float | None = None,
+        mini_batch_size: int | None = None,
     ):
         """Advantages (pure) + learner update; returns (metrics, timings)."""
         timings: dict[str, float] = {}
@@ -264,7 +271,7 @@ class Trainer:
                     loss_fn=algo.policy_loss,
                     loss_cfg=algo_cfg,
                     agg=algo_cfg.agg,
-                    mini_batch_size=self.cfg.learner.mini_batch_size,
+                    mini_batch_size=mini_batch_size or self.cfg.learner.mini_batch_size,
                     epochs=self.cfg.learner.ppo_epochs,
                     seed=seed,
                     train_critic=bool(algo.VALUE_HEADS),
@@ -296,7 +303,9 @@ class Trainer:
         sft = get_algo("sft")
         out: dict[str, Any] = {"demos": len(demos), "turns": sum(len(d.turns) for d in demos)}
         for epoch in range(cfg.bc.epochs):
-            m, _ = self.update(demos, sft, sft.Config(), seed=cfg.seed + epoch, lr=cfg.bc.lr)
+            m, _ = self.update(
+                demos, sft, sft.Config(), seed=cfg.seed + epoch, lr=cfg.bc.lr, mini_batch_size=cfg.bc.mini_batch_size
+            )
             out[f"nll_epoch{epoch}"] = m.get("nll", float("nan"))
         out["wall_s"] = time.perf_counter() - t0
         return out

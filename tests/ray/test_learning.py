@@ -38,6 +38,7 @@ LEARN = [
     "iterations=2",
     "eval_every=2",
     "eval_episodes=16",
+    "eval_zero_shot=true",
 ]
 
 

@@ -1,21 +1,13 @@
-"""The training driver end to end through real Ray, the HF engine and DeepSpeed: a short run, exact resume, and the
-same job submitted with ``ray job submit`` to a local head node on loopback."""
+"""The training driver end to end through real Ray, the HF engine and DeepSpeed: a short run and exact resume."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from launch.config import resolve_config
 from launch.train import Trainer
-
-ROOT = Path(__file__).resolve().parents[2]
 
 # A tiny random model on the synthetic env: exercises every phase (zero-shot eval, BC, rollout, advantages,
 # DeepSpeed updates of policy and critic, weight push, eval, checkpoint) in about a minute.
@@ -86,37 +78,3 @@ def test_run_writes_everything_and_resume_reproduces_the_losses(ray_local, tmp_p
     again = next(r for r in resumed if r.get("phase") == "rl" and r["iteration"] == 2)
     for key in ("success", "return", "loss_tokens", "kl", "entropy", "value_loss", "approx_kl"):
         assert again[key] == pytest.approx(rl[1][key], rel=1e-5, abs=1e-7), key
-
-
-@pytest.mark.slow
-def test_ray_job_submit_to_a_local_head(tmp_path):
-    """The user path: `ray start --head` on loopback, then `ray job submit --working-dir . -- hierarl train ...`."""
-    env = {
-        **os.environ,
-        "RAY_AUTH_MODE": "disabled",
-        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-        "OMP_NUM_THREADS": "1",
-    }
-    ray_bin = str(Path(sys.executable).with_name("ray"))
-    port, dash = "6391", "8291"
-    subprocess.run(
-        [ray_bin, "start", "--head", f"--port={port}", "--node-ip-address=127.0.0.1", "--num-cpus=2",
-         "--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}"],
-        env=env, check=True, capture_output=True, timeout=120,
-    )  # fmt: skip
-    try:
-        run_dir = tmp_path / "job"
-        args = [*TINY, "iterations=1", "bc.enabled=false", "eval_zero_shot=false", "eval_every=0",
-                f"run_dir={run_dir}", "ray_address=auto"]  # fmt: skip
-        out = subprocess.run(
-            [ray_bin, "job", "submit", f"--address=http://127.0.0.1:{dash}", "--working-dir", str(ROOT),
-             "--", sys.executable, "-m", "launch.cli", "train", *args],
-            env=env, capture_output=True, text=True, timeout=600,
-        )  # fmt: skip
-        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-        assert "succeeded" in out.stdout
-        records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-        assert [r["iteration"] for r in records if r.get("phase") == "rl"] == [1]
-    finally:
-        subprocess.run([ray_bin, "stop", "--force"], env=env, capture_output=True, timeout=120)
-        time.sleep(1)

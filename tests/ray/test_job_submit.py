@@ -1,0 +1,52 @@
+"""The user path, on loopback: `ray start --head`, then `ray job submit --working-dir . -- hierarl train ...`.
+
+Its own module, so no in-process Ray session of another test module is alive next to the head node."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.ray.test_train import TINY
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+def test_ray_job_submit_to_a_local_head(tmp_path):
+    """The user path: `ray start --head` on loopback, then `ray job submit --working-dir . -- hierarl train ...`."""
+    env = {
+        **os.environ,
+        "RAY_AUTH_MODE": "disabled",
+        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+        "OMP_NUM_THREADS": "1",
+    }
+    ray_bin = str(Path(sys.executable).with_name("ray"))
+    port, dash = "6391", "8291"
+    subprocess.run(
+        [ray_bin, "start", "--head", f"--port={port}", "--node-ip-address=127.0.0.1", "--num-cpus=2",
+         "--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}"],
+        env=env, check=True, capture_output=True, timeout=120,
+    )  # fmt: skip
+    try:
+        run_dir = tmp_path / "job"
+        args = [*TINY, "iterations=1", "bc.enabled=false", "eval_zero_shot=false", "eval_every=0",
+                f"run_dir={run_dir}", "ray_address=auto"]  # fmt: skip
+        out = subprocess.run(
+            [ray_bin, "job", "submit", f"--address=http://127.0.0.1:{dash}", "--working-dir", str(ROOT),
+             "--", sys.executable, "-m", "launch.cli", "train", *args],
+            env=env, capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+        assert "succeeded" in out.stdout
+        records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        assert [r["iteration"] for r in records if r.get("phase") == "rl"] == [1]
+    finally:
+        subprocess.run([ray_bin, "stop", "--force"], env=env, capture_output=True, timeout=120)
+        time.sleep(1)
