@@ -59,7 +59,7 @@ class EnvConfig:
     """The environment family and its task sets. ``options`` are passed to ``envs.make``."""
 
     name: str = "textcraft"
-    max_steps: int = 10
+    max_steps: int = 6
     train_split: str = "train"
     eval_split: str = "test"
     options: dict[str, Any] = field(default_factory=lambda: {"depths": [1]})
@@ -85,10 +85,10 @@ class RolloutConfig:
     num_workers: int = 1
     cpus_per_worker: float = 0.5
     group_size: int = 4
-    groups_per_iter: int = 4
+    groups_per_iter: int = 2
     temperature: float = 1.0
     top_p: float = 1.0
-    max_new_tokens: int = 48
+    max_new_tokens: int = 40
     history_length: int = 2
     eval_temperature: float = 0.4
     """HiPER C.1 validation temperature."""
@@ -118,10 +118,10 @@ class BCConfig:
     """Behaviour-cloning warm start on expert demonstrations in the agent's own format."""
 
     enabled: bool = True
-    episodes: int = 32
+    episodes: int = 16
     epochs: int = 4
-    mini_batch_size: int = 16
-    lr: float = 1e-3
+    mini_batch_size: int = 8
+    lr: float = 2e-3
 
 
 @dataclass(frozen=True)
