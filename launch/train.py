@@ -304,7 +304,12 @@ class Trainer:
         out: dict[str, Any] = {"demos": len(demos), "turns": sum(len(d.turns) for d in demos)}
         for epoch in range(cfg.bc.epochs):
             m, _ = self.update(
-                demos, sft, sft.Config(), seed=cfg.seed + epoch, lr=cfg.bc.lr, mini_batch_size=cfg.bc.mini_batch_size
+                demos,
+                sft,
+                sft.Config(),
+                seed=cfg.seed + epoch,
+                lr=cfg.bc.lr,
+                mini_batch_size=cfg.bc.mini_batch_size,
             )
             out[f"nll_epoch{epoch}"] = m.get("nll", float("nan"))
         out["wall_s"] = time.perf_counter() - t0
