@@ -382,7 +382,7 @@ class WorkerConfig:
 
 def read_peft_adapter(path: str | Path) -> tuple[dict[str, np.ndarray], LoraSpec]:
     """Tensors and spec of a PEFT adapter folder (``adapter_model.safetensors`` + ``adapter_config.json``)."""
-    from safetensors.numpy import load_file
+    from safetensors.torch import load_file
 
     path = Path(path)
     cfg = json.loads((path / "adapter_config.json").read_text())
@@ -393,7 +393,9 @@ def read_peft_adapter(path: str | Path) -> tuple[dict[str, np.ndarray], LoraSpec
         target_modules=tuple(sorted(targets) if isinstance(targets, list | set) else [targets]),
         dropout=float(cfg.get("lora_dropout", 0.0)),
     )
-    return dict(load_file(str(path / "adapter_model.safetensors"))), spec
+    # via torch: a bf16 learner saves bf16 tensors, which numpy cannot represent
+    tensors = load_file(str(path / "adapter_model.safetensors"))
+    return {k: v.float().numpy() for k, v in tensors.items()}, spec
 
 
 def zero_lora_weights(model_path: str, spec: LoraSpec) -> dict[str, np.ndarray]:

@@ -60,31 +60,23 @@ def cmd_eval(args: Sequence[str]) -> int:
     cfg = apply_overrides(TrainConfig(), flatten(raw))
     adapter = run / "checkpoints" / latest.read_text().strip() / "adapter"
 
+    import torch
+
     import envs
-    from actors.inference import LoraSpec
-    from actors.rollout import RolloutWorker, WorkerConfig
+    from actors.models import resolve_model_path
+    from actors.rollout import RolloutWorker
+    from launch.train import rollout_worker_config
 
     probe = envs.make(cfg.env.name, **dict(cfg.env.options))
     tasks = probe.task_ids(a.split or cfg.env.eval_split)
     probe.close()
     if a.episodes:
         tasks = tasks[: a.episodes]
-    m = cfg.model
+    m_path = resolve_model_path(cfg.model.path, cfg.model.cache_dir)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
     worker = RolloutWorker(
-        WorkerConfig(
-            model_path=m.path,
-            engine=cfg.rollout.engine,
-            dtype=m.dtype,
-            lora=LoraSpec(m.lora_rank, m.lora_alpha, m.lora_targets, m.lora_dropout),
-            adapter_path=str(adapter),
-            protocol=cfg.rollout.agent,
-            env_name=cfg.env.name,
-            env_options=dict(cfg.env.options),
-            num_envs=cfg.env.workers_per_rollout,
-            max_steps=cfg.env.max_steps,
-            temperature=cfg.rollout.eval_temperature,
-            max_new_tokens=cfg.rollout.max_new_tokens,
-            seed=cfg.seed,
+        rollout_worker_config(
+            cfg, m_path, device, adapter_path=str(adapter), temperature=cfg.rollout.eval_temperature
         )
     )
     t0 = time.perf_counter()

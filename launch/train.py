@@ -88,6 +88,38 @@ def trajectory_stats(trajs: Sequence[Trajectory]) -> dict[str, float]:
     }
 
 
+def lora_spec(cfg: TrainConfig) -> LoraSpec:
+    m = cfg.model
+    return LoraSpec(m.lora_rank, m.lora_alpha, m.lora_targets, m.lora_dropout)
+
+
+def rollout_worker_config(cfg: TrainConfig, model_path: str, device: str, **overrides: Any) -> WorkerConfig:
+    """The rollout workers' config from a run config (training and ``hierarl eval`` build it the same way)."""
+    fields: dict[str, Any] = {
+        "model_path": model_path,
+        "engine": cfg.rollout.engine,
+        "dtype": cfg.model.dtype,
+        "device": device,
+        "lora": lora_spec(cfg),
+        "protocol": cfg.rollout.agent,
+        "env_name": cfg.env.name,
+        "env_options": dict(cfg.env.options),
+        "num_envs": cfg.env.workers_per_rollout,
+        "use_env_pool": cfg.env.use_pool,
+        "step_timeout_s": cfg.env.step_timeout_s,
+        "max_steps": cfg.env.max_steps,
+        "temperature": cfg.rollout.temperature,
+        "top_p": cfg.rollout.top_p,
+        "max_new_tokens": cfg.rollout.max_new_tokens,
+        "max_model_len": cfg.model.max_model_len,
+        "history_length": cfg.rollout.history_length,
+        "max_group_retries": cfg.rollout.max_group_retries,
+        "seed": cfg.seed,
+        "agent_options": dict(cfg.rollout.agent_options),
+    }
+    return WorkerConfig(**{**fields, **overrides})
+
+
 class Trainer:
     """Holds the workers of one run; ``run()`` is the loop in the module docstring."""
 
@@ -114,32 +146,9 @@ class Trainer:
 
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         self.pad_id = self.tokenizer.pad_token_id or self.tokenizer.eos_token_id
-        self.lora = LoraSpec(
-            cfg.model.lora_rank, cfg.model.lora_alpha, cfg.model.lora_targets, cfg.model.lora_dropout
-        )
+        self.lora = lora_spec(cfg)
         gpu = 1.0 if self.device == "cuda" else 0.0
-        self.rollout_cfg = WorkerConfig(
-            model_path=self.model_path,
-            engine=cfg.rollout.engine,
-            dtype=cfg.model.dtype,
-            device=self.device,
-            lora=self.lora,
-            protocol=cfg.rollout.agent,
-            env_name=cfg.env.name,
-            env_options=dict(cfg.env.options),
-            num_envs=cfg.env.workers_per_rollout,
-            use_env_pool=cfg.env.use_pool,
-            step_timeout_s=cfg.env.step_timeout_s,
-            max_steps=cfg.env.max_steps,
-            temperature=cfg.rollout.temperature,
-            top_p=cfg.rollout.top_p,
-            max_new_tokens=cfg.rollout.max_new_tokens,
-            max_model_len=cfg.model.max_model_len,
-            history_length=cfg.rollout.history_length,
-            max_group_retries=cfg.rollout.max_group_retries,
-            seed=cfg.seed,
-            agent_options=dict(cfg.rollout.agent_options),
-        )
+        self.rollout_cfg = rollout_worker_config(cfg, self.model_path, self.device)
         actor_cls = ray.remote(RolloutWorker)
         self.rollout = [
             actor_cls.options(num_cpus=cfg.rollout.cpus_per_worker, num_gpus=gpu).remote(self.rollout_cfg)

@@ -78,3 +78,18 @@ def test_run_writes_everything_and_resume_reproduces_the_losses(ray_local, tmp_p
     again = next(r for r in resumed if r.get("phase") == "rl" and r["iteration"] == 2)
     for key in ("success", "return", "loss_tokens", "kl", "entropy", "value_loss", "approx_kl"):
         assert again[key] == pytest.approx(rl[1][key], rel=1e-5, abs=1e-7), key
+
+
+def test_eval_and_training_build_the_same_rollout_config():
+    """`hierarl eval` reuses the training rollout config; only what it overrides differs (it once lost the
+    compact-prompt agent options, evaluating a model in a prompt format it was never trained on)."""
+    from launch.train import rollout_worker_config
+
+    cfg = resolve_config(None, [*TINY, 'rollout.agent_options={"compact": true}'])
+    train_cfg = rollout_worker_config(cfg, "model", "cpu")
+    eval_cfg = rollout_worker_config(
+        cfg, "model", "cpu", adapter_path="a", temperature=cfg.rollout.eval_temperature
+    )
+    assert eval_cfg.agent_options == train_cfg.agent_options == {"compact": True}
+    assert eval_cfg.temperature == 0.4 and eval_cfg.adapter_path == "a"
+    assert eval_cfg.env_options == train_cfg.env_options and eval_cfg.lora == train_cfg.lora
