@@ -52,6 +52,9 @@ class ModelConfig:
     )
     cache_dir: str = "~/.cache/hierarl"
     max_model_len: int = 2048
+    init_adapter: str = ""
+    """A PEFT adapter folder to start the policy from (e.g. ``<run>/checkpoints/iter_0/adapter``, a finished BC
+    warm start) instead of a zero adapter; its rank/alpha/targets must match. BC still runs if ``bc.enabled``."""
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ import torch
 from actors.demos import collect_demonstrations
 from actors.inference import LoraSpec
 from actors.models import resolve_model_path
-from actors.rollout import RolloutWorker, WorkerConfig, unpack_group
+from actors.rollout import RolloutWorker, WorkerConfig, read_peft_adapter, unpack_group
 from actors.trajectory import Trajectory
 from cluster.ray_cluster import WorkerResources, init_ray
 from launch.algos import get_algo
@@ -321,6 +321,11 @@ class Trainer:
                 mini_batch_size=cfg.bc.mini_batch_size,
             )
             out[f"nll_epoch{epoch}"] = m.get("nll", float("nan"))
+            print(
+                f"[hierarl] BC epoch {epoch + 1}/{cfg.bc.epochs}: nll {out[f'nll_epoch{epoch}']:.3f} "
+                f"({time.perf_counter() - t0:.0f}s)",
+                flush=True,
+            )
         out["wall_s"] = time.perf_counter() - t0
         return out
 
@@ -358,6 +363,22 @@ class Trainer:
         torch.save(state, path / "driver.pt")
         (self.run_dir / "checkpoints" / "latest").write_text(path.name)
 
+    def load_init_adapter(self, path: str) -> None:
+        """Warm start from a saved PEFT adapter (e.g. another run's BC checkpoint), checked against the run's LoRA."""
+        weights, spec = read_peft_adapter(Path(path).expanduser())
+        mine = self.lora
+        if (spec.rank, spec.alpha, tuple(sorted(spec.target_modules))) != (
+            mine.rank,
+            mine.alpha,
+            tuple(sorted(mine.target_modules)),
+        ):
+            raise ValueError(
+                f"model.init_adapter {path}: rank/alpha/targets {spec.rank}/{spec.alpha}/{spec.target_modules} "
+                f"differ from the run's {mine.rank}/{mine.alpha}/{mine.target_modules}"
+            )
+        self.learner.load_adapter_weights(weights)
+        print(f"[hierarl] policy initialised from {path}", flush=True)
+
     def try_resume(self) -> bool:
         latest = self.run_dir / "checkpoints" / "latest"
         if not (self.cfg.resume and latest.exists()):
@@ -382,6 +403,8 @@ class Trainer:
         cfg = self.cfg
         if not self.try_resume():
             self.metrics_path.unlink(missing_ok=True)
+            if cfg.model.init_adapter:
+                self.load_init_adapter(cfg.model.init_adapter)
             self.push_weights()
             if cfg.eval_zero_shot:
                 ev = self.evaluate(cfg.eval_episodes, cfg.seed + 10_000)

@@ -136,6 +136,10 @@ class LearnerGroup:
     def set_lr(self, lr: float) -> None:
         ray.get([w.set_lr.remote(lr) for w in self.workers])
 
+    def load_adapter_weights(self, weights: dict[str, np.ndarray]) -> None:
+        ref = ray.put(weights)
+        ray.get([w.load_adapter_weights.remote(ref) for w in self.workers])
+
     def adapter_weights(self) -> dict[str, np.ndarray]:
         return ray.get(self.workers[0].adapter_weights.remote())
 

@@ -318,6 +318,24 @@ class LearnerWorker:
         random.setstate(state["rng"]["python"])
         self.step_count = state["step_count"]
 
+    def load_adapter_weights(self, weights: dict[str, np.ndarray]) -> None:
+        """Set the policy's LoRA tensors (PEFT key names, as ``adapter_weights`` returns them): a warm start."""
+        from peft import set_peft_model_state_dict
+
+        if self.spec.zero_stage == 3:
+            raise ValueError(
+                "model.init_adapter needs learner.zero_stage 0-2 (ZeRO-3 partitions the adapter)"
+            )
+        result = set_peft_model_state_dict(
+            self.policy.module, {k: torch.from_numpy(np.asarray(v)) for k, v in weights.items()}
+        )
+        missing = [k for k in result.missing_keys if "lora_" in k]
+        if missing or result.unexpected_keys:
+            raise ValueError(
+                f"adapter does not fit the policy: {len(missing)} missing, "
+                f"{len(result.unexpected_keys)} unexpected LoRA tensors (e.g. {(missing + result.unexpected_keys)[0]})"
+            )
+
     def set_lr(self, lr: float) -> None:
         """Behaviour cloning runs at its own learning rate through the same optimizer."""
         for group in self.policy.optimizer.param_groups:

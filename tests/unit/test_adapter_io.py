@@ -28,3 +28,40 @@ def test_written_adapter_round_trips(tmp_path):
     back, spec = read_peft_adapter(tmp_path)
     np.testing.assert_array_equal(back["m.lora_A.weight"], w["m.lora_A.weight"])
     assert spec.rank == 2 and spec.target_modules == ("v_proj",)
+
+
+class _RecordingLearner:
+    def __init__(self) -> None:
+        self.loaded: dict[str, np.ndarray] | None = None
+
+    def load_adapter_weights(self, weights: dict[str, np.ndarray]) -> None:
+        self.loaded = weights
+
+
+def _trainer_with(lora: LoraSpec):
+    """A Trainer shell holding only what ``load_init_adapter`` reads (no Ray, no model)."""
+    from launch.train import Trainer
+
+    trainer = Trainer.__new__(Trainer)
+    trainer.lora, trainer.learner = lora, _RecordingLearner()
+    return trainer
+
+
+def test_init_adapter_is_loaded_into_the_learner(tmp_path):
+    w = {"m.lora_A.weight": np.ones((2, 3), np.float32)}
+    write_peft_adapter(tmp_path, w, LoraSpec(2, 4, ("v_proj", "q_proj")))
+    trainer = _trainer_with(LoraSpec(2, 4, ("q_proj", "v_proj")))  # target order does not matter
+    trainer.load_init_adapter(str(tmp_path))
+    np.testing.assert_array_equal(trainer.learner.loaded["m.lora_A.weight"], w["m.lora_A.weight"])
+
+
+def test_init_adapter_of_another_rank_is_refused_before_loading(tmp_path):
+    import pytest
+
+    write_peft_adapter(
+        tmp_path, {"m.lora_A.weight": np.ones((2, 3), np.float32)}, LoraSpec(2, 4, ("q_proj",))
+    )
+    trainer = _trainer_with(LoraSpec(8, 16, ("q_proj",)))
+    with pytest.raises(ValueError, match="rank/alpha/targets 2/4"):
+        trainer.load_init_adapter(str(tmp_path))
+    assert trainer.learner.loaded is None

@@ -1,0 +1,191 @@
+"""Learning curves: success at zero-shot, after BC and per RL iteration, for one or more algorithms over seeds.
+
+Each (algorithm, seed) is one ``hierarl train`` run in its own folder (``<out>/<algo>_seed<k>``), launched one after
+the other (they would fight over the 2 cores otherwise); an existing finished run is read, not re-run, so a killed
+sweep continues where it stopped.  Printed: the per-run table and, per algorithm, the mean ± std over seeds of train
+success (rollouts at the training temperature) and eval success (held-out split, validation temperature) at each
+point; written: ``<out>/learning.json`` and ``<out>/learning.png``.
+
+The default main job's curve (SmolLM2, TextCraft depth 1, HiPER)::
+
+    python bench/bench_learning.py --out bench/results/main_job --algos hiper --seeds 0 \\
+        --set iterations=6 eval_every=1 eval_zero_shot=true
+
+HiPER vs flat PPO at equal sample budget on the synthetic env's longest tasks (same model, BC and rollout budget)::
+
+    python bench/bench_learning.py --out bench/results/hiper_vs_ppo --preset synthetic_long --algos hiper,ppo \\
+        --seeds 0,1,2
+
+Summarise runs that already exist (any run folders, e.g. the main job's ``runs/default``), labelled by folder::
+
+    python bench/bench_learning.py --out bench/results/main_job --runs runs/default
+
+``--preset synthetic_long`` means ``launch/configs/<algo>_synthetic_long.yaml`` per algorithm; otherwise the
+embedded default with ``algo=<name>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+
+def read_history(run_dir: Path) -> list[dict[str, Any]]:
+    path = run_dir / "metrics.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def finished(history: list[dict[str, Any]], iterations: int) -> bool:
+    return any(r.get("phase") == "rl" and r.get("iteration") == iterations for r in history) or (
+        iterations == 0 and any(r.get("phase") == "bc" for r in history)
+    )
+
+
+def curve(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One point per logged phase: label, RL iteration (-1 zero-shot, 0 BC), train and eval success."""
+    points = []
+    for r in history:
+        phase = r.get("phase")
+        if phase not in ("zero-shot", "bc", "rl"):
+            continue
+        points.append(
+            {
+                "label": phase if phase != "rl" else f"rl {r['iteration']}",
+                "iteration": int(r["iteration"]),
+                "train_success": r.get("success"),
+                "eval_success": r.get("eval_success"),
+                "valid_format": r.get("valid_format"),
+                "time_iteration": r.get("time_iteration", r.get("wall_s")),
+            }
+        )
+    return points
+
+
+def aggregate(curves: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Mean and (population) std over seeds at every label all runs share."""
+    labels = [p["label"] for p in curves[0]]
+    out = []
+    for i, label in enumerate(labels):
+        row: dict[str, Any] = {"label": label, "iteration": curves[0][i]["iteration"]}
+        for key in ("train_success", "eval_success"):
+            vals = [c[i][key] for c in curves if i < len(c) and c[i][key] is not None]
+            if vals:
+                row[key] = statistics.fmean(vals)
+                row[key + "_std"] = statistics.pstdev(vals) if len(vals) > 1 else 0.0
+                row[key + "_n"] = len(vals)
+        out.append(row)
+    return out
+
+
+def fmt(row: dict[str, Any], key: str) -> str:
+    if key not in row:
+        return "-"
+    if row.get(key + "_n", 1) > 1:
+        return f"{row[key]:.3f}±{row[key + '_std']:.3f}"
+    return f"{row[key]:.3f}"
+
+
+def print_run(name: str, c: list[dict[str, Any]]) -> None:
+    print(f"\n{name}")
+    print(f"{'point':<10} {'train':>7} {'eval':>7} {'valid':>7} {'time_s':>8}")
+    for pt in c:
+        cells = [pt[k] for k in ("train_success", "eval_success", "valid_format", "time_iteration")]
+        print(f"{pt['label']:<10} " + " ".join("      -" if v is None else f"{v:7.3f}" for v in cells))
+
+
+def plot(summary: dict[str, list[dict[str, Any]]], path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    for algo, rows in summary.items():
+        for key, style in (("eval_success", "-o"), ("train_success", "--s")):
+            pts = [(r["iteration"], r[key], r.get(key + "_std", 0.0)) for r in rows if key in r]
+            if not pts:
+                continue
+            xs, ys, es = zip(*pts, strict=True)
+            ax.errorbar(xs, ys, yerr=es, fmt=style, capsize=3, label=f"{algo} {key.split('_')[0]}")
+    ax.set_xlabel("RL iteration (-1 = zero-shot, 0 = after BC)")
+    ax.set_ylabel("success rate")
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--out", required=True)
+    p.add_argument("--algos", default="hiper")
+    p.add_argument("--seeds", default="0")
+    p.add_argument("--preset", default="", help="suffix: launch/configs/<algo>_<preset>.yaml")
+    p.add_argument("--set", nargs="*", default=[], help="key=value overrides for every run")
+    p.add_argument("--no-run", action="store_true", help="only summarise the runs already in --out")
+    p.add_argument("--runs", nargs="*", default=[], help="summarise these run folders instead (no training)")
+    a = p.parse_args(argv)
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    from launch.config import resolve_config
+
+    summary: dict[str, list[dict[str, Any]]] = {}
+    runs: dict[str, Any] = {}
+    for run_dir in map(Path, a.runs):
+        c = curve(read_history(run_dir))
+        if c:
+            runs[run_dir.name] = c
+            summary[run_dir.name] = aggregate([c])
+            print_run(run_dir.name, c)
+    for algo in [] if a.runs else a.algos.split(","):
+        curves = []
+        for seed in [int(s) for s in a.seeds.split(",")]:
+            run_dir = out / f"{algo}_seed{seed}"
+            preset = f"{algo}_{a.preset}" if a.preset else None
+            overrides = ([] if preset else [f"algo={algo}"]) + [*a.set, f"seed={seed}", f"run_dir={run_dir}"]
+            iterations = resolve_config(preset, overrides).iterations
+            history = read_history(run_dir)
+            if not finished(history, iterations) and not a.no_run:
+                cmd = [sys.executable, "-m", "launch.cli", "train", *([preset] if preset else []), *overrides]
+                print("[bench] " + " ".join(cmd), flush=True)
+                t0 = time.perf_counter()
+                with open(out / f"{algo}_seed{seed}.log", "w") as log:
+                    rc = subprocess.call(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=os.environ)
+                print(f"[bench] {algo} seed {seed}: rc {rc} in {time.perf_counter() - t0:.0f}s", flush=True)
+                history = read_history(run_dir)
+            if not history:
+                continue
+            c = curve(history)
+            runs[f"{algo}_seed{seed}"] = c
+            curves.append(c)
+            print_run(f"{algo} seed {seed}", c)
+        if curves:
+            summary[algo] = aggregate(curves)
+    print(f"\n{'algo':<8} {'point':<10} {'train success':>16} {'eval success':>16}")
+    for algo, rows in summary.items():
+        for r in rows:
+            print(f"{algo:<8} {r['label']:<10} {fmt(r, 'train_success'):>16} {fmt(r, 'eval_success'):>16}")
+    (out / "learning.json").write_text(json.dumps({"summary": summary, "runs": runs}, indent=1))
+    if summary:
+        plot(summary, out / "learning.png", f"{', '.join(summary)} — {out.name}")
+        print(f"[bench] wrote {out / 'learning.json'} and {out / 'learning.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
