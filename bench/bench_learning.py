@@ -111,6 +111,7 @@ def plot(summary: dict[str, list[dict[str, Any]]], path: Path, title: str) -> No
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
     for algo, rows in summary.items():
@@ -120,6 +121,7 @@ def plot(summary: dict[str, list[dict[str, Any]]], path: Path, title: str) -> No
                 continue
             xs, ys, es = zip(*pts, strict=True)
             ax.errorbar(xs, ys, yerr=es, fmt=style, capsize=3, label=f"{algo} {key.split('_')[0]}")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("RL iteration (-1 = zero-shot, 0 = after BC)")
     ax.set_ylabel("success rate")
     ax.set_ylim(-0.02, 1.02)

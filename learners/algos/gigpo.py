@@ -35,6 +35,8 @@ class Config:
     eps: float = 1e-6
     agg: str = "token-mean"
     reward_terms: tuple[str, ...] = ("format",)
+    format_penalty: float = 0.1
+    """Cost of a malformed turn (HiPER App. C, every method); scale it with the env's success reward."""
 
 
 VALUE_HEADS = 0

@@ -44,6 +44,8 @@ class Config:
     normalize_advantages: bool = True
     agg: str = "token-mean"
     reward_terms: tuple[str, ...] = ("format",)
+    format_penalty: float = 0.1
+    """Cost of a malformed turn (HiPER App. C, every method); scale it with the env's success reward."""
 
 
 VALUE_HEADS = 1

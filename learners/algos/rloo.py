@@ -25,6 +25,8 @@ class Config:
     kl_kind: str = "low_var_kl"
     agg: str = "token-mean"
     reward_terms: tuple[str, ...] = ("format",)
+    format_penalty: float = 0.1
+    """Cost of a malformed turn (HiPER App. C, every method); scale it with the env's success reward."""
 
 
 VALUE_HEADS = 0

@@ -39,6 +39,7 @@ LEARN = [
     "learner.critic_lr=3e-4",
     "bc.episodes=16",
     "bc.epochs=1",
+    "bc.mini_batch_size=16",
     "bc.lr=1e-3",
     "eval_episodes=24",
 ]

@@ -81,3 +81,13 @@ def test_dumped_yaml_round_trips():
     cfg = resolve_config("hiper_synthetic_small")
     again = apply_overrides(TrainConfig(), flatten(yaml.safe_load(dump_yaml(cfg))))
     assert again == cfg
+
+
+def test_every_rl_algorithm_scales_its_format_penalty_through_algo_overrides():
+    from launch.algos import get_algo
+    from launch.config import resolve_algo_config
+    from launch.train import shaping_config
+
+    for name in ("ppo", "grpo", "rloo", "gigpo", "hiper"):
+        cfg = resolve_algo_config(get_algo(name).Config, {"format_penalty": 0.01})
+        assert shaping_config(cfg).format_penalty == 0.01, name
