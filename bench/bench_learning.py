@@ -36,9 +36,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from _env import setup
+
+ROOT = setup()
 
 
 def read_history(run_dir: Path) -> list[dict[str, Any]]:

@@ -25,27 +25,14 @@ import json
 import os
 import platform
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from _env import setup
 
-BENCH_ENV = {
-    "OMP_NUM_THREADS": "1",
-    "RAY_AUTH_MODE": "disabled",
-    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-    "VLLM_CPU_KVCACHE_SPACE": "1",
-    "VLLM_CPU_OMP_THREADS_BIND": "nobind",
-}
-for _k, _v in BENCH_ENV.items():
-    os.environ.setdefault(_k, _v)
-os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+ROOT = setup()
 
 TARGETS: dict[str, tuple[str, ...]] = {
     "qv": ("q_proj", "v_proj"),
