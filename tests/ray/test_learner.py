@@ -356,6 +356,20 @@ def test_adapter_files_load_in_peft(model_path, trained, tmp_path):
     assert gap < REF_TOL
 
 
+def test_loaded_adapter_weights_reproduce_the_trained_policy(model_path, trained):
+    """``model.init_adapter``'s path: a fresh worker given another's adapter computes the same log-probs, and a
+    tensor set that does not fit is refused."""
+    worker, weights = trained
+    fresh = _worker(model_path)
+    batch = _batch(6)
+    assert _max_gap(fresh.logprobs(batch), worker.logprobs(batch), batch["response_mask"]) > REF_TOL
+    fresh.load_adapter_weights(weights)
+    assert _max_gap(fresh.logprobs(batch), worker.logprobs(batch), batch["response_mask"]) < REF_TOL
+    partial = dict(list(weights.items())[1:])
+    with pytest.raises(ValueError, match="does not fit the policy"):
+        fresh.load_adapter_weights(partial)
+
+
 # -- 5. checkpoint ---------------------------------------------------------------------------------------------
 
 
