@@ -189,7 +189,8 @@ class HFEngine:
         try:
             if name not in self._versions:
                 self.model.add_adapter(name, self._lora_config())
-            tensors = {k: torch.from_numpy(np.asarray(v)) for k, v in weights.items()}
+            # arrays from the object store are read-only views: copy (set_peft_model_state_dict copies anyway)
+            tensors = {k: torch.from_numpy(np.array(v)) for k, v in weights.items()}
             result = set_peft_model_state_dict(self.model, tensors, adapter_name=name)
             unexpected = [k for k in getattr(result, "unexpected_keys", []) if "lora_" in k]
             if unexpected:

@@ -54,6 +54,27 @@ def finished(history: list[dict[str, Any]], iterations: int) -> bool:
     )
 
 
+def ensure_run(
+    out: Path, name: str, preset: str | None, overrides: list[str], *, run: bool = True
+) -> list[dict]:
+    """The history of ``hierarl train [preset] overrides`` in ``out/name``; trains it first (log: ``out/name.log``)
+    unless it already finished or ``run`` is False."""
+    run_dir = out / name
+    overrides = [*overrides, f"run_dir={run_dir}"]
+    from launch.config import resolve_config
+
+    history = read_history(run_dir)
+    if run and not finished(history, resolve_config(preset, overrides).iterations):
+        cmd = [sys.executable, "-m", "launch.cli", "train", *([preset] if preset else []), *overrides]
+        print("[bench] " + " ".join(cmd), flush=True)
+        t0 = time.perf_counter()
+        with open(out / f"{name}.log", "w") as log:
+            rc = subprocess.call(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=os.environ)
+        print(f"[bench] {name}: rc {rc} in {time.perf_counter() - t0:.0f}s", flush=True)
+        history = read_history(run_dir)
+    return history
+
+
 def curve(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One point per logged phase: label, RL iteration (-1 zero-shot, 0 BC), train and eval success."""
     points = []
@@ -144,8 +165,6 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    from launch.config import resolve_config
-
     summary: dict[str, list[dict[str, Any]]] = {}
     runs: dict[str, Any] = {}
     for run_dir in map(Path, a.runs):
@@ -154,30 +173,23 @@ def main(argv: list[str] | None = None) -> int:
             runs[run_dir.name] = c
             summary[run_dir.name] = aggregate([c])
             print_run(run_dir.name, c)
-    for algo in [] if a.runs else a.algos.split(","):
-        curves = []
-        for seed in [int(s) for s in a.seeds.split(",")]:
-            run_dir = out / f"{algo}_seed{seed}"
+    algos = [] if a.runs else a.algos.split(",")
+    curves: dict[str, list[list[dict[str, Any]]]] = {algo: [] for algo in algos}
+    # Seed-major order: a sweep cut short still holds every algorithm at the seeds it finished.
+    for seed in [int(s) for s in a.seeds.split(",")] if algos else []:
+        for algo in algos:
             preset = f"{algo}_{a.preset}" if a.preset else None
-            overrides = ([] if preset else [f"algo={algo}"]) + [*a.set, f"seed={seed}", f"run_dir={run_dir}"]
-            iterations = resolve_config(preset, overrides).iterations
-            history = read_history(run_dir)
-            if not finished(history, iterations) and not a.no_run:
-                cmd = [sys.executable, "-m", "launch.cli", "train", *([preset] if preset else []), *overrides]
-                print("[bench] " + " ".join(cmd), flush=True)
-                t0 = time.perf_counter()
-                with open(out / f"{algo}_seed{seed}.log", "w") as log:
-                    rc = subprocess.call(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=os.environ)
-                print(f"[bench] {algo} seed {seed}: rc {rc} in {time.perf_counter() - t0:.0f}s", flush=True)
-                history = read_history(run_dir)
+            overrides = ([] if preset else [f"algo={algo}"]) + [*a.set, f"seed={seed}"]
+            history = ensure_run(out, f"{algo}_seed{seed}", preset, overrides, run=not a.no_run)
             if not history:
                 continue
             c = curve(history)
             runs[f"{algo}_seed{seed}"] = c
-            curves.append(c)
+            curves[algo].append(c)
             print_run(f"{algo} seed {seed}", c)
-        if curves:
-            summary[algo] = aggregate(curves)
+    for algo, cs in curves.items():
+        if cs:
+            summary[algo] = aggregate(cs)
     print(f"\n{'algo':<8} {'point':<10} {'train success':>16} {'eval success':>16}")
     for algo, rows in summary.items():
         for r in rows:

@@ -147,6 +147,10 @@ class TrainConfig:
     eval_zero_shot: bool = False
     """Evaluate the untrained model first (SmolLM2 zero-shot wins nothing on our envs: off in the default)."""
     checkpoint_every: int = 1
+    one_step_off: bool = False
+    """Generate iteration k+1's rollouts (with the adapter of iteration k-1's update) while iteration k updates, as
+    verl's one-step-off trainer does: the learner and the rollout workers overlap, the policy lags one version
+    (logged as ``policy_lag``). Off: synchronous lock-step, every rollout from the newest adapter."""
     seed: int = 0
     run_dir: str = "runs/default"
     ray_address: str = ""

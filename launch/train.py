@@ -3,6 +3,11 @@
     collect groups (rollout workers) → shaping + advantages (pure, here) → update (learner group)
         → push weights (object store) → evaluate every k → checkpoint
 
+With ``one_step_off=true`` iteration k+1's rollouts are generated (from the adapter before iteration k's update)
+while iteration k computes advantages and updates, so the rollout workers and the learner group overlap; the
+policy then lags one version (``policy_lag`` in the metrics), and the PPO ratio is taken against the learner's
+recomputed log-probs of the current adapter (the rollout engine's are only used for ``logprob_gap``).
+
 Before RL, an optional behaviour-cloning warm start: expert demonstrations in the agent's own format
 (``actors.demos``) trained with ``learners.algos.sft`` through the same learner group.
 Every phase is timed; metrics go to ``<run_dir>/metrics.jsonl`` and TensorBoard; the resolved config is printed and
@@ -171,6 +176,11 @@ class Trainer:
             self.learner_spec, cfg.learner.num_workers, WorkerResources(cfg.learner.cpus_per_worker, gpu)
         )
         self.version = 0
+        self._pushed: list[
+            dict[str, np.ndarray]
+        ] = []  # the last two adapters pushed (one-step-off checkpoints)
+        self._pending: list[ray.ObjectRef] = []  # the next iteration's rollouts, in flight (one-step-off)
+        self.train_ids: list[str] = []
         self.start_iter = 0
         self.history: list[dict[str, Any]] = []
         self.metrics_path = self.run_dir / "metrics.jsonl"
@@ -187,28 +197,49 @@ class Trainer:
         finally:
             env.close()
 
-    def push_weights(self) -> float:
-        """Export the adapter once, ``ray.put`` it once, every rollout worker loads it from the object ref."""
+    def push_weights(self, weights: dict[str, np.ndarray] | None = None) -> float:
+        """Export the adapter once (or take ``weights``), ``ray.put`` it once, every rollout worker loads it from
+        the object ref."""
         t0 = time.perf_counter()
         self.version += 1
-        ref = ray.put(self.learner.adapter_weights())
+        weights = self.learner.adapter_weights() if weights is None else weights
+        self._pushed = [*self._pushed[-1:], weights]
+        ref = ray.put(weights)
         ok = ray.get([w.set_weights.remote(ref, self.version) for w in self.rollout])
         if not all(ok):
             print(f"[hierarl] warning: {ok.count(False)} rollout worker(s) kept the old adapter", flush=True)
         return time.perf_counter() - t0
 
-    def collect(
+    def start_collect(
         self, task_ids: Sequence[str], group_size: int, seed: int, *, temperature: float
-    ) -> list[Trajectory]:
+    ) -> list[ray.ObjectRef]:
         """Split the tasks over the rollout workers; whole groups only (failed groups are retried by the worker)."""
         shards = [list(task_ids[i :: len(self.rollout)]) for i in range(len(self.rollout))]
-        refs = [
+        return [
             w.collect.remote(s, group_size, seed + k, temperature=temperature, sample_seed=seed + k)
             for k, (w, s) in enumerate(zip(self.rollout, shards, strict=True))
             if s
         ]
+
+    @staticmethod
+    def gather(refs: list[ray.ObjectRef]) -> list[Trajectory]:
         groups = [unpack_group(g) for gs in ray.get(refs) for g in gs]
         return [t for g in groups for t in g.trajectories]
+
+    def collect(
+        self, task_ids: Sequence[str], group_size: int, seed: int, *, temperature: float
+    ) -> list[Trajectory]:
+        return self.gather(self.start_collect(task_ids, group_size, seed, temperature=temperature))
+
+    def start_rl_rollouts(self, iteration: int) -> list[ray.ObjectRef]:
+        """Iteration ``iteration``'s training groups: tasks and sampling seeds depend on (seed, iteration) only,
+        so a resumed or one-step-off run draws exactly what the uninterrupted synchronous one draws."""
+        cfg = self.cfg
+        rng = random.Random(cfg.seed * 1_000_003 + iteration)
+        tasks = rng.sample(self.train_ids, min(cfg.rollout.groups_per_iter, len(self.train_ids)))
+        return self.start_collect(
+            tasks, cfg.rollout.group_size, cfg.seed * 7919 + iteration, temperature=cfg.rollout.temperature
+        )
 
     def evaluate(self, n: int, seed: int) -> dict[str, Any]:
         """Success on the eval split at the validation temperature (HiPER C.1: 0.4), per task type."""
@@ -361,6 +392,9 @@ class Trainer:
             "torch_rng": torch.get_rng_state(),
         }
         torch.save(state, path / "driver.pt")
+        if self.cfg.one_step_off and len(self._pushed) == 2:
+            # the adapter the next iteration's in-flight rollouts come from: an exact resume regenerates them
+            np.savez(path / "behaviour_adapter.npz", **self._pushed[0])
         (self.run_dir / "checkpoints" / "latest").write_text(path.name)
 
     def load_init_adapter(self, path: str) -> None:
@@ -389,9 +423,19 @@ class Trainer:
         random.setstate(state["python_rng"])
         np.random.set_state(state["numpy_rng"])
         torch.set_rng_state(state["torch_rng"])
-        self.version = state["version"] - 1
-        self.push_weights()
         self.start_iter = state["iteration"] + 1
+        behaviour = path / "behaviour_adapter.npz"
+        self.version = state["version"] - 1
+        if self.cfg.one_step_off and state["iteration"] >= 1 and self.start_iter <= self.cfg.iterations:
+            if behaviour.exists():
+                # as in the uninterrupted run: the next rollouts come from the adapter before the last update
+                self.version -= 1
+                with np.load(behaviour) as z:
+                    self.push_weights({k: z[k] for k in z.files})
+                self._pending = self.start_rl_rollouts(self.start_iter)
+            else:
+                print(f"[hierarl] {path} has no behaviour adapter: iteration {self.start_iter} is on-policy")
+        self.push_weights()
         if self.metrics_path.exists():
             self.history = [json.loads(line) for line in self.metrics_path.read_text().splitlines() if line]
         print(f"[hierarl] resumed from {path} at iteration {self.start_iter}", flush=True)
@@ -401,6 +445,7 @@ class Trainer:
 
     def run(self) -> list[dict[str, Any]]:
         cfg = self.cfg
+        self.train_ids = self.task_ids(cfg.env.train_split)
         if not self.try_resume():
             self.metrics_path.unlink(missing_ok=True)
             if cfg.model.init_adapter:
@@ -424,19 +469,24 @@ class Trainer:
                 )
             self.checkpoint(0)
             self.start_iter = 1
-        train_ids = self.task_ids(cfg.env.train_split)
         for it in range(self.start_iter, cfg.iterations + 1):
             timings: dict[str, float] = {}
             t_iter = time.perf_counter()
-            rng = random.Random(cfg.seed * 1_000_003 + it)
-            tasks = rng.sample(train_ids, min(cfg.rollout.groups_per_iter, len(train_ids)))
             with timed(timings, "rollout"):
-                trajs = self.collect(
-                    tasks, cfg.rollout.group_size, cfg.seed * 7919 + it, temperature=cfg.rollout.temperature
-                )
+                trajs = self.gather(self._pending or self.start_rl_rollouts(it))
+            self._pending = []
+            if cfg.one_step_off and it < cfg.iterations:
+                self._pending = self.start_rl_rollouts(it + 1)  # generates while this iteration updates
             stats = trajectory_stats(trajs)
+            stats["policy_lag"] = self.version - min(
+                (turn.policy_version for t in trajs for turn in t.turns), default=self.version
+            )
             metrics, t_upd = self.update(trajs, self.algo, self.algo_cfg, seed=cfg.seed + it)
             timings.update(t_upd)
+            if self._pending:
+                # the next rollouts must finish on the old adapter (a load would land between generation rounds)
+                with timed(timings, "rollout_wait"):
+                    ray.wait(self._pending, num_returns=len(self._pending))
             with timed(timings, "push"):
                 self.push_weights()
             record: dict[str, Any] = {
@@ -491,6 +541,8 @@ def _iteration_line(r: dict[str, Any]) -> str:
         f"tok {r['prompt_tokens']:.0f}+{r['response_tokens']:.0f}",
         f"gap {r.get('logprob_gap', 0.0):.3f}",
     ]
+    if r.get("policy_lag"):
+        parts.append(f"lag {r['policy_lag']}")
     if "eval_success" in r:
         parts.append(f"EVAL {r['eval_success']:.2f}")
     parts.append(

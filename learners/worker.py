@@ -327,7 +327,7 @@ class LearnerWorker:
                 "model.init_adapter needs learner.zero_stage 0-2 (ZeRO-3 partitions the adapter)"
             )
         result = set_peft_model_state_dict(
-            self.policy.module, {k: torch.from_numpy(np.asarray(v)) for k, v in weights.items()}
+            self.policy.module, {k: torch.from_numpy(np.array(v)) for k, v in weights.items()}
         )
         missing = [k for k in result.missing_keys if "lora_" in k]
         if missing or result.unexpected_keys:

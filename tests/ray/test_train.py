@@ -45,10 +45,12 @@ def _run(tmp_path: Path, extra: list[str]) -> list[dict]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("algo", ["hiper", "ppo"])
-def test_run_writes_everything_and_resume_reproduces_the_losses(ray_local, tmp_path, algo):
+@pytest.mark.parametrize(("algo", "one_step_off"), [("hiper", False), ("ppo", False), ("hiper", True)])
+def test_run_writes_everything_and_resume_reproduces_the_losses(ray_local, tmp_path, algo, one_step_off):
+    """Also for one-step-off: iteration 2's rollouts (generated during iteration 1's update, from the adapter
+    before it) are regenerated from the checkpoint's behaviour adapter, so the resumed losses match too."""
     agent = "plan_execute" if algo == "hiper" else "react"
-    common = [f"algo={algo}", f"rollout.agent={agent}", "iterations=2"]
+    common = [f"algo={algo}", f"rollout.agent={agent}", "iterations=2", f"one_step_off={one_step_off}"]
     full = _run(tmp_path / "full", common)
 
     run = tmp_path / "full"
@@ -70,6 +72,9 @@ def test_run_writes_everything_and_resume_reproduces_the_losses(ray_local, tmp_p
         ):
             assert key in r, key
         assert r["version"] == r["iteration"] + 2  # v1: initial push, v2: after BC, then one per iteration
+    # lag = the version updated minus the oldest that generated its turns; iteration 1 always follows BC's push
+    assert [r["policy_lag"] for r in rl] == ([0, 1] if one_step_off else [0, 0])
+    assert ("time_rollout_wait" in rl[0]) == one_step_off and "time_rollout_wait" not in rl[1]
 
     # kill after iteration 1 (simulated by a run that stops there), then resume to iteration 2
     part = tmp_path / "part"
