@@ -8,7 +8,7 @@ vice versa; one-step-off generates iteration k+1 during iteration k's update.  I
 iteration's), the iteration time, its ratio to the synchronous one, and train success; written: ``<out>/pipeline.json``.
 
     python bench/bench_pipeline.py --out bench/results/pipeline --preset hiper_synthetic_small \\
-        --set iterations=4 eval_every=0 rollout.groups_per_iter=2 learner.ppo_epochs=1
+        --set iterations=3 eval_every=0 eval_episodes=8 rollout.groups_per_iter=2 learner.ppo_epochs=1
 """
 
 from __future__ import annotations
