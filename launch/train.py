@@ -176,9 +176,8 @@ class Trainer:
             self.learner_spec, cfg.learner.num_workers, WorkerResources(cfg.learner.cpus_per_worker, gpu)
         )
         self.version = 0
-        self._pushed: list[
-            dict[str, np.ndarray]
-        ] = []  # the last two adapters pushed (one-step-off checkpoints)
+        # the last two adapters pushed: a one-step-off checkpoint saves the older (its in-flight rollouts' adapter)
+        self._pushed: list[dict[str, np.ndarray]] = []
         self._pending: list[ray.ObjectRef] = []  # the next iteration's rollouts, in flight (one-step-off)
         self.train_ids: list[str] = []
         self.start_iter = 0
@@ -424,8 +423,8 @@ class Trainer:
         np.random.set_state(state["numpy_rng"])
         torch.set_rng_state(state["torch_rng"])
         self.start_iter = state["iteration"] + 1
-        behaviour = path / "behaviour_adapter.npz"
         self.version = state["version"] - 1
+        behaviour = path / "behaviour_adapter.npz"
         if self.cfg.one_step_off and state["iteration"] >= 1 and self.start_iter <= self.cfg.iterations:
             if behaviour.exists():
                 # as in the uninterrupted run: the next rollouts come from the adapter before the last update
@@ -484,7 +483,7 @@ class Trainer:
             metrics, t_upd = self.update(trajs, self.algo, self.algo_cfg, seed=cfg.seed + it)
             timings.update(t_upd)
             if self._pending:
-                # the next rollouts must finish on the old adapter (a load would land between generation rounds)
+                # timed apart: the push below would otherwise queue behind these rollouts in the actors
                 with timed(timings, "rollout_wait"):
                     ray.wait(self._pending, num_returns=len(self._pending))
             with timed(timings, "push"):
