@@ -495,15 +495,32 @@ def segment_sum(turn_values: Tensor, segment_ids: Tensor, num_segments: int) -> 
 def hindsight_modulated_rewards(
     segment_rewards: Tensor, segment_importance: Tensor, segment_mask: Tensor
 ) -> Tensor:
-    """``R_him = (R_hat * z_s) / ||R_hat * z_s||`` per trajectory (HISR Eq. 7).
+    """``R_him = (R_hat * z_s) / ||R_hat * z_s||_1`` per trajectory (HISR Eq. 7); the repo's one implementation.
 
-    ``segment_rewards`` (SPRM predictions), ``segment_importance`` (z_s), ``segment_mask`` ``[B, S]`` ->
-    ``[B, S]``.  The paper does not name the norm; we read ``||.||`` as the L2 norm over the trajectory's
-    segments.  A trajectory whose product is all zero stays zero (no 0/0).
+    ``segment_rewards`` (R_hat, the SPRM predictions), ``segment_importance`` (z_s: HISR Eq. 6 summed over each
+    segment's turns) and ``segment_mask`` ``bool[B, S]`` -> ``[B, S]``.
+
+    Why L1: Eq. 7 writes only ``||.||``, but HISR's Table 2 case study (bowl -> fridge; tuples (R_hat, z, R_him))
+    is reproduced by the L1 norm and not by L2.  R_hat * z = (0.069 * 0.127, 0.118 * 0.392, 0.132 * 0.286,
+    0.681 * 0.195) = (0.00876, 0.04626, 0.03775, 0.13280), sum 0.22557, so R_him = (0.039, 0.205, 0.167, 0.589)
+    as printed (every segment scaled by the same 1 / 0.22557 = 4.43); the L2 norm 0.14587 would give
+    (0.060, 0.317, 0.259, 0.910), up to 0.32 off.  The four cases of Tables 4-5 agree the same way (L1 within
+    0.002, the rounding of the printed inputs; L2 off by 0.24-0.34).  Each row's ``|R_him|`` sums to 1 (its R_him too, when no product is negative).
+
+    Edge cases:
+
+    * Masked-out segments (padding) add nothing to the norm and get 0; their input values (even inf/nan) never
+      reach the result or its gradient.
+    * The norm is the true L1 norm ``sum_i |R_hat_i z_i|`` over valid segments.  With non-negative products (every
+      case in the paper; z > 0 always) it equals the paper's ``sum_i R_hat_i z_i``.  If the SPRM predicts a
+      negative R_hat, a signed sum could be near zero (rewards blow up) or negative (every segment's sign flips);
+      the L1 norm keeps each segment's sign and bounds ``|R_him_i| <= 1``.
+    * A zero denominator (all products zero, or no valid segment) gives an all-zero row, not 0/0.
     """
     segment_mask = segment_mask.to(torch.bool)
-    prod = _zero_masked(segment_rewards * segment_importance, segment_mask)
-    norm = torch.linalg.vector_norm(prod, dim=-1, keepdim=True)
+    # mask both factors before multiplying, so that inf/nan padding cannot give 0 * inf = nan in the gradient
+    prod = _zero_masked(segment_rewards, segment_mask) * _zero_masked(segment_importance, segment_mask)
+    norm = prod.abs().sum(dim=-1, keepdim=True)
     return prod / torch.where(norm > 0, norm, torch.ones_like(norm))
 
 

@@ -29,7 +29,6 @@ from reward.grounding import (
     FAILURE_PATTERNS,
     action_executable,
     action_grounding_reward,
-    hisr_fuse,
     invalid_action_penalty,
 )
 from reward.keep import keep_changed_subgoal, keep_consistency_penalty, keep_penalty
@@ -55,7 +54,6 @@ __all__ = [
     "action_grounding_reward",
     "apply_shaping",
     "format_penalty",
-    "hisr_fuse",
     "invalid_action_penalty",
     "keep_changed_subgoal",
     "keep_consistency_penalty",

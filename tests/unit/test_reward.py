@@ -22,7 +22,6 @@ from reward import (
     action_grounding_reward,
     apply_shaping,
     format_penalty,
-    hisr_fuse,
     invalid_action_penalty,
     keep_changed_subgoal,
     keep_consistency_penalty,
@@ -201,12 +200,6 @@ def test_action_grounding_without_admissible_list() -> None:
     )
     # turn 0's answer is turn 1's observation ("Nothing happened") -> 0; turn 1's answer "b" -> 1; turn 2 unknown -> 1
     assert action_executable(traj).tolist() == [False, True, True]
-
-
-def test_hisr_fuse_golden() -> None:
-    # (1 - 0.3) * 0.5 + 0.3 * 1 = 0.35 + 0.3 = 0.65 ; 0.7 * -0.2 + 0 = -0.14 ; 0.7 * 0 + 0.3 = 0.3
-    out = hisr_fuse(np.array([0.5, -0.2, 0.0]), np.array([1.0, 0.0, 1.0]), alpha=0.3)
-    assert close(out, [0.65, -0.14, 0.3])
 
 
 # ---------------------------------------------------------------------------------------------------------------
