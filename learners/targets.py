@@ -78,6 +78,20 @@ def whiten(token_adv: np.ndarray, mask: np.ndarray, eps: float = 1e-8) -> np.nda
     return np.where(mask, out, 0.0).astype(np.float32)
 
 
+def whiten_groups(token_adv: np.ndarray, groups: Sequence[np.ndarray], eps: float = 1e-8) -> np.ndarray:
+    """:func:`whiten` applied to each bool[B, L] mask of ``groups`` separately (each with its own mean and std);
+    entries outside every group are 0. The groups must be disjoint (HiPER: switch / subgoal / action tokens)."""
+    out = np.zeros(token_adv.shape, np.float32)
+    taken = np.zeros(token_adv.shape, bool)
+    for m in groups:
+        m = np.asarray(m, bool)
+        if (taken & m).any():
+            raise ValueError("whitening groups overlap")
+        taken |= m
+        out = np.where(m, whiten(token_adv, m, eps), out).astype(np.float32)
+    return out
+
+
 def clipped_policy_loss(
     new_lp: torch.Tensor, micro: dict[str, torch.Tensor], cfg: Any
 ) -> tuple[torch.Tensor, dict[str, float]]:
@@ -96,9 +110,13 @@ def clipped_policy_loss(
     )
     metrics = {k: float(v) for k, v in m.items()}
     if cfg.kl_coef > 0:
-        kl = torch.where(
-            mask, kl_estimate(new_lp, micro["ref_logprobs"], cfg.kl_kind), torch.zeros_like(new_lp)
+        # Masked positions (prompt, padding) are set equal *before* the estimator: exp(−log r) of a far-off padding
+        # logprob would be inf there, and torch.where's zero gradient times inf is NaN.
+        zero = torch.zeros_like(new_lp)
+        kl = kl_estimate(
+            torch.where(mask, new_lp, zero), torch.where(mask, micro["ref_logprobs"], zero), cfg.kl_kind
         )
+        kl = torch.where(mask, kl, zero)
         loss = loss + cfg.kl_coef * kl
         metrics["kl"] = float(kl.detach().sum() / mask.sum().clamp(min=1))
     return loss, metrics

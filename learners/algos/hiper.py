@@ -18,7 +18,15 @@ Where the two-head critic is read (one shared backbone, two heads, App. C.2):
 Deviations, all documented: β_t = π(SWITCH | s_t, o_{t−1}) is taken from the sampled switch span's probability
 (P(span) if SWITCH was sampled, 1 − P(span) if KEEP was), not from a separate forward pass over both words;
 response tokens outside the three blocks (whitespace, EOS) get A^low so the model also learns to stop; the value of
-a truncated episode's final state is approximated by V_high(s_{T−1}); advantages are whitened over the loss tokens.
+a truncated episode's final state is approximated by V_high(s_{T−1}).
+
+Advantage normalisation (``adv_norm``, on when ``normalize_advantages``): the paper does not specify one. The
+default ``"per_type"`` whitens switch, subgoal and action tokens separately, each over its own tokens (as issue 10
+reports the HiPER authors' code normalises low, high and switch advantages separately). ``"joint"`` (one mean/std
+over all loss tokens, verl practice) is kept as an option but is wrong here: action tokens dominate the pooled mean,
+and the small, zero-mean switch advantages (q_t − β_t)(V_high − V_low) then all move by −mean/std, so a positive
+A^switch can come out negative (a good SWITCH is trained down). Turn 0's switch tokens (no switch decision: b_0 = 0
+is forced, A^switch = 0) stay 0 and are left out of the switch statistics under ``"per_type"``.
 Hyperparameters (App. C.1): actor lr 1e-6, critic lr 1e-5, λ_high = λ_low = 0.95, KL 0.01, rollout temperature 1.0,
 validation temperature 0.4, mini-batch 256 — the learning rates and batch sizes live in the run config.
 """
@@ -42,6 +50,7 @@ from learners.targets import (
     clipped_policy_loss,
     rows_per_trajectory,
     whiten,
+    whiten_groups,
 )
 
 
@@ -57,8 +66,18 @@ class Config:
     kl_coef: float = 0.01
     kl_kind: str = "low_var_kl"
     normalize_advantages: bool = True
+    adv_norm: str = "per_type"
+    """"per_type": whiten switch / subgoal / action advantages separately (default); "joint": over all loss
+    tokens at once, which lets the action tokens' mean flip switch-token signs (see the module docstring)."""
     agg: str = "token-mean"
     reward_terms: tuple[str, ...] = ("format", "keep", "keep_consistency")
+
+    def __post_init__(self) -> None:
+        if self.adv_norm not in ADV_NORMS:
+            raise ValueError(f"adv_norm must be one of {ADV_NORMS}, got {self.adv_norm!r}")
+
+
+ADV_NORMS = ("per_type", "joint")
 
 
 VALUE_HEADS = 2
@@ -125,8 +144,19 @@ def compute_targets(
         torch.from_numpy(boundary),
     )
     token_adv_np, mask_np = token_adv.numpy().astype(np.float32), loss_mask.numpy()
-    if cfg.normalize_advantages:
+    if cfg.normalize_advantages and cfg.adv_norm == "joint":
         token_adv_np = whiten(token_adv_np, mask_np)
+    elif cfg.normalize_advantages:
+        # turn 0 has no switch decision (b_0 = 0 is forced): its switch tokens stay 0 and out of the statistics
+        decided = torch.tensor([j > 0 for _i, j in batch.index], dtype=torch.bool)
+        token_adv_np = whiten_groups(
+            token_adv_np,
+            [
+                (m_switch & decided[:, None]).numpy(),
+                (m_sub & torch.from_numpy(boundary)[:, None]).numpy(),
+                m_act.numpy(),
+            ],
+        )
     return Targets(
         token_adv=token_adv_np,
         loss_mask=mask_np,

@@ -1,0 +1,409 @@
+"""The training glue the driver calls (no Ray): each algorithm's ``compute_targets``, the shared clipped policy loss,
+whitening and bootstrapping, against hand-computed values (the arithmetic is in the comments).
+
+Each test names the one-line mutation it is there to catch (issue 10); they all pass on the real code.
+
+Layout of every turn built here: prompt ``[1, 2, 3]`` (positions 0-2), then 7 response tokens
+``[switch switch | subgoal subgoal | action action | eos]`` at positions 3-9 (batch width L = 10).
+"""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from actors.trajectory import Decision, Trajectory, Turn
+from learners.algos import gigpo, grpo, hiper, ppo, rloo
+from learners.batch import build_turn_batch
+from learners.targets import bootstrap_value, clipped_policy_loss, value_positions, whiten, whiten_groups
+
+P = 3  # prompt length: the response starts at position 3
+SW, SG, ACT, EOS = slice(P, P + 2), slice(P + 2, P + 4), slice(P + 4, P + 6), P + 6
+RESP = slice(P, P + 7)
+L = P + 7
+P_SPAN = 0.8  # probability of the sampled <switch> span: its two tokens have logprob log(0.8)/2 each
+
+
+def _turn(reward=0.0, *, switch=None, last=False, truncated=False, anchor="s0"):
+    masks = {
+        "switch_mask": np.array([1, 1, 0, 0, 0, 0, 0], bool),
+        "subgoal_mask": np.array([0, 0, 1, 1, 0, 0, 0], bool),
+        "action_mask": np.array([0, 0, 0, 0, 1, 1, 0], bool),
+    }
+    half = math.log(P_SPAN) / 2
+    return Turn(
+        prompt_ids=[1, 2, 3],
+        response_ids=[10, 11, 12, 13, 14, 15, 2],
+        logprobs=[half, half, -0.5, -0.5, -0.5, -0.5, -0.5],
+        masks=masks,
+        decision=Decision(action="a", valid=True, switch=switch, subgoal="g"),
+        env_reward=reward,
+        terminated=last and not truncated,
+        truncated=last and truncated,
+        anchor_key=anchor,
+    )
+
+
+def _traj(tid, rewards, switches=None, *, gid="g", anchors=None, truncated=False):
+    switches = switches or [True] * len(rewards)
+    anchors = anchors or [f"s{t}" for t in range(len(rewards))]
+    turns = [
+        _turn(r, switch=s, last=t == len(rewards) - 1, truncated=truncated, anchor=a)
+        for t, (r, s, a) in enumerate(zip(rewards, switches, anchors, strict=True))
+    ]
+    return Trajectory(
+        traj_id=tid, group_id=gid, task_id="t", env_name="synthetic", turns=turns, status="finished"
+    )
+
+
+def _batch(trajs):
+    return build_turn_batch(trajs, max_len=64, pad_id=0)
+
+
+def _rows(per_turn):
+    """float32[B, L]: row b holds per_turn[b] on all 7 response tokens, 0 on the prompt."""
+    out = np.zeros((len(per_turn), L), np.float32)
+    out[:, RESP] = np.asarray(per_turn, np.float32)[:, None]
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# HiPER reference case: 3 turns, q = [SWITCH, KEEP, SWITCH], terminated, gamma 0.99, lambda 0.95
+# ---------------------------------------------------------------------------------------------------------------
+
+HIPER_REWARDS = [0.0, 0.5, 1.0]
+HIPER_SWITCHES = [True, False, True]
+# value slots per row: [V_high(s_t), V_low(s_t, o_{t-1}), V_low(s_t, o_t)]
+HIPER_VALUES = np.array([[0.5, 0.0, 0.4], [0.6, 0.3, 0.7], [0.2, 0.05, 0.1]], np.float32)
+# Segments [0, 2) and [2, 3); V_high(s_3) = 0 (terminated). beta_1 = 1 - 0.8 = 0.2 (KEEP), beta_2 = 0.8 (SWITCH).
+# A_low:  t=1: y = 0.5 + 0.99 V_high(s_2) = 0.5 + 0.198 = 0.698, delta = 0.698 - 0.7 = -0.002, A = -0.002
+#         t=0: y = 0 + 0.99 V_low(s_1, o_1) = 0.693, delta = 0.693 - 0.4 = 0.293,
+#              A = 0.293 + 0.99*0.95*(-0.002) = 0.293 - 0.001881 = 0.291119
+#         t=2: y = 1 + 0.99*0 = 1, delta = 1 - 0.1 = 0.9, A = 0.9
+# A_high: seg 1: r~ = 1, y_high = 1, A = 1 - 0.2 = 0.8
+#         seg 0: r~ = 0 + 0.99*0.5 = 0.495, gamma~ = 0.99^2 = 0.9801, y_high = 0.495 + 0.9801*0.2 = 0.69102,
+#              A = 0.69102 - 0.5 + 0.9801*0.95*0.8 = 0.19102 + 0.744876 = 0.935896
+# A_switch: t=0: 0; t=1: (0 - 0.2)(0.6 - 0.3) = -0.06; t=2: (1 - 0.8)(0.2 - 0.05) = 0.03
+A_LOW = [0.291119, -0.002, 0.9]
+A_HIGH = [0.935896, 0.0, 0.8]
+A_SWITCH = [0.0, -0.06, 0.03]
+Y_LOW = [0.693, 0.698, 1.0]
+Y_HIGH = [0.69102, 0.0, 1.0]
+
+
+def _hiper_expected(a_switch, a_high, a_low, boundary):
+    adv = np.zeros((len(a_low), L), np.float32)
+    mask = np.zeros((len(a_low), L), bool)
+    for b in range(len(a_low)):
+        adv[b, SW], mask[b, SW] = a_switch[b], True
+        if boundary[b]:
+            adv[b, SG], mask[b, SG] = a_high[b], True
+        adv[b, P + 4 : P + 7], mask[b, P + 4 : P + 7] = a_low[b], True  # action tokens + EOS get A_low
+    return adv, mask
+
+
+def _hiper_targets(sign=1.0, **cfg):
+    traj = _traj("a", [sign * r for r in HIPER_REWARDS], HIPER_SWITCHES)
+    batch = _batch([traj])
+    return batch, hiper.compute_targets([traj], batch, sign * HIPER_VALUES, hiper.Config(**cfg))
+
+
+def test_hiper_golden_advantages_and_critic_targets():
+    """Catches (d) V_low(s, o_t) / V_low(s, o_{t-1}) swapped when the slots are unpacked (swapped: A_low at t=1
+    becomes 0.698 - 0.3 = 0.398, A_switch at t=1 becomes -0.2*(0.6 - 0.7) = +0.02), (e) V_high regressed onto the
+    low-level target (slot 0 of row 0 would be 0.693, not 0.69102) and (g) beta from the sampled span on a KEEP
+    turn (beta_1 = 0.8 would give A_switch = -0.8*0.3 = -0.24, not -0.06)."""
+    _batch, tg = _hiper_targets(normalize_advantages=False)
+    adv, mask = _hiper_expected(A_SWITCH, A_HIGH, A_LOW, [True, False, True])
+    np.testing.assert_array_equal(tg.loss_mask, mask)
+    np.testing.assert_allclose(tg.token_adv, adv, atol=1e-6)
+    # critic: slot 0 = V_high target at boundaries only, slot 1 (V_low(s, o_{t-1})) is never regressed, slot 2 = y_low
+    np.testing.assert_allclose(tg.value_target[:, 0], Y_HIGH, atol=1e-6)
+    np.testing.assert_allclose(tg.value_target[:, 2], Y_LOW, atol=1e-6)
+    assert tg.value_valid.tolist() == [[True, False, True], [False, False, True], [True, False, True]]
+
+
+def test_hiper_value_slots_read_the_right_positions():
+    """Catches (d) in VALUE_SLOTS: V_low(s, o_{t-1}) is read where the prompt ends (the prompt states o_{t-1}),
+    V_low(s, o_t) at the last token of the new subgoal; V_high also at the prompt end."""
+    batch = _batch([_traj("a", HIPER_REWARDS, HIPER_SWITCHES)])
+    assert [s.name for s in hiper.VALUE_SLOTS] == ["v_high", "v_low_prev", "v_low"]
+    pos, head = value_positions(batch, hiper.VALUE_SLOTS)
+    assert head.tolist() == [0, 1, 1]
+    # last prompt token = 2; last subgoal token = 3 + 3 = 6
+    assert pos.tolist() == [[2, 2, 6]] * 3
+
+
+def test_switch_probability_of_keep_is_one_minus_span():
+    """Catches (g): beta_t = pi(SWITCH | s_t, o_{t-1}); a sampled KEEP span of probability 0.8 means beta = 0.2."""
+    lp = np.array([math.log(0.8) / 2] * 2 + [-3.0], np.float32)
+    m = np.array([True, True, False])
+    assert hiper.switch_probability(lp, m, switched=True) == pytest.approx(0.8, abs=1e-6)
+    assert hiper.switch_probability(lp, m, switched=False) == pytest.approx(0.2, abs=1e-6)
+    assert hiper.switch_probability(lp, np.zeros(3, bool), switched=False) == 0.5  # no span parsed
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# (a) the KL term of the shared clipped policy loss
+# ---------------------------------------------------------------------------------------------------------------
+
+# new logprob -1 on both trained tokens; reference -1.5 (token 1: log r = +0.5) and -0.5 (token 2: log r = -0.5)
+# low_var_kl = exp(-log r) + log r - 1, d/dlp = 1 - exp(-log r):
+#   token 1: e^-0.5 - 0.5 = 0.6065307 - 0.5 = 0.1065307, grad 1 - 0.6065307 = +0.3934693
+#   token 2: e^0.5 - 1.5 = 1.6487213 - 1.5 = 0.1487213, grad 1 - 1.6487213 = -0.6487213
+# k1 = log r: 0.5 / -0.5, grad 1 / 1;   k2 = 0.5 (log r)^2: 0.125 / 0.125, grad log r = 0.5 / -0.5
+KL_CASES = {
+    "low_var_kl": ([0.1065307, 0.1487213], [0.3934693, -0.6487213]),
+    "k1": ([0.5, -0.5], [1.0, 1.0]),
+    "k2": ([0.125, 0.125], [0.5, -0.5]),
+}
+
+
+@pytest.mark.parametrize("algo", [ppo, grpo, rloo, gigpo, hiper], ids=lambda m: m.__name__.split(".")[-1])
+@pytest.mark.parametrize("kind", sorted(KL_CASES))
+def test_kl_term_pulls_towards_the_reference(algo, kind):
+    """Catches (a): the KL term's sign flipped. With A = 0 the surrogate adds nothing, so the per-token loss is
+    kl_coef * KL (coef 0.5) and gradient descent moves each logprob towards the reference's: the token above its
+    reference (log r > 0) gets a positive gradient under low_var_kl / k2, the one below a negative one."""
+    expected_kl, expected_grad = KL_CASES[kind]
+    lp = torch.full((1, 4), -1.0, requires_grad=True)
+    micro = {
+        "old_logprobs": torch.full((1, 4), -1.0),
+        "ref_logprobs": torch.tensor([[-7.0, -1.5, -0.5, -7.0]]),
+        "token_adv": torch.zeros((1, 4)),
+        "loss_mask": torch.tensor([[False, True, True, False]]),
+    }
+    loss, metrics = algo.policy_loss(lp, micro, algo.Config(kl_coef=0.5, kl_kind=kind))
+    np.testing.assert_allclose(
+        loss.detach()[0].numpy(), [0.0, *(0.5 * k for k in expected_kl), 0.0], atol=1e-6
+    )
+    assert metrics["kl"] == pytest.approx(sum(expected_kl) / 2, abs=1e-6)
+    loss.sum().backward()
+    np.testing.assert_allclose(lp.grad[0].numpy(), [0.0, *(0.5 * g for g in expected_grad), 0.0], atol=1e-6)
+
+
+def test_kl_term_adds_to_the_surrogate():
+    """KL and surrogate add: A = +1 at ratio 1 gives surrogate -1 (grad -1), plus 0.5 * 0.1065307 (grad +0.19673)."""
+    lp = torch.full((1, 1), -1.0, requires_grad=True)
+    micro = {
+        "old_logprobs": torch.full((1, 1), -1.0),
+        "ref_logprobs": torch.full((1, 1), -1.5),
+        "token_adv": torch.ones((1, 1)),
+        "loss_mask": torch.ones((1, 1), dtype=torch.bool),
+    }
+    cfg = ppo.Config(kl_coef=0.5)
+    loss, _ = clipped_policy_loss(lp, micro, cfg)
+    assert float(loss.detach()) == pytest.approx(-1.0 + 0.5 * 0.1065307, abs=1e-6)
+    loss.sum().backward()
+    assert float(lp.grad) == pytest.approx(-1.0 + 0.5 * 0.3934693, abs=1e-6)
+
+
+def test_kl_term_gradient_is_finite_under_far_off_padding():
+    """Bug fixed: the KL estimator ran on padding positions before they were masked; a padding logprob 200 nats
+    below the reference made exp(-log r) = inf there, and torch.where's zero gradient times inf is NaN."""
+    lp = torch.tensor([[-1.0, -200.0]], requires_grad=True)
+    micro = {
+        "old_logprobs": torch.tensor([[-1.0, 0.0]]),
+        "ref_logprobs": torch.tensor([[-1.5, 0.0]]),
+        "token_adv": torch.zeros((1, 2)),
+        "loss_mask": torch.tensor([[True, False]]),
+    }
+    loss, _ = clipped_policy_loss(lp, micro, ppo.Config(kl_coef=0.5))
+    loss.sum().backward()
+    assert torch.isfinite(lp.grad).all()
+    assert lp.grad.tolist()[0] == pytest.approx([0.5 * 0.3934693, 0.0], abs=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# (b) whitening
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_whiten_subtracts_the_mean():
+    """Catches (b): [1, 2, 3] on the mask: mean 2, population std sqrt(2/3) = 0.8164966 -> [-1.2247449, 0, 1.2247449];
+    without the mean it would be [1.22, 2.45, 3.67]. Masked-out entries (100) stay 0 and do not enter the stats."""
+    adv = np.array([[1.0, 2.0, 100.0], [3.0, 100.0, 100.0]], np.float32)
+    mask = np.array([[True, True, False], [True, False, False]])
+    out = whiten(adv, mask)
+    np.testing.assert_allclose(out, [[-1.2247449, 0.0, 0.0], [1.2247449, 0.0, 0.0]], atol=1e-6)
+
+
+def test_whiten_groups_uses_each_groups_own_statistics():
+    # group a: [1, 3] -> mean 2, std 1 -> [-1, 1]; group b: [10, 20] -> mean 15, std 5 -> [-1, 1]; the rest stays 0
+    adv = np.array([[1.0, 3.0, 10.0, 20.0, 7.0]], np.float32)
+    a = np.array([[True, True, False, False, False]])
+    b = np.array([[False, False, True, True, False]])
+    np.testing.assert_allclose(whiten_groups(adv, [a, b]), [[-1.0, 1.0, -1.0, 1.0, 0.0]], atol=1e-6)
+    with pytest.raises(ValueError, match="overlap"):
+        whiten_groups(adv, [a, a])
+
+
+def test_ppo_whitened_advantages_golden():
+    """Catches (b) through PPO: rewards [0, 1], V = 0, terminated: A_1 = 1, A_0 = 0.99*0.95*1 = 0.9405.
+    Both rows have 7 response tokens: mean 0.97025, std |1 - 0.9405| / 2 = 0.02975 -> [-1, +1].
+    Without the mean: 0.9405 / 0.02975 = 31.6 and 1 / 0.02975 = 33.6."""
+    traj = _traj("a", [0.0, 1.0])
+    batch = _batch([traj])
+    tg = ppo.compute_targets([traj], batch, np.zeros((2, 1), np.float32), ppo.Config())
+    np.testing.assert_allclose(tg.token_adv, _rows([-1.0, 1.0]), atol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# (c) terminated episodes do not bootstrap, truncated ones do
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_bootstrap_value_terminated_vs_truncated():
+    """Catches (c) in ``bootstrap_value``: V(s_T) = 0 after termination, the stand-in value after truncation."""
+    assert bootstrap_value(_traj("a", [0.0]), 5.0) == 0.0
+    assert bootstrap_value(_traj("a", [0.0], truncated=True), 5.0) == 5.0
+
+
+@pytest.mark.parametrize("truncated", [False, True])
+def test_ppo_bootstrap(truncated):
+    """One turn, r = 0, V(s_0) = 2. Terminated: A = 0 + 0 - 2 = -2, return 0.
+    Truncated (V(s_1) ~ V(s_0) = 2): A = 0.99*2 - 2 = -0.02, return 1.98."""
+    traj = _traj("a", [0.0], truncated=truncated)
+    batch = _batch([traj])
+    tg = ppo.compute_targets(
+        [traj], batch, np.array([[2.0]], np.float32), ppo.Config(normalize_advantages=False)
+    )
+    adv, ret = (-0.02, 1.98) if truncated else (-2.0, 0.0)
+    np.testing.assert_allclose(tg.token_adv, _rows([adv]), atol=1e-6)
+    assert tg.value_target[0, 0] == pytest.approx(ret, abs=1e-6)
+
+
+@pytest.mark.parametrize("truncated", [False, True])
+def test_hiper_bootstrap(truncated):
+    """One turn, r = 0, V_high(s_0) = 2, V_low(s_0, o_0) = 1. Terminated: y_high = y_low = 0, A_high = -2,
+    A_low = -1. Truncated (V_high(s_1) ~ V_high(s_0) = 2): y_high = y_low = 0.99*2 = 1.98, A_high = -0.02,
+    A_low = 0.98."""
+    traj = _traj("a", [0.0], truncated=truncated)
+    batch = _batch([traj])
+    values = np.array([[2.0, 0.0, 1.0]], np.float32)
+    tg = hiper.compute_targets([traj], batch, values, hiper.Config(normalize_advantages=False))
+    y, a_high, a_low = (1.98, -0.02, 0.98) if truncated else (0.0, -2.0, -1.0)
+    np.testing.assert_allclose(tg.value_target[0], [y, 0.0, y], atol=1e-6)
+    assert tg.token_adv[0, SG].tolist() == pytest.approx([a_high] * 2, abs=1e-6)
+    assert tg.token_adv[0, P + 4 : P + 7].tolist() == pytest.approx([a_low] * 3, abs=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# (f) GiGPO's step-level term
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("step_weight", [1.0, 0.5])
+def test_gigpo_step_term(step_weight):
+    """Catches (f): both episodes return 1 (episode advantage 0, so GRPO would give 0 everywhere), but from the
+    shared anchor s0 one step return is 0.95 (r = [0, 1], gamma 0.95) and the other 1 (r = [1, 0]): mean 0.975,
+    deviations -/+0.025, unbiased std 0.025*sqrt(2) -> A_step = -/+0.025 / (0.0353553 + 1e-6) = -/+0.7070868.
+    s1 and s2 are singleton anchor groups: 0. The step term is scaled by step_weight (0.5 -> -/+0.3535434)."""
+    a = _traj("a", [0.0, 1.0], anchors=["s0", "s1"])
+    b = _traj("b", [1.0, 0.0], anchors=["s0", "s2"])
+    batch = _batch([a, b])
+    tg = gigpo.compute_targets([a, b], batch, None, gigpo.Config(step_weight=step_weight))
+    s = step_weight * 0.025 / (0.025 * math.sqrt(2) + 1e-6)
+    np.testing.assert_allclose(tg.token_adv, _rows([-s, 0.0, s, 0.0]), atol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Every advantage type: the right tokens get it, and it flips with the sign of rewards and values
+# ---------------------------------------------------------------------------------------------------------------
+
+# GRPO: returns 1 and 0: mean 0.5, unbiased std sqrt(0.5) -> +/-0.5 / (0.7071068 + 1e-6)
+E_GRPO = 0.5 / (math.sqrt(0.5) + 1e-6)
+# GiGPO (gamma 0.95): episode term as GRPO (eps 1e-6); anchor s0 step returns 0.95 (winner) and 0 (loser):
+# mean 0.475, unbiased std 0.475*sqrt(2) -> +/-0.475 / (0.6717514 + 1e-6); s1 and s2 are singletons
+S_GIGPO = 0.475 / (0.475 * math.sqrt(2) + 1e-6)
+FLAT_CASES = {
+    # per-turn advantage of [win turn 0, win turn 1, lose turn 0, lose turn 1]
+    "grpo": (grpo, [E_GRPO, E_GRPO, -E_GRPO, -E_GRPO]),
+    "rloo": (rloo, [1.0, 1.0, -1.0, -1.0]),  # R_i - mean of the other: 1 - 0 and 0 - 1
+    "gigpo": (gigpo, [E_GRPO + S_GIGPO, E_GRPO, -E_GRPO - S_GIGPO, -E_GRPO]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FLAT_CASES))
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_group_advantages_route_and_flip(name, sign):
+    """Winner r = [0, 1] (anchors s0, s1), loser r = [0, 0] (anchors s0, s2); negating the rewards negates every
+    advantage. Every response token of a turn carries its turn's advantage, the prompt nothing."""
+    algo, per_turn = FLAT_CASES[name]
+    win = _traj("w", [0.0, sign * 1.0], anchors=["s0", "s1"])
+    lose = _traj("l", [0.0, 0.0], anchors=["s0", "s2"])
+    batch = _batch([win, lose])
+    tg = algo.compute_targets([win, lose], batch, None, algo.Config())
+    np.testing.assert_allclose(tg.token_adv, sign * _rows(per_turn), atol=1e-5)
+    np.testing.assert_array_equal(tg.loss_mask, batch.response_mask.numpy())
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_ppo_turn_gae_routes_and_flips(sign):
+    """r = [0, 1], V = [0.5, 0.2], terminated: delta_1 = 1 - 0.2 = 0.8, A_1 = 0.8;
+    delta_0 = 0 + 0.99*0.2 - 0.5 = -0.302, A_0 = -0.302 + 0.99*0.95*0.8 = 0.4504. Negating r and V negates both."""
+    traj = _traj("a", [0.0, sign * 1.0])
+    batch = _batch([traj])
+    values = sign * np.array([[0.5], [0.2]], np.float32)
+    tg = ppo.compute_targets([traj], batch, values, ppo.Config(normalize_advantages=False))
+    np.testing.assert_allclose(tg.token_adv, sign * _rows([0.4504, 0.8]), atol=1e-6)
+    np.testing.assert_allclose(tg.value_target[:, 0], sign * np.array([0.9504, 1.0]), atol=1e-6)
+    # whitening is odd too: whiten(-A) = -whiten(A)
+    pos = ppo.compute_targets([traj], batch, values, ppo.Config())
+    neg = ppo.compute_targets([_traj("a", [0.0, -sign])], batch, -values, ppo.Config())
+    np.testing.assert_allclose(neg.token_adv, -pos.token_adv, atol=1e-6)
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+@pytest.mark.parametrize("norm", [False, True])
+def test_hiper_advantages_route_and_flip(sign, norm):
+    """Negating rewards and values negates A_low, A_high (linear in r and V) and A_switch
+    ((q - beta)(V_high - V_low), beta unchanged); each lands on its own tokens (the reference case above)."""
+    _batch, tg = _hiper_targets(sign, normalize_advantages=norm)
+    _batch, ref = _hiper_targets(1.0, normalize_advantages=norm)
+    adv, mask = _hiper_expected(A_SWITCH, A_HIGH, A_LOW, [True, False, True])
+    np.testing.assert_array_equal(tg.loss_mask, mask)
+    if not norm:
+        np.testing.assert_allclose(tg.token_adv, sign * adv, atol=1e-6)
+    np.testing.assert_allclose(tg.token_adv, sign * ref.token_adv, atol=1e-6)
+    # switch tokens of turns 1 and 2 keep the signs of A_switch = [-0.06, 0.03] (times sign), whatever the norm
+    assert (np.sign(tg.token_adv[1:, SW]) == sign * np.array([[-1.0, -1.0], [1.0, 1.0]])).all()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Item 6: HiPER normalises switch / subgoal / action advantages separately
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_hiper_per_type_normalisation_is_the_default_and_golden():
+    """Per type, over each type's own tokens (reference case):
+    switch (turns 1-2 only; turn 0 has no switch decision and stays 0): [-0.06, 0.03] x2 tokens, mean -0.015,
+        std 0.045 -> [-1, +1];
+    subgoal (boundary turns 0, 2): [0.935896, 0.8] x2, mean 0.867948, std 0.067948 -> [+1, -1];
+    action + EOS: [0.291119, -0.002, 0.9] x3, mean 0.396373, deviations [-0.105254, -0.398373, 0.503627],
+        std sqrt((0.0110784 + 0.1587010 + 0.2536402)/3) = 0.3756859 -> [-0.2801649, -1.0603886, 1.3405535]."""
+    assert hiper.Config().adv_norm == "per_type" and hiper.Config().normalize_advantages
+    _batch, tg = _hiper_targets()
+    adv, mask = _hiper_expected(
+        [0.0, -1.0, 1.0], [1.0, 0.0, -1.0], [-0.2801649, -1.0603886, 1.3405535], [1, 0, 1]
+    )
+    np.testing.assert_array_equal(tg.loss_mask, mask)
+    np.testing.assert_allclose(tg.token_adv, adv, atol=1e-5)
+
+
+def test_hiper_joint_whitening_flips_switch_signs_per_type_does_not():
+    """Joint whitening over all 19 loss tokens: sum = switch 2*(0 - 0.06 + 0.03) = -0.06, subgoal
+    2*(0.935896 + 0.8) = 3.471792, action 3*(0.291119 - 0.002 + 0.9) = 3.567357 -> mean 6.979149 / 19 = 0.367324.
+    The good SWITCH at turn 2 (A_switch = +0.03) becomes (0.03 - 0.367) / std < 0: trained down. Per type it
+    stays positive, and the bad KEEP at turn 1 (A_switch = -0.06) stays negative."""
+    _batch, joint = _hiper_targets(adv_norm="joint")
+    _batch, per_type = _hiper_targets(adv_norm="per_type")
+    assert (joint.token_adv[2, SW] < 0).all() and (joint.token_adv[1, SW] < 0).all()  # the flip
+    assert (per_type.token_adv[2, SW] > 0).all() and (per_type.token_adv[1, SW] < 0).all()
+    np.testing.assert_array_equal(joint.loss_mask, per_type.loss_mask)
+
+
+def test_hiper_rejects_unknown_adv_norm():
+    with pytest.raises(ValueError, match="adv_norm"):
+        hiper.Config(adv_norm="pooled")
