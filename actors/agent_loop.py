@@ -44,6 +44,15 @@ ROLES: dict[str, tuple[str, ...]] = {
 }
 """The ``Turn.role`` values each protocol emits."""
 
+OPTIONS: dict[str, tuple[str, ...]] = {
+    "react": ("compact",),
+    "plan_execute": ("compact",),
+    "hipif": ("compact", "current_window"),
+    "step_hrl": ("compact", "show_admissible"),
+    "multi2": ("compact", "show_admissible", "max_actions"),
+}
+"""The protocol options each agent accepts (``rollout.agent_options``, the ``**options`` of ``make_agent``)."""
+
 DEFAULT_ADAPTERS: dict[str, str | None] = {"policy": "policy"}
 """Role → LoRA adapter name; ``"policy"`` is the fallback for every role not named (None = the base model)."""
 

@@ -343,41 +343,39 @@ def unpack_group(packed: Mapping[str, Any]) -> TrajectoryGroup:
 
 @dataclass(frozen=True)
 class WorkerConfig:
-    """Everything one rollout worker needs (built from ``launch.config`` by the cluster code)."""
+    """Everything one rollout worker needs. Built from a run config (``launch.config.TrainConfig``) by
+    ``launch.train.rollout_worker_config``: the fields the run config holds have no default here (the run config's
+    dataclasses hold the one set of defaults); only the worker-specific ones do."""
 
-    model_path: str = "smollm2"
-    """HF folder, or "smollm2" for the packaged SmolLM2-135M-Instruct."""
-    engine: str = "auto"
-    """"vllm", "hf" or "auto"."""
-    dtype: str = "auto"
+    model_path: str
+    """HF folder, or "smollm2" for the packaged SmolLM2-135M-Instruct (``model.path``)."""
+    engine: str
+    """"vllm", "hf" or "auto" (``rollout.engine``)."""
+    dtype: str
+    lora: LoraSpec
+    protocol: str
+    env_name: str
+    env_options: Mapping[str, Any]
+    num_envs: int
+    """Concurrent episodes (env slots; ``env.workers_per_rollout``)."""
+    use_env_pool: bool
+    """Subprocess EnvPool (crash isolation) or in-process envs (cheap envs, tests)."""
+    step_timeout_s: float
+    max_steps: int
+    temperature: float
+    top_p: float
+    max_new_tokens: int
+    max_model_len: int
+    history_length: int
+    max_group_retries: int
+    seed: int
+    agent_options: Mapping[str, Any]
     device: str = "cpu"
-    lora: LoraSpec = field(
-        default_factory=lambda: LoraSpec(
-            16, 32, ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-        )
-    )
     adapter_path: str | None = None
     """PEFT folder whose weights every adapter starts from (its adapter_config.json overrides ``lora``); None:
     zero LoRA B (the base model's outputs) until the learner's first ``set_weights``."""
     adapters: Mapping[str, str | None] = field(default_factory=lambda: {"policy": "policy"})
     """Role → adapter name (``actors.agent_loop.make_agent``)."""
-    protocol: str = "plan_execute"
-    env_name: str = "synthetic"
-    env_options: Mapping[str, Any] = field(default_factory=dict)
-    num_envs: int = 4
-    """Concurrent episodes (env slots)."""
-    use_env_pool: bool = True
-    """Subprocess EnvPool (crash isolation) or in-process envs (cheap envs, tests)."""
-    step_timeout_s: float = 60.0
-    max_steps: int = 15
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_new_tokens: int = 64
-    max_model_len: int = 2048
-    history_length: int = 2
-    max_group_retries: int = 2
-    seed: int = 0
-    agent_options: Mapping[str, Any] = field(default_factory=dict)
 
 
 def read_peft_adapter(path: str | Path) -> tuple[dict[str, np.ndarray], LoraSpec]:
@@ -629,31 +627,98 @@ def summarize(trajectories: Sequence[Trajectory], wall_s: float) -> dict[str, An
     }
 
 
+def rollout_parser() -> argparse.ArgumentParser:
+    """``hierarl rollout``'s options; every default is the run config's (``launch.config``), not restated."""
+    from actors.agent_loop import PROTOCOLS
+    from launch.config import DTYPES, ENGINES, EnvConfig, ModelConfig, RolloutConfig, TrainConfig
+
+    m, e, r, t = ModelConfig(), EnvConfig(), RolloutConfig(), TrainConfig()
+    p = argparse.ArgumentParser(
+        prog="hierarl rollout",
+        description="Play N episodes with a model (+ optional PEFT adapter), write JSONL + summary JSON. "
+        "Defaults are the run config's (launch/config.py: the main job's model, env, agent and eval settings).",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("--model", default=m.path, help="HF folder or 'smollm2' (model.path)")
+    p.add_argument("--adapter", default=None, help="PEFT adapter folder (optional)")
+    p.add_argument("--protocol", default=r.agent, choices=PROTOCOLS, help="rollout.agent")
+    p.add_argument("--env", default=e.name, help="env.name")
+    p.add_argument(
+        "--env-options",
+        default=None,
+        type=json.loads,
+        help=f"JSON for envs.make (env.options); default: {json.dumps(e.options)} for {e.name}, else {{}}",
+    )
+    p.add_argument(
+        "--agent-options",
+        default=r.agent_options,
+        type=json.loads,
+        help="JSON protocol options (rollout.agent_options; {} = the papers' prompts)",
+    )
+    p.add_argument("--split", default=e.eval_split, help="env.eval_split")
+    p.add_argument("--episodes", type=int, default=t.eval_episodes, help="eval_episodes")
+    p.add_argument("--engine", default=r.engine, choices=ENGINES, help="rollout.engine")
+    p.add_argument("--dtype", default=m.dtype, choices=DTYPES, help="model.dtype")
+    p.add_argument("--temperature", type=float, default=r.eval_temperature, help="rollout.eval_temperature")
+    p.add_argument("--max-steps", type=int, default=e.max_steps, help="env.max_steps")
+    p.add_argument("--max-new-tokens", type=int, default=r.max_new_tokens, help="rollout.max_new_tokens")
+    p.add_argument("--num-envs", type=int, default=e.workers_per_rollout, help="env.workers_per_rollout")
+    p.add_argument(
+        "--env-workers", action="store_true", default=e.use_pool, help="run envs in a subprocess EnvPool"
+    )
+    p.add_argument("--seed", type=int, default=t.seed, help="seed")
+    p.add_argument("--out", default="rollouts.jsonl")
+    return p
+
+
+def rollout_run_config(args: argparse.Namespace) -> Any:
+    """The run config (``TrainConfig``) that ``hierarl rollout``'s options describe, checked by
+    ``launch.config.validate`` (without BC: nothing is cloned here)."""
+    from launch.config import EnvConfig, TrainConfig, apply_overrides, validate
+
+    overrides: dict[str, Any] = {
+        "model.path": args.model,
+        "model.dtype": args.dtype,
+        "rollout.agent": args.protocol,
+        "rollout.agent_options": args.agent_options,
+        "rollout.engine": args.engine,
+        "rollout.eval_temperature": args.temperature,
+        "rollout.max_new_tokens": args.max_new_tokens,
+        "env.name": args.env,
+        "env.eval_split": args.split,
+        "env.max_steps": args.max_steps,
+        "env.workers_per_rollout": args.num_envs,
+        "env.use_pool": args.env_workers,
+        "eval_episodes": args.episodes,
+        "seed": args.seed,
+        "bc.enabled": False,
+    }
+    if args.env_options is not None:
+        overrides["env.options"] = args.env_options
+    elif args.env != EnvConfig().name:
+        overrides["env.options"] = {}  # env.options' default belongs to the default env
+    cfg = apply_overrides(TrainConfig(), overrides)
+    validate(cfg)
+    return cfg
+
+
 def rollout_main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """``hierarl rollout``: play N episodes with a model (+ optional PEFT adapter), write JSONL + summary JSON."""
-    p = argparse.ArgumentParser(prog="hierarl rollout", description=rollout_main.__doc__)
-    p.add_argument("--model", default="smollm2", help="HF folder or 'smollm2'")
-    p.add_argument("--adapter", default=None, help="PEFT adapter folder (optional)")
-    p.add_argument(
-        "--protocol", default="plan_execute", choices=["react", "plan_execute", "hipif", "step_hrl", "multi2"]
-    )
-    p.add_argument("--env", default="synthetic")
-    p.add_argument("--split", default="test")
-    p.add_argument("--episodes", type=int, default=8)
-    p.add_argument("--engine", default="auto", choices=["auto", "vllm", "hf"])
-    p.add_argument("--dtype", default="auto")
-    p.add_argument("--temperature", type=float, default=0.4)
-    p.add_argument("--max-steps", type=int, default=15)
-    p.add_argument("--max-new-tokens", type=int, default=64)
-    p.add_argument("--num-envs", type=int, default=4)
-    p.add_argument("--env-workers", action="store_true", help="run envs in a subprocess EnvPool")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default="rollouts.jsonl")
+    from launch.config import ConfigError
+
+    p = rollout_parser()
     a = p.parse_args(argv)
+    try:
+        run_cfg = rollout_run_config(a)
+    except ConfigError as e:
+        p.error(str(e))
+
+    import torch
 
     from envs import make
+    from launch.train import rollout_worker_config
 
-    probe = make(a.env)
+    probe = make(a.env, **dict(run_cfg.env.options))
     tasks = probe.task_ids(a.split)
     probe.close()
     if not tasks:
@@ -661,20 +726,13 @@ def rollout_main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     adapters: dict[str, str | None] = {"policy": "policy"}
     if a.protocol == "multi2":
         adapters = {"planner": "policy", "executor": "policy"}
-    cfg = WorkerConfig(
-        model_path=a.model,
-        engine=a.engine,
-        dtype=a.dtype,
+    cfg = rollout_worker_config(
+        run_cfg,
+        a.model,
+        "cuda" if torch.cuda.is_available() else "cpu",
         adapter_path=a.adapter,
         adapters=adapters,
-        protocol=a.protocol,
-        env_name=a.env,
-        num_envs=a.num_envs,
-        use_env_pool=a.env_workers,
-        max_steps=a.max_steps,
         temperature=a.temperature,
-        max_new_tokens=a.max_new_tokens,
-        seed=a.seed,
     )
     worker = RolloutWorker(cfg)
     t0 = time.perf_counter()

@@ -103,6 +103,31 @@ class TimedEngine:
         self.engine.close()
 
 
+def bench_worker_config(engine_kind: str, args: argparse.Namespace) -> Any:
+    """The rollout workers' config: the run config's defaults (launch/config.py) with this benchmark's settings
+    (synthetic env, in-process envs, sampling at temperature 1, the papers' prompts)."""
+    from launch.config import TrainConfig, apply_overrides
+    from launch.train import rollout_worker_config
+
+    cfg = apply_overrides(
+        TrainConfig(),
+        {
+            "rollout.engine": engine_kind,
+            "rollout.agent": args.protocol,
+            "rollout.agent_options": {},
+            "rollout.temperature": 1.0,
+            "rollout.max_new_tokens": args.max_new_tokens,
+            "model.max_model_len": args.max_model_len,
+            "env.name": "synthetic",
+            "env.options": {},
+            "env.workers_per_rollout": args.num_envs,
+            "env.use_pool": False,
+            "env.max_steps": args.max_steps,
+        },
+    )
+    return rollout_worker_config(cfg, args.model, "cpu")
+
+
 def make_bench_worker_class() -> type:
     """``RolloutWorker`` plus a timed ``collect``; built lazily so that part (b) never imports the worker's deps."""
     from actors.rollout import RolloutWorker, unpack_group
@@ -137,20 +162,7 @@ def bench_rollout_workers(
     """Warm-up + ``repeats`` collections on ``workers`` actors, each with the same load (weak scaling)."""
     import ray
 
-    from actors.rollout import WorkerConfig
-
-    config = WorkerConfig(
-        model_path=args.model,
-        engine=engine_kind,
-        protocol=args.protocol,
-        env_name="synthetic",
-        num_envs=args.num_envs,
-        use_env_pool=False,
-        max_steps=args.max_steps,
-        temperature=1.0,
-        max_new_tokens=args.max_new_tokens,
-        max_model_len=args.max_model_len,
-    )
+    config = bench_worker_config(engine_kind, args)
     actor_cls = ray.remote(num_cpus=1)(make_bench_worker_class())
     t = time.perf_counter()
     actors = [actor_cls.remote(config) for _ in range(workers)]
@@ -202,10 +214,10 @@ def bench_raw(engine_kind: str, batches: list[dict[str, Any]], args: argparse.Na
     """The same batches through a bare engine in this process (LoRA adapter loaded, as in the workers)."""
     from actors.inference import GenerationRequest, SamplingParams, make_engine
     from actors.models import resolve_model_path
-    from actors.rollout import WorkerConfig, zero_lora_weights
+    from actors.rollout import zero_lora_weights
 
     path = resolve_model_path(args.model)
-    spec = WorkerConfig().lora
+    spec = bench_worker_config(engine_kind, args).lora
     engine = make_engine(engine_kind, path, spec, max_model_len=args.max_model_len)
     try:
         engine.load_adapter("policy", zero_lora_weights(path, spec), 0)

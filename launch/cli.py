@@ -1,6 +1,7 @@
 """The ``hierarl`` command.
 
-hierarl train [PRESET] [key=value ...]   the main job (no arguments: the embedded default, see README)
+hierarl train [PRESET] [key=value ...]   the main job (no preset: hiper_textcraft_cpu, see README);
+                                         --dry-run: print the resolved config and exit; --help: every key
 hierarl eval RUN_DIR [--episodes N]      success per task type of a run's latest checkpoint
 hierarl rollout [options]                play episodes, write trajectories as JSONL (+ summary)
 hierarl download-alfworld [DEST]         the official ALFWorld data download (needs the internet)
@@ -16,7 +17,18 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from launch.config import PRESET_DIR, ConfigError, TrainConfig, apply_overrides, flatten, resolve_config
+from launch.config import (
+    DEFAULT_PRESET,
+    PRESET_DIR,
+    ConfigError,
+    TrainConfig,
+    apply_overrides,
+    flatten,
+    preset_chain,
+    resolve_config,
+)
+
+TRAIN_FLAGS = ("--dry-run", "--help", "-h")
 
 
 def _split_preset(args: Sequence[str]) -> tuple[str | None, list[str]]:
@@ -25,17 +37,61 @@ def _split_preset(args: Sequence[str]) -> tuple[str | None, list[str]]:
     return None, list(args)
 
 
-def cmd_train(args: Sequence[str]) -> int:
-    preset, overrides = _split_preset(args)
-    try:
-        cfg = resolve_config(preset, overrides)
-        from launch.algos import get_algo
-        from launch.config import resolve_algo_config
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split())
 
-        resolve_algo_config(get_algo(cfg.algo).Config, cfg.algo_overrides)
-    except (ConfigError, ValueError) as e:
-        print(f"hierarl train: {e}", file=sys.stderr)
+
+def _describe_preset(preset: str, named: bool) -> str:
+    chain = preset_chain(preset)
+    path = chain[-1][0]
+    try:
+        shown = path.resolve().relative_to(Path.cwd().resolve())
+    except ValueError:
+        shown = path
+    text = f"preset {path.stem} ({shown}"
+    if len(chain) > 1:
+        text += f"; base {chain[0][0].stem}"
+    return text + ")" + ("" if named else ": the default, no preset named")
+
+
+def cmd_train(args: Sequence[str]) -> int:
+    """``hierarl train [--dry-run] [PRESET] [key=value ...]`` (``--help``: usage and every config key).
+    Everything is resolved and validated before anything heavy starts; a bad input exits 2 with one line."""
+    args = list(args)
+    if "-h" in args or "--help" in args:
+        from launch.config import config_help
+
+        print(config_help())
+        return 0
+    dry_run = "--dry-run" in args
+    args = [a for a in args if a != "--dry-run"]
+    unknown = [a for a in args if a.startswith("-")]
+    if unknown:
+        print(
+            f"hierarl train: unknown option {unknown[0]!r}; allowed: {', '.join(TRAIN_FLAGS)}",
+            file=sys.stderr,
+        )
         return 2
+    preset, overrides = _split_preset(args)
+    named = preset is not None
+    preset = preset or DEFAULT_PRESET
+    try:
+        from launch.config import validate
+
+        cfg = resolve_config(preset, overrides)
+        algo_cfg = validate(cfg)
+        described = _describe_preset(preset, named)
+    except (ConfigError, ValueError) as e:
+        print(f"hierarl train: {_one_line(e)}", file=sys.stderr)
+        return 2
+    print(f"[hierarl] {described}", flush=True)
+    if dry_run:
+        from launch.config import resolved_text
+
+        print(
+            "[hierarl] resolved config (--dry-run: nothing started):\n" + resolved_text(cfg, algo_cfg), end=""
+        )
+        return 0
     from launch.train import train
 
     train(cfg)
@@ -116,7 +172,8 @@ def cmd_download_alfworld(args: Sequence[str]) -> int:
 def cmd_presets(args: Sequence[str]) -> int:
     for p in sorted(PRESET_DIR.glob("*.yaml")):
         first = p.read_text().splitlines()[0].lstrip("# ") if p.read_text() else ""
-        print(f"{p.stem:<28} {first}")
+        mark = " (default)" if p.stem == DEFAULT_PRESET else ""
+        print(f"{p.stem + mark:<32} {first}")
     return 0
 
 

@@ -1,20 +1,27 @@
 """Run configuration: frozen dataclasses hold the one set of defaults; YAML presets and ``key=value`` overrides
 only override them.
 
-Resolution order: dataclass defaults → preset YAML (``launch/configs/<name>.yaml`` or a path) → CLI ``key=value``.
-Every key is checked against the dataclass tree: an unknown key or a value of the wrong type fails at start with a
-one-line ``ConfigError`` that names the key (and the closest valid key).
+Resolution order: dataclass defaults → preset YAML (``launch/configs/<name>.yaml`` or a path; a top-level
+``base: <preset>`` loads that preset first, one level) → CLI ``key=value``. ``hierarl train`` without a preset loads
+``DEFAULT_PRESET``. Every key is checked against the dataclass tree: an unknown key or a value of the wrong type
+fails at start with a one-line ``ConfigError`` that names the key (and the closest valid key); ``validate`` then
+checks names, ranges, the ``algo.*`` keys and BC feasibility, still before anything heavy starts.
 
-The algorithm's own hyperparameters live in its file (``learners/algos/<name>.py``, a frozen dataclass ``Config``);
-here ``algo`` names it and ``algo_overrides`` holds the ``algo.*`` keys, validated against that dataclass by
-``resolve_algo_config``.
+The algorithm's own hyperparameters live in its file (``learners/algos/<name>.py``, a frozen dataclass ``Config``
+that inherits every reward-shaping constant of ``reward.shaping.ShapingConstants``); here ``algo`` names it and
+``algo_overrides`` holds the ``algo.*`` keys, validated against that dataclass by ``resolve_algo_config``.
 """
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import difflib
+import inspect
+import itertools
 import json
+import math
+import textwrap
 import types
 import typing
 from dataclasses import dataclass, field
@@ -24,6 +31,8 @@ from typing import Any
 import yaml
 
 PRESET_DIR = Path(__file__).parent / "configs"
+DEFAULT_PRESET = "hiper_textcraft_cpu"
+"""The preset ``hierarl train`` loads when none is named: the CPU main job of the README."""
 
 
 class ConfigError(ValueError):
@@ -39,6 +48,7 @@ class ModelConfig:
     dtype: str = "auto"
     """"auto" = bfloat16 where the hardware has it (CUDA, or CPU with AMX), else float32; or "float32"/"bfloat16"."""
     lora_rank: int = 16
+    """LoRA rank of the policy (and critic) adapter."""
     lora_alpha: int = 32
     lora_dropout: float = 0.0
     lora_targets: tuple[str, ...] = (
@@ -52,6 +62,7 @@ class ModelConfig:
     )
     cache_dir: str = "~/.cache/hierarl"
     max_model_len: int = 2048
+    """The inference engine's context length (prompt + response tokens)."""
     init_adapter: str = ""
     """A PEFT adapter folder to start the policy from (e.g. ``<run>/checkpoints/iter_0/adapter``, a finished BC
     warm start) instead of a zero adapter; its rank/alpha/targets must match. BC still runs if ``bc.enabled``. The
@@ -63,7 +74,9 @@ class EnvConfig:
     """The environment family and its task sets. ``options`` are passed to ``envs.make``."""
 
     name: str = "textcraft"
+    """The environment (``envs.env_names()``): alfworld, scienceworld, synthetic, textcraft, virtualhome, webshop."""
     max_steps: int = 6
+    """Environment steps per episode (the episode is truncated there)."""
     train_split: str = "train"
     eval_split: str = "test"
     options: dict[str, Any] = field(default_factory=lambda: {"depths": [1]})
@@ -73,6 +86,7 @@ class EnvConfig:
     use_pool: bool = False
     """Subprocess EnvPool (crash/hang isolation: use for JVM/TextWorld envs) vs in-process envs (µs-step envs)."""
     step_timeout_s: float = 60.0
+    """Per-step timeout of a pooled env (``use_pool``): a hung env is restarted, its episode failed."""
 
 
 @dataclass(frozen=True)
@@ -87,16 +101,23 @@ class RolloutConfig:
     """Protocol options; {"compact": true} = short prompts (same fields as the papers' templates, ~3x fewer
     tokens) so the CPU default fits in minutes; presets for paper runs set {} (the papers' prompts)."""
     num_workers: int = 1
+    """Rollout workers (each owns an inference engine and ``env.workers_per_rollout`` env slots)."""
     cpus_per_worker: float = 0.5
     group_size: int = 4
+    """Trajectories per task and initial state (the group of GRPO/RLOO/GiGPO baselines)."""
     groups_per_iter: int = 2
+    """Groups (tasks) per RL iteration."""
     temperature: float = 1.0
+    """Rollout sampling temperature (> 0)."""
     top_p: float = 1.0
     max_new_tokens: int = 40
+    """Tokens per model call."""
     history_length: int = 2
+    """Past turns shown in the prompt (the recent-history window)."""
     eval_temperature: float = 0.4
     """HiPER C.1 validation temperature."""
     max_group_retries: int = 2
+    """Times a group with a crashed/hung env is replayed whole before it is dropped."""
 
 
 @dataclass(frozen=True)
@@ -106,15 +127,20 @@ class LearnerConfig:
     num_workers: int = 1
     cpus_per_worker: float = 0.5
     zero_stage: int = 0
+    """DeepSpeed ZeRO stage 0-3 (ZeRO-3 needs ``micro_batch_size`` >= the per-worker mini-batch)."""
     dtype: str = "auto"
     """Learner precision: "float32", "bfloat16" (DeepSpeed bf16) or "auto" (bf16 on CUDA / AMX CPUs)."""
     actor_lr: float = 5e-5
     critic_lr: float = 1e-4
     micro_batch_size: int = 8
+    """Rows per forward/backward (bounds memory; gradients accumulate over the mini-batch)."""
     mini_batch_size: int = 32
+    """Rows per optimizer step."""
     ppo_epochs: int = 1
+    """Passes over each iteration's batch."""
     max_grad_norm: float = 1.0
     max_seq_len: int = 1024
+    """Training rows are cut to this many tokens (prompt + response)."""
 
 
 @dataclass(frozen=True)
@@ -122,7 +148,9 @@ class BCConfig:
     """Behaviour-cloning warm start on expert demonstrations in the agent's own format."""
 
     enabled: bool = True
+    """Run the BC warm start (needs an env with an expert plan)."""
     episodes: int = 16
+    """Expert demonstrations (train-split tasks) to clone."""
     epochs: int = 4
     mini_batch_size: int = 8
     lr: float = 2e-3
@@ -133,29 +161,37 @@ class TrainConfig:
     """Everything one ``hierarl train`` run needs."""
 
     algo: str = "hiper"
-    algo_overrides: dict[str, Any] = field(default_factory=lambda: {"c_keep": 0.03, "format_penalty": 0.01})
-    """Default: HiPER's c_KEEP 0.3 and format penalty 0.1 scaled by 1/10, because TextCraft pays 1 on success
-    where ALFWorld/WebShop pay 10 (HiPER App. C)."""
+    """The algorithm (``launch.algos.ALGOS``): hiper, ppo, grpo, rloo, gigpo or sft."""
+    algo_overrides: dict[str, Any] = field(default_factory=dict)
+    """The ``algo.<field>`` keys, applied to the algorithm's own ``Config``; empty by default.
+    The defaults live in ``learners/algos/<name>.py``; env-specific scaling (e.g. TextCraft's) in the presets."""
     model: ModelConfig = field(default_factory=ModelConfig)
     env: EnvConfig = field(default_factory=EnvConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     learner: LearnerConfig = field(default_factory=LearnerConfig)
     bc: BCConfig = field(default_factory=BCConfig)
     iterations: int = 2
+    """RL iterations after the BC warm start (0: BC and its evaluation only)."""
     eval_every: int = 2
+    """Evaluate every k RL iterations (0: never)."""
     eval_episodes: int = 8
+    """Episodes per evaluation, drawn from ``env.eval_split``."""
     eval_zero_shot: bool = False
     """Evaluate the untrained model first (SmolLM2 zero-shot wins nothing on our envs: off in the default)."""
     checkpoint_every: int = 1
+    """Checkpoint every k RL iterations (0: only after BC)."""
     one_step_off: bool = False
     """Generate iteration k+1's rollouts (with the adapter of iteration k-1's update) while iteration k updates, as
     verl's one-step-off trainer does: the learner and the rollout workers overlap, the policy lags one version
     (logged as ``policy_lag``). Off: synchronous lock-step, every rollout from the newest adapter."""
     seed: int = 0
+    """Seeds tasks, sampling, initialisation and shuffling."""
     run_dir: str = "runs/default"
+    """Where config.yaml, metrics.jsonl, tb/ and checkpoints/ go."""
     ray_address: str = ""
     """"" starts a local Ray cluster for the run; "auto" or "ray://host:port" joins one."""
     resume: bool = False
+    """Continue from ``<run_dir>/checkpoints/latest``."""
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -236,7 +272,11 @@ def apply_overrides(cfg: Any, overrides: dict[str, Any], *, prefix: str = "") ->
         full = f"{prefix}{head}"
         if head not in hints:
             close = difflib.get_close_matches(head, list(hints), n=1)
-            hint = f" (did you mean {prefix}{close[0]}?)" if close else ""
+            hint = (
+                f" (did you mean {prefix}{close[0]}?)"
+                if close
+                else f"; allowed: {', '.join(prefix + h for h in hints)}"
+            )
             raise ConfigError(f"unknown config key '{prefix}{key}'{hint}")
         sub = getattr(cfg, head)
         if dataclasses.is_dataclass(sub):
@@ -294,31 +334,96 @@ def _route_algo(overrides: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def load_preset(name_or_path: str) -> dict[str, Any]:
+def _preset_path(name_or_path: str, relative_to: Path | None = None) -> Path:
     path = Path(name_or_path)
     if not path.suffix:
-        path = PRESET_DIR / f"{name_or_path}.yaml"
+        return PRESET_DIR / f"{name_or_path}.yaml"
+    if not path.is_absolute() and not path.exists() and relative_to is not None:
+        return relative_to / path
+    return path
+
+
+def _read_preset(name_or_path: str, relative_to: Path | None = None) -> tuple[Path, dict[str, Any]]:
+    path = _preset_path(name_or_path, relative_to)
     if not path.exists():
         known = ", ".join(sorted(p.stem for p in PRESET_DIR.glob("*.yaml")))
         raise ConfigError(f"no preset {name_or_path!r} (known: {known})")
     data = yaml.safe_load(path.read_text()) or {}
     if not isinstance(data, dict):
         raise ConfigError(f"preset {path} must be a mapping")
-    return flatten(data)
+    return path, data
+
+
+def preset_chain(name_or_path: str) -> list[tuple[Path, dict[str, Any]]]:
+    """The preset's files as (path, mapping), applied in order: its ``base:`` preset (one level) first, then
+    the preset itself (without its ``base`` key)."""
+    path, data = _read_preset(name_or_path)
+    data = dict(data)
+    base = data.pop("base", None)
+    if base is None:
+        return [(path, data)]
+    if not isinstance(base, str) or not base:
+        raise ConfigError(f"preset {path.stem}: base: expected a preset name, got {base!r}")
+    base_path, base_data = _read_preset(base, relative_to=path.parent)
+    if "base" in base_data:
+        raise ConfigError(
+            f"preset {path.stem}: its base {base_path.stem!r} has a base itself ({base_data['base']!r}); "
+            "presets compose one level only"
+        )
+    if base_path.resolve() == path.resolve():
+        raise ConfigError(f"preset {path.stem}: base: a preset cannot be its own base")
+    return [(base_path, base_data), (path, data)]
+
+
+def preset_layers(name_or_path: str) -> list[dict[str, Any]]:
+    """The flat ``key: value`` layers of a preset, base first (see ``preset_chain``)."""
+    return [flatten(data) for _, data in preset_chain(name_or_path)]
+
+
+def load_preset(name_or_path: str) -> dict[str, Any]:
+    """The preset's own keys, flat (without its base's; ``resolve_config`` applies both in order)."""
+    return preset_layers(name_or_path)[-1]
+
+
+def _unknown_algo(name: Any) -> ConfigError:
+    from launch.algos import ALGOS
+
+    return ConfigError(f"algo: unknown algorithm {name!r}; allowed: {', '.join(sorted(ALGOS))}")
+
+
+def _carried_algo_overrides(overrides: dict[str, Any], new_algo: Any) -> dict[str, Any]:
+    """The ``algo.*`` keys an earlier layer set that the newly chosen algorithm also has (a shaping constant
+    such as ``format_penalty`` scales with the env, not with the algorithm, so it stays); the rest (e.g. HiPER's
+    ``lam_low`` when switching to PPO) are dropped."""
+    from launch.algos import ALGOS, get_algo
+
+    if str(new_algo) not in ALGOS:
+        raise _unknown_algo(new_algo)
+    if not overrides:
+        return {}
+    names = {f.name for f in dataclasses.fields(get_algo(str(new_algo)).Config)}
+    return {k: v for k, v in overrides.items() if k.partition(".")[0] in names}
 
 
 def resolve_config(preset: str | None = None, cli: list[str] | None = None) -> TrainConfig:
-    """Defaults → preset → CLI overrides, all validated. Algorithm keys are checked by ``resolve_algo_config``."""
+    """Defaults → preset (its base first) → CLI overrides, all type-checked. Algorithm keys are checked by
+    ``resolve_algo_config``, everything else by ``validate``. ``preset=None``: the dataclass defaults only (the
+    ``hierarl train`` command loads ``DEFAULT_PRESET`` instead)."""
     cfg = TrainConfig()
-    layers = [load_preset(preset)] if preset else []
+    layers = preset_layers(preset) if preset else []
     layers.append(parse_cli_overrides(cli or []))
     for layer in layers:
         layer = _route_algo(layer)
         algo_over = layer.pop("algo_overrides", {})
-        # The defaults' algorithm overrides and env options belong to the default algorithm and env: a layer
-        # that switches either starts that section clean (unless it sets it itself).
+        if not isinstance(algo_over, dict):
+            raise ConfigError(f"algo_overrides: expected a mapping of algo.<field> values, got {algo_over!r}")
+        # A layer that switches the algorithm keeps the earlier algo.* keys the new algorithm has (so a pair of
+        # runs that differ in `algo` only share their shaping constants) and drops the others. A layer that
+        # switches the env starts env.options clean (unless it sets them itself): options are per env.
         if "algo" in layer and layer["algo"] != cfg.algo:
-            cfg = dataclasses.replace(cfg, algo_overrides={})
+            cfg = dataclasses.replace(
+                cfg, algo_overrides=_carried_algo_overrides(cfg.algo_overrides, layer["algo"])
+            )
         if "env.name" in layer and layer["env.name"] != cfg.env.name and "env.options" not in layer:
             cfg = dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, options={}))
         cfg = apply_overrides(cfg, layer)
@@ -328,8 +433,336 @@ def resolve_config(preset: str | None = None, cli: list[str] | None = None) -> T
 
 
 def resolve_algo_config(algo_config_cls: type, overrides: dict[str, Any]) -> Any:
-    """Build the algorithm's frozen config with ``algo.*`` overrides (unknown keys fail with one line)."""
-    return apply_overrides(algo_config_cls(), flatten(overrides), prefix="algo.")
+    """Build the algorithm's frozen config with ``algo.*`` overrides (unknown keys and values the Config
+    rejects fail with one line)."""
+    try:
+        return apply_overrides(algo_config_cls(), flatten(overrides), prefix="algo.")
+    except ConfigError as e:
+        if str(e).startswith("unknown config key") and "allowed:" not in str(e):
+            name = algo_config_cls.__module__.rsplit(".", 1)[-1]
+            keys = ", ".join(f.name for f in dataclasses.fields(algo_config_cls))
+            raise ConfigError(f"{e}; {name} has: {keys}") from e
+        raise
+    except ValueError as e:  # the Config's own __post_init__ checks
+        msg = " ".join(str(e).split())
+        raise ConfigError(msg if msg.startswith("algo.") else f"algo: {msg}") from e
+
+
+# --- validation: everything checkable before Ray, a model or an env starts -------------------------------------
+
+ENGINES: tuple[str, ...] = ("auto", "vllm", "hf")
+DTYPES: tuple[str, ...] = ("auto", "float32", "bfloat16")
+
+
+def _need(ok: bool, key: str, value: Any, allowed: str) -> None:
+    if not ok:
+        raise ConfigError(f"{key}: got {value!r}; allowed: {allowed}")
+
+
+def _choice(key: str, value: Any, allowed: Any) -> None:
+    allowed = list(allowed)
+    if value not in allowed:
+        close = difflib.get_close_matches(str(value), [str(a) for a in allowed], n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise ConfigError(f"{key}: unknown value {value!r}{hint}; allowed: {', '.join(map(str, allowed))}")
+
+
+def _options(key: str, options: dict[str, Any], allowed: Any, owner: str) -> None:
+    for name in options:
+        if name not in allowed:
+            close = difflib.get_close_matches(str(name), list(allowed), n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise ConfigError(
+                f"{key}: {owner} has no option {name!r}{hint}; allowed: {', '.join(allowed) or '(none)'}"
+            )
+
+
+def _check_ranges(cfg: TrainConfig) -> None:
+    m, e, r, lr, bc = cfg.model, cfg.env, cfg.rollout, cfg.learner, cfg.bc
+    ge1, ge0, gt0 = "an integer >= 1", "a number >= 0", "a number > 0"
+    checks: list[tuple[bool, str, Any, str]] = [
+        (m.lora_rank >= 1, "model.lora_rank", m.lora_rank, ge1),
+        (m.lora_alpha > 0, "model.lora_alpha", m.lora_alpha, gt0),
+        (0.0 <= m.lora_dropout < 1.0, "model.lora_dropout", m.lora_dropout, "a number in [0, 1)"),
+        (len(m.lora_targets) >= 1, "model.lora_targets", m.lora_targets, "one or more module names"),
+        (m.max_model_len >= 1, "model.max_model_len", m.max_model_len, ge1),
+        (bool(m.path), "model.path", m.path, "an HF folder, a hub name or 'smollm2'"),
+        (e.max_steps >= 1, "env.max_steps", e.max_steps, ge1),
+        (e.workers_per_rollout >= 1, "env.workers_per_rollout", e.workers_per_rollout, ge1),
+        (e.step_timeout_s > 0, "env.step_timeout_s", e.step_timeout_s, gt0),
+        (bool(e.train_split), "env.train_split", e.train_split, "a split name of the env"),
+        (bool(e.eval_split), "env.eval_split", e.eval_split, "a split name of the env"),
+        (r.num_workers >= 1, "rollout.num_workers", r.num_workers, ge1),
+        (r.cpus_per_worker >= 0, "rollout.cpus_per_worker", r.cpus_per_worker, ge0),
+        (r.group_size >= 1, "rollout.group_size", r.group_size, ge1),
+        (r.groups_per_iter >= 1, "rollout.groups_per_iter", r.groups_per_iter, ge1),
+        (r.temperature > 0, "rollout.temperature", r.temperature, gt0),
+        (0 < r.top_p <= 1, "rollout.top_p", r.top_p, "a number in (0, 1]"),
+        (r.max_new_tokens >= 1, "rollout.max_new_tokens", r.max_new_tokens, ge1),
+        (r.history_length >= 0, "rollout.history_length", r.history_length, "an integer >= 0"),
+        (
+            r.eval_temperature >= 0,
+            "rollout.eval_temperature",
+            r.eval_temperature,
+            "a number >= 0 (0: greedy)",
+        ),
+        (r.max_group_retries >= 0, "rollout.max_group_retries", r.max_group_retries, "an integer >= 0"),
+        (lr.num_workers >= 1, "learner.num_workers", lr.num_workers, ge1),
+        (lr.cpus_per_worker >= 0, "learner.cpus_per_worker", lr.cpus_per_worker, ge0),
+        (lr.zero_stage in (0, 1, 2, 3), "learner.zero_stage", lr.zero_stage, "0, 1, 2, 3"),
+        (lr.actor_lr > 0, "learner.actor_lr", lr.actor_lr, gt0),
+        (lr.critic_lr > 0, "learner.critic_lr", lr.critic_lr, gt0),
+        (lr.micro_batch_size >= 1, "learner.micro_batch_size", lr.micro_batch_size, ge1),
+        (lr.mini_batch_size >= 1, "learner.mini_batch_size", lr.mini_batch_size, ge1),
+        (
+            lr.micro_batch_size <= lr.mini_batch_size,
+            "learner.micro_batch_size",
+            lr.micro_batch_size,
+            f"an integer <= learner.mini_batch_size ({lr.mini_batch_size})",
+        ),
+        (lr.ppo_epochs >= 1, "learner.ppo_epochs", lr.ppo_epochs, ge1),
+        (lr.max_grad_norm > 0, "learner.max_grad_norm", lr.max_grad_norm, gt0),
+        (lr.max_seq_len >= 1, "learner.max_seq_len", lr.max_seq_len, ge1),
+        (bc.episodes >= 1, "bc.episodes", bc.episodes, ge1),
+        (bc.epochs >= 0, "bc.epochs", bc.epochs, "an integer >= 0"),
+        (bc.mini_batch_size >= 1, "bc.mini_batch_size", bc.mini_batch_size, ge1),
+        (bc.lr > 0, "bc.lr", bc.lr, gt0),
+        (cfg.iterations >= 0, "iterations", cfg.iterations, "an integer >= 0"),
+        (cfg.eval_every >= 0, "eval_every", cfg.eval_every, "an integer >= 0 (0: never)"),
+        (cfg.eval_episodes >= 0, "eval_episodes", cfg.eval_episodes, "an integer >= 0"),
+        (cfg.checkpoint_every >= 0, "checkpoint_every", cfg.checkpoint_every, "an integer >= 0 (0: never)"),
+        (bool(cfg.run_dir), "run_dir", cfg.run_dir, "a folder path"),
+    ]
+    for ok, key, value, allowed in checks:
+        _need(ok, key, value, allowed)
+    if lr.zero_stage == 3:
+        # learners.worker refuses ZeRO-3 with more than one micro-batch per step (wrong gradients): say so now
+        minis = [("learner.mini_batch_size", lr.mini_batch_size)]
+        minis += [("bc.mini_batch_size", bc.mini_batch_size)] if bc.enabled else []
+        for key, mini in minis:
+            per_worker = math.ceil(mini / lr.num_workers)
+            if lr.micro_batch_size < per_worker:
+                raise ConfigError(
+                    f"learner.zero_stage: 3 needs learner.micro_batch_size ({lr.micro_batch_size}) >= the "
+                    f"per-worker {key} ({per_worker}); allowed: zero_stage 0, 1, 2, or a larger micro batch"
+                )
+
+
+def _check_algo(cfg: TrainConfig) -> Any:
+    """The ``algo.*`` keys against the algorithm's Config, its enumerations and ranges, and its shaping."""
+    from launch.algos import get_algo
+    from learners.advantages import GroupMode
+    from learners.losses import AGG_MODES, KL_KINDS
+    from reward.shaping import TERMS, shaping_for
+
+    algo = get_algo(cfg.algo)
+    algo_cfg = resolve_algo_config(algo.Config, cfg.algo_overrides)
+    terms = tuple(getattr(algo_cfg, "reward_terms", ()))
+    for t in terms:
+        _choice("algo.reward_terms", t, sorted(TERMS))
+    if len(set(terms)) != len(terms):
+        raise ConfigError(
+            f"algo.reward_terms: {', '.join(terms)} names a term twice; allowed: each term once"
+        )
+    choices: dict[str, Any] = {
+        "kl_kind": KL_KINDS,
+        "agg": AGG_MODES,
+        "mode": typing.get_args(GroupMode),
+        "adv_norm": getattr(algo, "ADV_NORMS", None),
+    }
+    for name, allowed in choices.items():
+        if allowed is not None and hasattr(algo_cfg, name):
+            _choice(f"algo.{name}", getattr(algo_cfg, name), allowed)
+    unit = "a number in [0, 1]"
+    ranges: dict[str, tuple[Any, str]] = {
+        "gamma": (lambda v: 0 <= v <= 1, unit),
+        "lam": (lambda v: 0 <= v <= 1, unit),
+        "lam_low": (lambda v: 0 <= v <= 1, unit),
+        "lam_high": (lambda v: 0 <= v <= 1, unit),
+        "clip_low": (lambda v: v >= 0, "a number >= 0"),
+        "clip_high": (lambda v: v >= 0, "a number >= 0"),
+        "kl_coef": (lambda v: v >= 0, "a number >= 0"),
+        "value_clip": (lambda v: v >= 0, "a number >= 0"),
+        "eps": (lambda v: v >= 0, "a number >= 0"),
+        "format_penalty": (lambda v: v >= 0, "a cost >= 0 (applied with a minus sign)"),
+        "c_keep": (lambda v: v >= 0, "a cost >= 0 (applied with a minus sign)"),
+        "keep_consistency_penalty": (lambda v: v >= 0, "a cost >= 0 (applied with a minus sign)"),
+        "invalid_action_penalty": (lambda v: v >= 0, "a cost >= 0 (applied with a minus sign)"),
+        "process_penalty": (lambda v: v >= 0, "a cost >= 0 (applied with a minus sign)"),
+        "repeat_threshold": (lambda v: v >= 1, "an integer >= 1"),
+        "grounding_alpha": (lambda v: 0 <= v <= 1, unit),
+    }
+    for name, (ok, allowed) in ranges.items():
+        if hasattr(algo_cfg, name):
+            _need(ok(getattr(algo_cfg, name)), f"algo.{name}", getattr(algo_cfg, name), allowed)
+    try:
+        shaping_for(algo_cfg)
+    except ValueError as e:
+        raise ConfigError(f"algo: {' '.join(str(e).split())}") from e
+    need = int(getattr(algo, "MIN_GROUP_SIZE", 1))
+    if cfg.rollout.group_size < need:
+        raise ConfigError(
+            f"rollout.group_size: {cfg.algo} needs groups of >= {need} trajectories (a group of "
+            f"{cfg.rollout.group_size} has no baseline: every advantage is 0); allowed: an integer >= {need}"
+        )
+    return algo_cfg
+
+
+def _options_allowed(factory: Any) -> list[str] | None:
+    """Keyword parameters of an env factory (None: it takes ``**kwargs``, anything goes)."""
+    try:
+        params = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return None
+    return [p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
+
+
+def _env_factory(name: str) -> Any:
+    """The env class without building it (its module imports no benchmark package); None if it cannot load."""
+    from envs.base import resolve
+
+    try:
+        return resolve(name)
+    except ImportError:
+        return None
+
+
+def _expert_envs() -> list[str]:
+    from envs.base import env_names
+
+    return [n for n in env_names() if hasattr(_env_factory(n), "expert_plan")]
+
+
+def validate(cfg: TrainConfig) -> Any:
+    """Check a resolved config before anything heavy starts (no Ray, no model, no env built): the algorithm,
+    agent protocol and env names, engines and dtypes, protocol and env options, numeric ranges, the ``algo.*``
+    keys against the algorithm's Config (enumerations, ranges, reward terms, group size), and that a BC warm start
+    has an expert. Raises a one-line ``ConfigError`` naming the key and what is allowed; returns the resolved
+    algorithm config. Pure: reads no files beyond importing the modules that define the allowed names."""
+    from actors.agent_loop import OPTIONS, ROLES
+    from envs.base import env_names
+    from launch.algos import ALGOS
+
+    if cfg.algo not in ALGOS:
+        raise _unknown_algo(cfg.algo)
+    _choice("rollout.agent", cfg.rollout.agent, list(ROLES))
+    _choice("env.name", cfg.env.name, env_names())
+    _choice("rollout.engine", cfg.rollout.engine, ENGINES)
+    _choice("model.dtype", cfg.model.dtype, DTYPES)
+    _choice("learner.dtype", cfg.learner.dtype, DTYPES)
+    _options(
+        "rollout.agent_options", cfg.rollout.agent_options, OPTIONS[cfg.rollout.agent], cfg.rollout.agent
+    )
+    factory = _env_factory(cfg.env.name)
+    allowed_options = _options_allowed(factory) if factory is not None else None
+    if allowed_options is not None:
+        _options("env.options", cfg.env.options, allowed_options, cfg.env.name)
+    _check_ranges(cfg)
+    if cfg.bc.enabled and factory is not None and not hasattr(factory, "expert_plan"):
+        raise ConfigError(
+            f"bc.enabled: env {cfg.env.name!r} has no expert plan to clone (actors/demos.py); allowed: "
+            f"bc.enabled=false, or an env with one: {', '.join(_expert_envs())}"
+        )
+    return _check_algo(cfg)
+
+
+# --- help: the documented keys ----------------------------------------------------------------------------------
+
+
+def attribute_docs(cls: type) -> dict[str, str]:
+    """{field: docstring} from the string literals written after a dataclass's fields (its bases' too)."""
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if not dataclasses.is_dataclass(klass):
+            continue
+        try:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
+        except (OSError, TypeError, SyntaxError):
+            continue
+        body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+        for stmt, nxt in itertools.pairwise(body):
+            if (
+                isinstance(stmt, ast.AnnAssign)
+                and isinstance(stmt.target, ast.Name)
+                and isinstance(nxt, ast.Expr)
+                and isinstance(nxt.value, ast.Constant)
+                and isinstance(nxt.value.value, str)
+            ):
+                docs[stmt.target.id] = inspect.cleandoc(nxt.value.value)
+    return docs
+
+
+def _short(value: Any, width: int = 22) -> str:
+    if isinstance(value, tuple):
+        value = list(value)
+    text = json.dumps(value) if isinstance(value, dict | list) else repr(value)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def config_keys(cfg: Any, prefix: str = "") -> list[tuple[str, Any, str]]:
+    """(dotted key, default, first line of its docstring) for every leaf field of a config dataclass."""
+    docs = attribute_docs(type(cfg))
+    out: list[tuple[str, Any, str]] = []
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        if dataclasses.is_dataclass(value):
+            out += config_keys(value, f"{prefix}{f.name}.")
+        else:
+            out.append((f"{prefix}{f.name}", value, (docs.get(f.name, "").splitlines() or [""])[0]))
+    return out
+
+
+def _key_lines(rows: list[tuple[str, Any, str]], indent: str = "  ") -> list[str]:
+    width = max((len(key) for key, _, _ in rows), default=0)
+    return [f"{indent}{key:<{width}}  {_short(value):<22}  {doc}".rstrip() for key, value, doc in rows]
+
+
+def config_help() -> str:
+    """``hierarl train --help``: usage, then every run-config key, every algorithm's ``algo.*`` keys and the
+    shaping constants, with defaults and the first line of each docstring."""
+    from launch.algos import ALGOS, get_algo
+    from reward.shaping import SHAPING_CONSTANTS, ShapingConstants
+
+    lines = [
+        "usage: hierarl train [PRESET] [key=value ...]            run (PRESET: a name in launch/configs or a",
+        "                                                          YAML path; default: "
+        + DEFAULT_PRESET
+        + ")",
+        "       hierarl train --dry-run [PRESET] [key=value ...]  print the resolved config, check it, exit",
+        "       hierarl train --help",
+        "",
+        "Resolution: dataclass defaults -> PRESET (a `base: <preset>` key loads that preset first) -> key=value.",
+        "Values are YAML scalars; lists as a,b or [a, b]; mappings as JSON. `hierarl presets` lists the presets.",
+        "Everything is checked before Ray starts; a bad key or value exits 2 with one line.",
+        "",
+        "run config keys (launch/config.py; default, doc):",
+        *_key_lines(config_keys(TrainConfig())),
+        "",
+        "algo.<field> keys, per algorithm (learners/algos/<algo>.py Config; `--dry-run algo=<name>` resolves them):",
+    ]
+    for name in sorted(ALGOS):
+        algo_cfg = get_algo(name).Config()
+        own = [r for r in config_keys(algo_cfg) if r[0] not in SHAPING_CONSTANTS]
+        shaping = " + the shaping constants below" if isinstance(algo_cfg, ShapingConstants) else ""
+        lines.append(f"  {name}{shaping}:")
+        lines += _key_lines(own, indent="    ")
+    lines += [
+        "",
+        "shaping constants, algo.<name> of every RL algorithm (reward/shaping.py; applied per algo.reward_terms):",
+        *_key_lines(config_keys(ShapingConstants())),
+    ]
+    return "\n".join(lines)
+
+
+def resolved_text(cfg: TrainConfig, algo_cfg: Any) -> str:
+    """The resolved run config as YAML plus the resolved algorithm config (what a run prints and saves)."""
+    return (
+        dump_yaml(cfg)
+        + "resolved_algo:\n"
+        + "".join(f"  {k}: {v!r}\n" for k, v in dataclasses.asdict(algo_cfg).items())
+    )
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:

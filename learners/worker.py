@@ -33,19 +33,22 @@ from actors.models import pick_dtype
 
 @dataclass(frozen=True)
 class LearnerSpec:
+    """What one learner worker needs. Built from a run config (``launch.config.LearnerConfig``) by the driver: the
+    fields the run config holds have no default here; only the worker-specific ones do."""
+
     model_path: str
     lora: LoraSpec
-    dtype: str = "float32"
-    device: str = "cpu"
-    zero_stage: int = 0
-    actor_lr: float = 1e-5
-    critic_lr: float = 1e-4
-    max_grad_norm: float = 1.0
-    micro_batch_size: int = 4
+    dtype: str
+    zero_stage: int
+    actor_lr: float
+    critic_lr: float
+    max_grad_norm: float
+    micro_batch_size: int
     """Rows per forward/backward (memory bound); gradients accumulate over a whole mini-batch before a step."""
+    seed: int
+    device: str = "cpu"
     value_heads: int = 0
     """0: no critic; 1: V(s); 2: HiPER [V_high, V_low]."""
-    seed: int = 0
     master_port: int = 0
     """torch.distributed rendezvous port; 0: ``LearnerGroup`` picks a free one."""
 

@@ -21,7 +21,8 @@ component name         rule                                                  sou
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any
 
 import numpy as np
 
@@ -33,14 +34,12 @@ from reward.process import repeat_penalty, subgoal_failure_penalty, ungrounded_s
 
 
 @dataclass(frozen=True)
-class ShapingConfig:
-    """Which shaping terms to apply and their constants (defaults from the papers)."""
+class ShapingConstants:
+    """The shaping terms' constants (defaults from the papers): their one definition. Every RL algorithm's
+    ``Config`` inherits them, so ``algo.<name>=v`` reaches each of them (``shaping_for``)."""
 
-    terms: tuple[str, ...] = ("format",)
-    """Component names to apply, in order (keys of ``TERMS``); see ``HIPER_TERMS`` / ``HIPIF_TERMS`` /
-    ``HISR_TERMS``. The default is the format penalty every baseline uses (HiPER App. C)."""
     format_penalty: float = 0.1
-    """Cost of a malformed output (HiPER App. C; HIPIF App. B)."""
+    """Cost of a malformed output (HiPER App. C; HIPIF App. B); scale it with the env's success reward."""
     c_keep: float = 0.3
     """HiPER's KEEP penalty c_KEEP (App. C; best value of App. D.2, Table 4)."""
     keep_consistency_penalty: float = 0.1
@@ -58,6 +57,19 @@ class ShapingConfig:
     failure_patterns: tuple[str, ...] = FAILURE_PATTERNS
     """Observation fragments that mean the action failed (HIPIF r^term, HISR executability)."""
 
+
+SHAPING_CONSTANTS: tuple[str, ...] = tuple(f.name for f in fields(ShapingConstants))
+"""The names of the shaping constants (each an ``algo.<name>`` key of every RL algorithm)."""
+
+
+@dataclass(frozen=True)
+class ShapingConfig(ShapingConstants):
+    """Which shaping terms to apply, with their constants (``ShapingConstants``)."""
+
+    terms: tuple[str, ...] = ("format",)
+    """Component names to apply, in order (keys of ``TERMS``); see ``HIPER_TERMS`` / ``HIPIF_TERMS`` /
+    ``HISR_TERMS``. The default is the format penalty every baseline uses (HiPER App. C)."""
+
     def __post_init__(self) -> None:
         unknown = [t for t in self.terms if t not in TERMS]
         if unknown:
@@ -68,6 +80,13 @@ class ShapingConfig:
             raise ValueError("repeat_threshold must be >= 1")
         if not 0.0 <= self.grounding_alpha <= 1.0:
             raise ValueError("grounding_alpha must lie in [0, 1] (HISR Eq. 8 is a convex combination)")
+
+
+def shaping_for(algo_cfg: Any) -> ShapingConfig:
+    """The shaping of an algorithm's ``Config``: its ``reward_terms`` with every shaping constant it carries
+    (RL algorithms inherit all of ``ShapingConstants``; a config without one keeps the paper default)."""
+    constants = {name: getattr(algo_cfg, name) for name in SHAPING_CONSTANTS if hasattr(algo_cfg, name)}
+    return ShapingConfig(terms=tuple(algo_cfg.reward_terms), **constants)
 
 
 TermFn = Callable[[Trajectory, ShapingConfig], np.ndarray]

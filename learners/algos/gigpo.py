@@ -20,10 +20,14 @@ from actors.trajectory import Trajectory
 from learners.advantages import gigpo_advantages
 from learners.batch import TurnBatch
 from learners.targets import Targets, broadcast_turn_values, clipped_policy_loss, rows_per_trajectory
+from reward.shaping import ShapingConstants
 
 
 @dataclass(frozen=True)
-class Config:
+class Config(ShapingConstants):
+    """Inherits every shaping constant (``reward.shaping.ShapingConstants``: format_penalty, ...), so
+    ``algo.<name>=v`` sets it; ``reward_terms`` picks the terms applied."""
+
     gamma: float = 0.95
     step_weight: float = 1.0
     mode: str = "grpo"
@@ -35,12 +39,12 @@ class Config:
     eps: float = 1e-6
     agg: str = "token-mean"
     reward_terms: tuple[str, ...] = ("format",)
-    format_penalty: float = 0.1
-    """Cost of a malformed turn (HiPER App. C, every method); scale it with the env's success reward."""
 
 
 VALUE_HEADS = 0
 VALUE_SLOTS = ()
+MIN_GROUP_SIZE = 2
+"""Group-relative advantages: a group of one trajectory has no baseline and gets 0 (checked at start)."""
 
 
 def compute_targets(

@@ -19,10 +19,14 @@ from actors.trajectory import Trajectory
 from learners.advantages import group_advantages
 from learners.batch import TurnBatch
 from learners.targets import Targets, broadcast_turn_values, clipped_policy_loss, rows_per_trajectory
+from reward.shaping import ShapingConstants
 
 
 @dataclass(frozen=True)
-class Config:
+class Config(ShapingConstants):
+    """Inherits every shaping constant (``reward.shaping.ShapingConstants``: format_penalty, ...), so
+    ``algo.<name>=v`` sets it; ``reward_terms`` picks the terms applied."""
+
     clip_low: float = 0.2
     clip_high: float = 0.2
     kl_coef: float = 0.01
@@ -30,13 +34,13 @@ class Config:
     eps: float = 1e-6
     agg: str = "token-mean"
     reward_terms: tuple[str, ...] = ("format",)
-    format_penalty: float = 0.1
-    """Cost of a malformed turn (HiPER App. C, every method); scale it with the env's success reward."""
 
 
 MODE = "grpo"
 VALUE_HEADS = 0
 VALUE_SLOTS = ()
+MIN_GROUP_SIZE = 2
+"""Group-relative advantages: a group of one trajectory has no baseline and gets 0 (checked at start)."""
 
 
 def episode_advantages(trajectories: Sequence[Trajectory], mode: str, eps: float) -> np.ndarray:

@@ -52,15 +52,17 @@ from learners.targets import (
     whiten,
     whiten_groups,
 )
+from reward.shaping import HIPER_TERMS, ShapingConstants
 
 
 @dataclass(frozen=True)
-class Config:
+class Config(ShapingConstants):
+    """Inherits every shaping constant (``reward.shaping.ShapingConstants``: c_keep 0.3, format_penalty 0.1,
+    keep_consistency_penalty, ...), so ``algo.<name>=v`` sets it; ``reward_terms`` picks the terms applied."""
+
     gamma: float = 0.99
     lam_low: float = 0.95
     lam_high: float = 0.95
-    c_keep: float = 0.3
-    format_penalty: float = 0.1
     clip_low: float = 0.2
     clip_high: float = 0.2
     kl_coef: float = 0.01
@@ -70,11 +72,13 @@ class Config:
     """"per_type": whiten switch / subgoal / action advantages separately (default); "joint": over all loss
     tokens at once, which lets the action tokens' mean flip switch-token signs (see the module docstring)."""
     agg: str = "token-mean"
-    reward_terms: tuple[str, ...] = ("format", "keep", "keep_consistency")
+    reward_terms: tuple[str, ...] = HIPER_TERMS
 
     def __post_init__(self) -> None:
         if self.adv_norm not in ADV_NORMS:
-            raise ValueError(f"adv_norm must be one of {ADV_NORMS}, got {self.adv_norm!r}")
+            raise ValueError(
+                f"algo.adv_norm: unknown value {self.adv_norm!r}; allowed: {', '.join(ADV_NORMS)}"
+            )
 
 
 ADV_NORMS = ("per_type", "joint")

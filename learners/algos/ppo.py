@@ -29,10 +29,14 @@ from learners.targets import (
     rows_per_trajectory,
     whiten,
 )
+from reward.shaping import ShapingConstants
 
 
 @dataclass(frozen=True)
-class Config:
+class Config(ShapingConstants):
+    """Inherits every shaping constant (``reward.shaping.ShapingConstants``: format_penalty, ...), so
+    ``algo.<name>=v`` sets it; ``reward_terms`` picks the terms applied."""
+
     gamma: float = 0.99
     lam: float = 0.95
     clip_low: float = 0.2
@@ -44,8 +48,6 @@ class Config:
     normalize_advantages: bool = True
     agg: str = "token-mean"
     reward_terms: tuple[str, ...] = ("format",)
-    format_penalty: float = 0.1
-    """Cost of a malformed turn (HiPER App. C, every method); scale it with the env's success reward."""
 
 
 VALUE_HEADS = 1

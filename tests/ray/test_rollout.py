@@ -64,12 +64,19 @@ def _config(path, spec, engine: str, **kw):
         "lora": spec,
         "protocol": "plan_execute",
         "env_name": "synthetic",
+        "env_options": {},
         "num_envs": 2,
         "use_env_pool": False,
+        "step_timeout_s": 60.0,
         "max_steps": 3,
         "temperature": 0.0,
+        "top_p": 1.0,
         "max_new_tokens": 12,
         "max_model_len": 1024,
+        "history_length": 2,
+        "max_group_retries": 2,
+        "seed": 0,
+        "agent_options": {},
     }
     base.update(kw)
     return WorkerConfig(**base)

@@ -16,7 +16,7 @@ import pytest
 
 from actors.agent_loop import make_agent
 from actors.agents.parsing import TAG_TO_MASK
-from actors.inference import FakeEngine, SamplingParams
+from actors.inference import FakeEngine, LoraSpec, SamplingParams
 from actors.rollout import EpisodeRequest, RolloutWorker, WorkerConfig, response_pieces, run_episodes
 from actors.trajectory import Trajectory, Turn, from_numpy_dict
 from envs.synthetic import SyntheticHierEnv, parse_task_id
@@ -344,16 +344,30 @@ class FlakyEnv(SyntheticHierEnv):
 
 
 def _worker(tok, script: Callable, env_name: str, **kw) -> RolloutWorker:
-    cfg = WorkerConfig(
-        model_path="smollm2",
-        protocol="react",
-        env_name=env_name,
-        num_envs=3,
-        use_env_pool=False,
-        max_steps=2,
-        max_new_tokens=64,
-        **kw,
-    )
+    fields = {
+        "model_path": "smollm2",
+        "engine": "auto",
+        "dtype": "auto",
+        "lora": LoraSpec(
+            16, 32, ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+        ),
+        "protocol": "react",
+        "env_name": env_name,
+        "env_options": {},
+        "num_envs": 3,
+        "use_env_pool": False,
+        "step_timeout_s": 60.0,
+        "max_steps": 2,
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "max_new_tokens": 64,
+        "max_model_len": 2048,
+        "history_length": 2,
+        "max_group_retries": 2,
+        "seed": 0,
+        "agent_options": {},
+    }
+    cfg = WorkerConfig(**{**fields, **kw})
     return RolloutWorker(cfg, engine=FakeEngine(tok, script))
 
 

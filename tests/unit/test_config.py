@@ -1,20 +1,26 @@
 """Config: one set of defaults, presets and key=value only override, bad keys/values fail with one line."""
 
 import dataclasses
+import inspect
 
 import pytest
 
 from launch.algos import ALGOS, get_algo
 from launch.config import (
+    DEFAULT_PRESET,
     PRESET_DIR,
     ConfigError,
     TrainConfig,
     apply_overrides,
     dump_yaml,
     flatten,
+    preset_chain,
     resolve_algo_config,
     resolve_config,
 )
+from reward.shaping import SHAPING_CONSTANTS, ShapingConstants, shaping_for
+
+RL_ALGOS = ("ppo", "grpo", "rloo", "gigpo", "hiper")
 
 
 def test_defaults_are_the_dataclass_defaults():
@@ -52,8 +58,8 @@ def test_algo_keys_are_validated_against_the_algorithm_dataclass():
     cfg = resolve_config(None, ["algo=hiper", "algo.c_keep=0.1"])
     algo_cfg = resolve_algo_config(get_algo(cfg.algo).Config, cfg.algo_overrides)
     assert algo_cfg.c_keep == pytest.approx(0.1)
-    bad = resolve_config(None, ["algo=ppo", "algo.c_keep=0.1"])
-    with pytest.raises(ConfigError, match=r"algo\.c_keep"):
+    bad = resolve_config(None, ["algo=ppo", "algo.lam_low=0.9"])  # HiPER's, not PPO's
+    with pytest.raises(ConfigError, match=r"algo\.lam_low"):
         resolve_algo_config(get_algo(bad.algo).Config, bad.algo_overrides)
 
 
@@ -70,9 +76,9 @@ def test_every_preset_resolves(preset):
 
 
 def test_cli_beats_preset():
-    cfg = resolve_config("hiper_alfworld", ["env.max_steps=7", "algo.c_keep=0.2"])
+    cfg = resolve_config("hiper_textcraft_cpu", ["env.max_steps=7", "algo.c_keep=0.2"])
     assert cfg.env.max_steps == 7
-    assert cfg.algo_overrides["c_keep"] == 0.2 and cfg.algo_overrides["lam_low"] == 0.95
+    assert cfg.algo_overrides == {"c_keep": 0.2, "format_penalty": 0.01}
 
 
 def test_dumped_yaml_round_trips():
@@ -86,8 +92,171 @@ def test_dumped_yaml_round_trips():
 def test_every_rl_algorithm_scales_its_format_penalty_through_algo_overrides():
     from launch.algos import get_algo
     from launch.config import resolve_algo_config
-    from launch.train import shaping_config
+    from reward.shaping import shaping_for
 
-    for name in ("ppo", "grpo", "rloo", "gigpo", "hiper"):
+    for name in RL_ALGOS:
         cfg = resolve_algo_config(get_algo(name).Config, {"format_penalty": 0.01})
-        assert shaping_config(cfg).format_penalty == 0.01, name
+        assert shaping_for(cfg).format_penalty == 0.01, name
+
+
+# --- defaults: one source -----------------------------------------------------------------------------------
+
+
+def test_the_run_config_holds_no_algorithm_defaults():
+    """Issue 10.3: a default ``algo_overrides`` applied to the default algorithm only, so two presets that
+    differed in ``algo`` ran with different format penalties."""
+    assert TrainConfig().algo_overrides == {}
+
+
+def test_the_cpu_main_job_preset_is_the_old_embedded_default():
+    """``hierarl train`` (no preset) loads hiper_textcraft_cpu: the dataclass defaults + the TextCraft scaling
+    that used to be the ``algo_overrides`` default (HiPER App. C values / 10: TextCraft pays 1, not 10)."""
+    assert DEFAULT_PRESET == "hiper_textcraft_cpu"
+    cfg = resolve_config(DEFAULT_PRESET)
+    assert cfg == dataclasses.replace(TrainConfig(), algo_overrides={"c_keep": 0.03, "format_penalty": 0.01})
+    algo_cfg = resolve_algo_config(get_algo(cfg.algo).Config, cfg.algo_overrides)
+    assert (algo_cfg.c_keep, algo_cfg.format_penalty) == (0.03, 0.01)
+
+
+def test_an_algo_switch_keeps_the_shaping_constants_the_new_algorithm_has(tmp_path):
+    """``hierarl train algo=ppo`` on the CPU preset keeps TextCraft's format penalty (it scales with the env's
+    reward, not with the algorithm); keys of an earlier layer the new algorithm lacks are dropped; keys of the
+    same layer are all checked (by resolve_algo_config); a bad name fails at once."""
+    cfg = resolve_config(DEFAULT_PRESET, ["algo=ppo"])
+    assert cfg.algo == "ppo" and cfg.algo_overrides == {"c_keep": 0.03, "format_penalty": 0.01}
+    preset = _write(
+        tmp_path / "h.yaml", "algo: hiper\nalgo_overrides: {lam_low: 0.9, format_penalty: 0.02}\n"
+    )
+    assert resolve_config(preset, ["algo=ppo"]).algo_overrides == {"format_penalty": 0.02}
+    same_layer = resolve_config(None, ["algo.lam_low=0.9", "algo=ppo"])
+    with pytest.raises(ConfigError, match=r"algo\.lam_low.*ppo has: .*\blam\b"):
+        resolve_algo_config(get_algo("ppo").Config, same_layer.algo_overrides)
+    with pytest.raises(ConfigError, match="unknown algorithm 'nonsense'"):
+        resolve_config(DEFAULT_PRESET, ["algo=nonsense"])
+
+
+@pytest.mark.parametrize("name", RL_ALGOS)
+def test_every_shaping_constant_is_reachable_through_algo_keys(name):
+    """Issue 10.4: every constant of reward.shaping (not just c_keep / format_penalty) is an ``algo.<name>`` key
+    of every RL algorithm and reaches the ShapingConfig the driver applies."""
+    cls = get_algo(name).Config
+    assert issubclass(cls, ShapingConstants)
+    new = {
+        "format_penalty": 0.07,
+        "c_keep": 0.11,
+        "keep_consistency_penalty": 0.13,
+        "invalid_action_penalty": 0.17,
+        "process_penalty": 0.19,
+        "repeat_threshold": 5,
+        "ground_in_task": False,
+        "grounding_alpha": 0.6,
+        "failure_patterns": "cannot,blocked",
+    }
+    assert set(new) == set(SHAPING_CONSTANTS)
+    shaping = shaping_for(resolve_algo_config(cls, new))
+    for key, value in new.items():
+        expected = tuple(value.split(",")) if key == "failure_patterns" else value
+        assert getattr(shaping, key) == expected, key
+    assert shaping.terms == cls().reward_terms
+
+
+def test_algorithm_configs_restate_no_shaping_default():
+    """The shaping constants are defined once (reward.shaping.ShapingConstants): no algorithm redefines one."""
+    for name in RL_ALGOS:
+        cls = get_algo(name).Config
+        own = inspect.get_annotations(cls)
+        assert not set(own) & set(SHAPING_CONSTANTS), name
+
+
+# --- presets: composition and pairs -------------------------------------------------------------------------
+
+
+def _write(path, text):
+    path.write_text(text)
+    return str(path)
+
+
+def test_a_preset_loads_its_base_first(tmp_path):
+    _write(
+        tmp_path / "parent.yaml", "algo: ppo\nrollout: {group_size: 3, groups_per_iter: 5}\niterations: 9\n"
+    )
+    child = _write(tmp_path / "child.yaml", "base: parent.yaml\nrollout: {group_size: 6}\n")
+    cfg = resolve_config(child, ["iterations=4"])
+    assert (cfg.algo, cfg.rollout.group_size, cfg.rollout.groups_per_iter, cfg.iterations) == ("ppo", 6, 5, 4)
+    assert [p.name for p, _ in preset_chain(child)] == ["parent.yaml", "child.yaml"]
+
+
+def test_presets_compose_one_level_only(tmp_path):
+    _write(tmp_path / "a.yaml", "iterations: 1\n")
+    _write(tmp_path / "b.yaml", "base: a.yaml\n")
+    c = _write(tmp_path / "c.yaml", "base: b.yaml\n")
+    with pytest.raises(ConfigError, match="one level only"):
+        resolve_config(c)
+    bad = _write(tmp_path / "d.yaml", "base: nonexistent_preset\n")
+    with pytest.raises(ConfigError, match="no preset 'nonexistent_preset'"):
+        resolve_config(bad)
+
+
+def test_a_based_preset_matches_its_old_spelled_out_version():
+    """ppo_alfworld (base: hiper_alfworld) resolves to what its 30-line spelled-out version did."""
+    cfg = resolve_config("ppo_alfworld")
+    assert (cfg.algo, cfg.rollout.agent, cfg.rollout.group_size, cfg.rollout.groups_per_iter) == (
+        "ppo",
+        "react",
+        1,
+        128,
+    )
+    assert (cfg.env.name, cfg.env.max_steps, cfg.env.use_pool, cfg.learner.mini_batch_size) == (
+        "alfworld",
+        50,
+        True,
+        256,
+    )
+    assert cfg.model.path == "Qwen/Qwen2.5-1.5B-Instruct" and cfg.rollout.agent_options == {}
+    web = resolve_config("hiper_webshop")
+    assert (web.env.name, web.env.max_steps, web.env.use_pool, web.env.options) == ("webshop", 15, False, {})
+    assert (web.env.train_split, web.env.eval_split, web.model.max_model_len) == ("train", "test", 4608)
+
+
+# Presets declared as pairs: each pair should resolve to configs that differ ONLY in `algo`, plus the keys named
+# here, which differ on purpose:
+#   rollout.agent — HiPER uses its Plan–Execute agent; HiPER Table 1's flat baselines (PPO, GRPO, RLOO, GiGPO)
+#     prompt with ReAct (the *_alfworld headers say so).
+#   rollout.group_size / groups_per_iter — group-relative methods (GRPO, RLOO, GiGPO) need groups (App. C.1:
+#     group size 8): 8 x 16 episodes against 1 x 128 for HiPER and PPO, the same 128 episodes per iteration.
+# The synthetic pairs use the same Plan–Execute agent for both (HiPER vs flat PPO on the same outputs).
+PAIRS: list[tuple[str, str, set[str]]] = [
+    ("hiper_synthetic_small", "ppo_synthetic_small", set()),
+    ("hiper_synthetic_long", "ppo_synthetic_long", set()),
+    ("grpo_alfworld", "rloo_alfworld", set()),
+    ("grpo_alfworld", "gigpo_alfworld", set()),
+    ("hiper_alfworld", "ppo_alfworld", {"rollout.agent"}),
+    ("ppo_alfworld", "grpo_alfworld", {"rollout.group_size", "rollout.groups_per_iter"}),
+]
+
+
+def _flat_fields(cfg) -> dict:
+    return {k: v for k, v in flatten(dataclasses.asdict(cfg)).items() if k not in ("algo", "algo_overrides")}
+
+
+@pytest.mark.parametrize(("a", "b", "deliberate"), PAIRS, ids=[f"{a}-{b}" for a, b, _ in PAIRS])
+def test_paired_presets_differ_only_in_algo(a, b, deliberate):
+    ca, cb = resolve_config(a), resolve_config(b)
+    assert ca.algo != cb.algo
+    fa, fb = _flat_fields(ca), _flat_fields(cb)
+    differ = {k for k in fa if fa[k] != fb[k]}
+    assert differ == deliberate, f"{a} vs {b} differ in {sorted(differ)}; declared: {sorted(deliberate)}"
+    assert ca.algo_overrides == cb.algo_overrides, "the pair's algo.* keys differ"
+    # what the two algorithms share (the shaping constants, gamma, clipping, KL, ...) resolves equal too;
+    # reward_terms are the algorithm's own (HiPER adds its KEEP terms)
+    ra = dataclasses.asdict(resolve_algo_config(get_algo(ca.algo).Config, ca.algo_overrides))
+    rb = dataclasses.asdict(resolve_algo_config(get_algo(cb.algo).Config, cb.algo_overrides))
+    shared = (set(ra) & set(rb)) - {"reward_terms"}
+    assert {k: ra[k] for k in shared} == {k: rb[k] for k in shared}
+
+
+def test_the_pair_check_can_fail():
+    """The 10x smaller format penalty of issue 10.3 is caught (guards against a vacuous pair test)."""
+    ca = resolve_config("hiper_synthetic_small", ["algo.format_penalty=0.01"])
+    cb = resolve_config("ppo_synthetic_small")
+    assert ca.algo_overrides != cb.algo_overrides

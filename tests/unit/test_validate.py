@@ -1,0 +1,287 @@
+"""Issue 10.5: bad input fails at start, before Ray, with one line naming the key and the allowed values.
+
+``launch.config.validate`` checks a resolved config (pure: no Ray, no model, no env built); ``hierarl train``
+calls it before anything heavy and turns a ``ConfigError`` into ``hierarl train: <message>`` and exit code 2.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from launch.cli import main
+from launch.config import DEFAULT_PRESET, PRESET_DIR, ConfigError, resolve_config, validate
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _error(overrides: list[str], preset: str | None = DEFAULT_PRESET) -> str:
+    with pytest.raises(ConfigError) as e:
+        validate(resolve_config(preset, overrides))
+    message = str(e.value)
+    assert "\n" not in message
+    return message
+
+
+@pytest.mark.parametrize("preset", [None, *sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))])
+def test_every_preset_and_the_defaults_validate(preset):
+    algo_cfg = validate(resolve_config(preset))
+    assert hasattr(algo_cfg, "reward_terms")
+
+
+@pytest.mark.parametrize(
+    ("override", "key", "allowed"),
+    [
+        ("algo=nonsense", "algo", "gigpo, grpo, hiper, ppo, rloo, sft"),
+        ("rollout.agent=reactt", "rollout.agent", "react, plan_execute, hipif, step_hrl, multi2"),
+        (
+            "env.name=alfwrld",
+            "env.name",
+            "alfworld, scienceworld, synthetic, textcraft, virtualhome, webshop",
+        ),
+        ("rollout.engine=sglang", "rollout.engine", "auto, vllm, hf"),
+        ("model.dtype=fp16", "model.dtype", "auto, float32, bfloat16"),
+        ("learner.dtype=half", "learner.dtype", "auto, float32, bfloat16"),
+    ],
+)
+def test_unknown_names(override, key, allowed):
+    message = _error([override])
+    assert message.startswith(f"{key}: ") and message.endswith(f"allowed: {allowed}")
+
+
+def test_unknown_reward_term():
+    """Before: accepted, Ray and both workers started, failed at the first RL update."""
+    message = _error(["algo.reward_terms=format,nonsense"])
+    assert message.startswith("algo.reward_terms: unknown value 'nonsense'")
+    assert "allowed: action_grounding, format, invalid_action, keep, keep_consistency, repeat" in message
+    assert _error(["algo.reward_terms=format,format"]).startswith("algo.reward_terms: ")
+
+
+def test_unknown_protocol_and_env_options():
+    message = _error(['rollout.agent_options={"compactt": true}'])
+    assert message == (
+        "rollout.agent_options: plan_execute has no option 'compactt' (did you mean compact?); allowed: compact"
+    )
+    message = _error(['env.options={"depth": [1]}'])
+    assert message.startswith(
+        "env.options: textcraft has no option 'depth' (did you mean depths?); allowed: "
+    )
+    # the CPU default's {"compact": true} is accepted by every protocol
+    for agent in ("react", "hipif", "step_hrl", "multi2"):
+        validate(resolve_config(DEFAULT_PRESET, [f"rollout.agent={agent}"]))
+
+
+def test_every_listed_protocol_option_is_an_agent_field():
+    import dataclasses
+
+    from actors.agent_loop import _AGENTS, OPTIONS, ROLES
+
+    assert set(OPTIONS) == set(ROLES)
+    for protocol, names in OPTIONS.items():
+        assert set(names) <= {f.name for f in dataclasses.fields(_AGENTS[protocol])}, protocol
+
+
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [
+        ("rollout.group_size=0", "rollout.group_size"),
+        ("rollout.groups_per_iter=0", "rollout.groups_per_iter"),
+        ("iterations=-1", "iterations"),
+        ("eval_episodes=-1", "eval_episodes"),
+        ("eval_every=-2", "eval_every"),
+        ("learner.actor_lr=0", "learner.actor_lr"),
+        ("learner.critic_lr=-1e-5", "learner.critic_lr"),
+        ("bc.lr=0", "bc.lr"),
+        ("learner.micro_batch_size=64", "learner.micro_batch_size"),
+        ("rollout.temperature=0", "rollout.temperature"),
+        ("rollout.eval_temperature=-0.1", "rollout.eval_temperature"),
+        ("rollout.top_p=1.5", "rollout.top_p"),
+        ("env.max_steps=0", "env.max_steps"),
+        ("env.workers_per_rollout=0", "env.workers_per_rollout"),
+        ("rollout.max_new_tokens=0", "rollout.max_new_tokens"),
+        ("rollout.num_workers=0", "rollout.num_workers"),
+        ("learner.zero_stage=4", "learner.zero_stage"),
+        ("learner.ppo_epochs=0", "learner.ppo_epochs"),
+        ("model.lora_rank=0", "model.lora_rank"),
+        ("model.lora_dropout=1.0", "model.lora_dropout"),
+        ("bc.episodes=0", "bc.episodes"),
+    ],
+)
+def test_numeric_ranges(override, key):
+    message = _error([override])
+    assert message.startswith(f"{key}: got ") and "; allowed: " in message
+
+
+def test_greedy_evaluation_is_allowed():
+    validate(resolve_config(DEFAULT_PRESET, ["rollout.eval_temperature=0"]))
+
+
+def test_zero3_with_gradient_accumulation_fails_at_start():
+    """learners.worker refuses it at the first update; now it fails before Ray."""
+    message = _error(["learner.zero_stage=3"], preset="hiper_alfworld")
+    assert message.startswith("learner.zero_stage: 3 needs learner.micro_batch_size (8) >= the per-worker")
+    validate(resolve_config("hiper_alfworld", ["learner.zero_stage=3", "learner.micro_batch_size=64"]))
+
+
+@pytest.mark.parametrize(
+    ("overrides", "start"),
+    [
+        (["algo.lam_low=2"], "algo.lam_low: got 2.0; allowed: a number in [0, 1]"),
+        (["algo.format_penalty=-0.1"], "algo.format_penalty: got -0.1; allowed: a cost >= 0"),
+        (["algo.repeat_threshold=0"], "algo.repeat_threshold: got 0; allowed: an integer >= 1"),
+        (["algo.grounding_alpha=1.5"], "algo.grounding_alpha: got 1.5; allowed: a number in [0, 1]"),
+        (["algo.kl_kind=k9"], "algo.kl_kind: unknown value 'k9'; allowed: k1, k2, k3, low_var_kl"),
+        (["algo.agg=sum"], "algo.agg: unknown value 'sum'"),
+        (["algo.adv_norm=pooled"], "algo.adv_norm: unknown value 'pooled'; allowed: per_type, joint"),
+        (["algo=gigpo", "algo.mode=median", "rollout.group_size=4"], "algo.mode: unknown value 'median'"),
+        (["algo=ppo", "algo.lam_low=0.9"], "unknown config key 'algo.lam_low'"),
+        (["algo.c_kep=0.1"], "unknown config key 'algo.c_kep' (did you mean algo.c_keep?)"),
+        (["algo.gamma=high"], "algo.gamma: expected a number"),
+    ],
+)
+def test_algo_overrides_are_checked_against_the_algorithm(overrides, start):
+    assert _error(overrides).startswith(start)
+
+
+@pytest.mark.parametrize("algo", ["grpo", "rloo", "gigpo"])
+def test_group_relative_algorithms_need_groups(algo):
+    message = _error([f"algo={algo}", "rollout.group_size=1"])
+    assert message.startswith(f"rollout.group_size: {algo} needs groups of >= 2 trajectories")
+    assert message.endswith("allowed: an integer >= 2")
+
+
+def test_bc_needs_an_env_with_an_expert():
+    """Before: ScienceWorld with BC crashed in actors/demos.py (no expert plan) after Ray had started."""
+    message = _error(["env.name=scienceworld"])
+    assert message == (
+        "bc.enabled: env 'scienceworld' has no expert plan to clone (actors/demos.py); allowed: "
+        "bc.enabled=false, or an env with one: alfworld, synthetic, textcraft, virtualhome, webshop"
+    )
+    validate(resolve_config(DEFAULT_PRESET, ["env.name=scienceworld", "bc.enabled=false"]))
+
+
+# --- the command ---------------------------------------------------------------------------------------------
+
+
+def test_train_reports_one_line_and_exit_code_2(capsys):
+    assert main(["train", "algo.reward_terms=format,nonsense"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(
+        "hierarl train: algo.reward_terms: unknown value 'nonsense'"
+    )
+    assert main(["train", "--verbose"]) == 2
+    assert capsys.readouterr().err.startswith("hierarl train: unknown option '--verbose'; allowed: --dry-run")
+
+
+def test_train_help_is_not_a_preset_name(capsys):
+    """Before: `hierarl train --help` was read as a preset named '--help'."""
+    assert main(["train", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: hierarl train [PRESET] [key=value ...]")
+    for key in ("rollout.group_size", "learner.micro_batch_size", "bc.enabled", "env.options", "seed"):
+        assert f"\n  {key} " in out, key
+    assert "Trajectories per task and initial state" in out  # a field docstring's first line
+    assert "lam_low" in out and "process_penalty" in out  # algo keys and shaping constants
+    assert main(["train", "-h", "hiper_alfworld"]) == 0
+
+
+def test_dry_run_prints_the_resolved_config(capsys):
+    assert main(["train", "--dry-run", "hiper_webshop", "algo.c_keep=0.2"]) == 0
+    out = capsys.readouterr().out
+    assert "[hierarl] preset hiper_webshop (" in out and "base hiper_alfworld" in out
+    assert "name: webshop" in out and "resolved_algo:\n" in out and "  c_keep: 0.2\n" in out
+    assert main(["train", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "preset hiper_textcraft_cpu (" in out and "the default, no preset named" in out
+    assert "  format_penalty: 0.01\n" in out
+
+
+def _ray_session_state() -> tuple:
+    latest = Path("/tmp/ray/session_latest")
+    if not os.path.lexists(latest):
+        return (None,)
+    return (os.readlink(latest) if latest.is_symlink() else None, os.lstat(latest).st_mtime_ns)
+
+
+def _env_without_ray() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+def test_a_bad_algorithm_fails_in_a_fresh_process_before_ray():
+    before = _ray_session_state()
+    out = subprocess.run(
+        [sys.executable, "-m", "launch.cli", "train", "algo=nonsense"],
+        cwd=ROOT,
+        env=_env_without_ray(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 2
+    assert out.stderr.splitlines() == [
+        "hierarl train: algo: unknown algorithm 'nonsense'; allowed: gigpo, grpo, hiper, ppo, rloo, sft"
+    ]
+    assert _ray_session_state() == before, "a Ray session was started or touched"
+
+
+def test_dry_run_imports_no_distributed_stack():
+    code = (
+        "import sys; from launch.cli import main; rc = main(['train', '--dry-run', 'algo=ppo']); "
+        "print('LOADED', sorted({m.split('.')[0] for m in sys.modules} & {'ray', 'deepspeed', 'vllm'})); "
+        "sys.exit(rc)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env=_env_without_ray(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "LOADED []" in out.stdout and "algo: ppo" in out.stdout
+
+
+# --- one source of defaults for the workers and `hierarl rollout` (issue 10.4) ----------------------------------
+
+
+def test_worker_configs_restate_no_run_config_default():
+    """WorkerConfig and LearnerSpec are built from the run config; only worker-specific fields have defaults."""
+    import dataclasses
+
+    from actors.rollout import WorkerConfig
+    from learners.worker import LearnerSpec
+
+    def defaulted(cls):
+        return {
+            f.name
+            for f in dataclasses.fields(cls)
+            if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+        }
+
+    assert defaulted(WorkerConfig) == {"device", "adapter_path", "adapters"}
+    assert defaulted(LearnerSpec) == {"device", "value_heads", "master_port"}
+
+
+def test_rollout_command_defaults_are_the_run_configs():
+    import dataclasses
+
+    from actors.rollout import rollout_parser, rollout_run_config
+    from launch.config import TrainConfig
+
+    cfg = rollout_run_config(rollout_parser().parse_args([]))
+    default = TrainConfig()
+    assert cfg == dataclasses.replace(default, bc=dataclasses.replace(default.bc, enabled=False))
+    other = rollout_run_config(rollout_parser().parse_args(["--env", "synthetic", "--agent-options", "{}"]))
+    assert (other.env.name, other.env.options, other.rollout.agent_options) == ("synthetic", {}, {})
+    with pytest.raises(SystemExit) as e:  # argparse: usage + one error line, exit 2
+        rollout_run_config(rollout_parser().parse_args(["--protocol", "nope"]))
+    assert e.value.code == 2
+    with pytest.raises(ConfigError, match=r"env\.name: unknown value 'alfwrld'"):
+        rollout_run_config(rollout_parser().parse_args(["--env", "alfwrld"]))
