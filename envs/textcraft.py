@@ -142,6 +142,12 @@ class TextCraftEnv:
                 pending = []
         return plan
 
+    def candidate_actions(self, observation: str) -> list[str]:
+        """Commands the reset text offers (TextCraft lists no admissible actions; ``envs.random_policy`` draws from
+        these): every recipe shown as a craft command, ``get`` of each ingredient in its recipe's count, and
+        ``inventory``."""
+        return commands_from_intro(observation)
+
     def expert_action(self) -> str | None:
         plan = self.expert_plan()
         return plan[0][1][0] if plan else None
@@ -263,6 +269,26 @@ class TextCraftEnv:
             valid_action=valid,
             inventory={_name(k): v for k, v in self._env.inventory.items()},
         )
+
+
+_RECIPE = re.compile(r"^craft (\d+) (.+?) using (.+)$")
+_INGREDIENT = re.compile(r"^(\d+) (.+)$")
+
+
+def commands_from_intro(observation: str) -> list[str]:
+    """``Crafting commands:\ncraft 4 oak planks using 1 oak logs\n...`` → the craft lines, ``get 1 oak logs``, ...,
+    ``inventory`` (sorted, unique)."""
+    out = {"inventory"}
+    for line in observation.splitlines():
+        m = _RECIPE.match(line.strip())
+        if not m:
+            continue
+        out.add(line.strip())
+        for part in m.group(3).split(","):
+            ing = _INGREDIENT.match(part.strip())
+            if ing:
+                out.add(f"get {ing.group(1)} {ing.group(2)}")
+    return sorted(out)
 
 
 def _crafted_item(action: str) -> str:

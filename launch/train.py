@@ -36,13 +36,14 @@ from actors.models import resolve_model_path
 from actors.rollout import RolloutWorker, WorkerConfig, read_peft_adapter, unpack_group
 from actors.trajectory import Trajectory
 from cluster.ray_cluster import WorkerResources, init_ray
+from envs.random_policy import random_policy_success
 from launch.algos import get_algo
 from launch.config import TrainConfig, dump_yaml, resolve_algo_config
 from learners.batch import TurnBatch, build_turn_batch
 from learners.group import LearnerGroup
 from learners.targets import value_positions
 from learners.worker import LearnerSpec
-from reward.shaping import ShapingConfig, apply_shaping
+from reward.shaping import apply_shaping, shaping_for
 
 
 @contextmanager
@@ -50,15 +51,6 @@ def timed(timings: dict[str, float], name: str):
     t0 = time.perf_counter()
     yield
     timings[name] = timings.get(name, 0.0) + time.perf_counter() - t0
-
-
-def shaping_config(algo_cfg: Any) -> ShapingConfig:
-    """The algorithm's reward terms with its constants (c_KEEP, format penalty) where it defines them."""
-    kwargs: dict[str, Any] = {"terms": tuple(algo_cfg.reward_terms)}
-    for name in ("c_keep", "format_penalty"):
-        if hasattr(algo_cfg, name):
-            kwargs[name] = getattr(algo_cfg, name)
-    return ShapingConfig(**kwargs)
 
 
 def batch_arrays(batch: TurnBatch) -> dict[str, np.ndarray]:
@@ -182,6 +174,7 @@ class Trainer:
         self.train_ids: list[str] = []
         self.start_iter = 0
         self.history: list[dict[str, Any]] = []
+        self._chance: dict[tuple[str, ...], float] = {}
         self.metrics_path = self.run_dir / "metrics.jsonl"
         self._tb = None
 
@@ -240,8 +233,24 @@ class Trainer:
             tasks, cfg.rollout.group_size, cfg.seed * 7919 + iteration, temperature=cfg.rollout.temperature
         )
 
+    def chance(self, task_ids: Sequence[str], seed: int) -> float:
+        """Success of a uniformly random policy over the available commands on ``task_ids`` (computed once per task
+        set, pure Python; nan where the env offers no command list): every eval is reported beside it."""
+        key = tuple(task_ids)
+        if key not in self._chance:
+            import envs
+
+            env = envs.make(self.cfg.env.name, **dict(self.cfg.env.options))
+            try:
+                base = random_policy_success(env, key, max_steps=self.cfg.env.max_steps, seed=seed)
+            finally:
+                env.close()
+            self._chance[key] = float("nan") if base is None else base.success
+        return self._chance[key]
+
     def evaluate(self, n: int, seed: int) -> dict[str, Any]:
-        """Success on the eval split at the validation temperature (HiPER C.1: 0.4), per task type."""
+        """Success on the eval split at the validation temperature (HiPER C.1: 0.4), per task type, beside the
+        random policy's success on the same tasks and the model's valid-format rate."""
         ids = self.task_ids(self.cfg.env.eval_split)
         rng = random.Random(seed)
         ids = rng.sample(ids, min(n, len(ids)))
@@ -251,6 +260,8 @@ class Trainer:
             per_type.setdefault(str(t.info.get("task_type", "all")), []).append(t.won)
         return {
             "success": sum(t.won for t in trajs) / max(1, len(trajs)),
+            "random": self.chance(ids, seed),
+            "valid_format": trajectory_stats(trajs)["valid_format"],
             "per_type": {k: sum(v) / len(v) for k, v in sorted(per_type.items())},
             "episodes": len(trajs),
         }
@@ -269,7 +280,7 @@ class Trainer:
         timings: dict[str, float] = {}
         with timed(timings, "advantage"):
             for t in trajs:
-                apply_shaping(t, shaping_config(algo_cfg))
+                apply_shaping(t, shaping_for(algo_cfg))
             batch = build_turn_batch(trajs, max_len=self.cfg.learner.max_seq_len, pad_id=self.pad_id)
             arrays = batch_arrays(batch)
         metrics: dict[str, float] = {}
@@ -452,18 +463,16 @@ class Trainer:
             self.push_weights()
             if cfg.eval_zero_shot:
                 ev = self.evaluate(cfg.eval_episodes, cfg.seed + 10_000)
-                self.log({"iteration": -1, "phase": "zero-shot", "eval_success": ev["success"], **_flat(ev)})
-                print(f"[hierarl] zero-shot eval success {ev['success']:.3f} {ev['per_type']}", flush=True)
+                self.log({"iteration": -1, "phase": "zero-shot", **_flat(ev)})
+                print(f"[hierarl] zero-shot eval {_eval_text(ev)}", flush=True)
             if cfg.bc.enabled:
                 bc = self.behaviour_cloning()
                 push_s = self.push_weights()
                 ev = self.evaluate(cfg.eval_episodes, cfg.seed + 10_000)
-                self.log(
-                    {"iteration": 0, "phase": "bc", **bc, "push_s": push_s, "eval_success": ev["success"]}
-                )
+                self.log({"iteration": 0, "phase": "bc", **bc, "push_s": push_s, **_flat(ev)})
                 print(
                     f"[hierarl] BC on {bc['demos']} demos ({bc['turns']} turns) in {bc['wall_s']:.1f}s; "
-                    f"eval success after BC {ev['success']:.3f} {ev['per_type']}",
+                    f"eval after BC {_eval_text(ev)}",
                     flush=True,
                 )
             self.checkpoint(0)
@@ -498,7 +507,7 @@ class Trainer:
             if cfg.eval_every and it % cfg.eval_every == 0:
                 with timed(timings, "eval"):
                     ev = self.evaluate(cfg.eval_episodes, cfg.seed + 10_000)
-                record["eval_success"] = ev["success"]
+                record.update(_flat(ev))
             if cfg.checkpoint_every and it % cfg.checkpoint_every == 0:
                 with timed(timings, "checkpoint"):
                     self.checkpoint(it)
@@ -524,7 +533,17 @@ class Trainer:
 
 
 def _flat(ev: dict[str, Any]) -> dict[str, float]:
-    return {f"eval_{k}": v for k, v in ev.get("per_type", {}).items()}
+    """An eval result as metric keys: eval_success, eval_random, eval_valid_format, eval_<task type>..."""
+    out = {f"eval_{k}": ev[k] for k in ("success", "random", "valid_format")}
+    out.update({f"eval_{k}": v for k, v in ev.get("per_type", {}).items()})
+    return out
+
+
+def _eval_text(ev: dict[str, Any]) -> str:
+    return (
+        f"success {ev['success']:.3f} (random policy {ev['random']:.3f}, valid format {ev['valid_format']:.2f}) "
+        f"{ev['per_type']}"
+    )
 
 
 def _iteration_line(r: dict[str, Any]) -> str:
@@ -543,7 +562,7 @@ def _iteration_line(r: dict[str, Any]) -> str:
     if r.get("policy_lag"):
         parts.append(f"lag {r['policy_lag']}")
     if "eval_success" in r:
-        parts.append(f"EVAL {r['eval_success']:.2f}")
+        parts.append(f"EVAL {r['eval_success']:.2f} (random {r['eval_random']:.2f})")
     parts.append(
         "time "
         + " ".join(
@@ -554,12 +573,14 @@ def _iteration_line(r: dict[str, Any]) -> str:
 
 
 def _final_table(history: list[dict[str, Any]]) -> str:
-    rows = ["", "phase      iter  train_success  eval_success  return   iter_time_s"]
+    nan = float("nan")
+    rows = ["", "phase      iter  train_success  eval_success  eval_random  eval_valid  return   iter_time_s"]
     for r in history:
         rows.append(
             f"{r.get('phase', ''):<10} {r.get('iteration', ''):>4}  "
-            f"{r.get('success', float('nan')):>13.3f}  {r.get('eval_success', float('nan')):>12.3f}  "
-            f"{r.get('return', float('nan')):>+7.2f}  {r.get('time_iteration', float('nan')):>11.1f}"
+            f"{r.get('success', nan):>13.3f}  {r.get('eval_success', nan):>12.3f}  "
+            f"{r.get('eval_random', nan):>11.3f}  {r.get('eval_valid_format', nan):>10.2f}  "
+            f"{r.get('return', nan):>+7.2f}  {r.get('time_iteration', nan):>11.1f}"
         )
     return "\n".join(rows)
 
