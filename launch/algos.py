@@ -1,6 +1,6 @@
 """The one name → algorithm dict. An algorithm is a module in ``learners/algos/`` exposing ``Config`` (frozen
-dataclass; an RL algorithm's inherits ``reward.shaping.ShapingConstants``, so every shaping constant is an
-``algo.<name>`` key), ``VALUE_HEADS``, ``VALUE_SLOTS``, ``compute_targets(trajectories, batch, values, cfg)`` and
+dataclass; an RL algorithm's has a ``shaping: reward.shaping.ShapingConstants`` field, so every shaping constant
+is an ``algo.shaping.<name>`` key), ``VALUE_HEADS``, ``VALUE_SLOTS``, ``compute_targets(trajectories, batch, values, cfg)`` and
 ``policy_loss(new_logprobs, micro, cfg)``; optionally ``MIN_GROUP_SIZE`` (checked at start by
 ``launch.config.validate``)."""
 

@@ -111,7 +111,9 @@ def cmd_eval(args: Sequence[str]) -> int:
     if not latest.exists():
         print(f"hierarl eval: no checkpoint under {run}", file=sys.stderr)
         return 2
-    raw = yaml.safe_load((run / "config.yaml").read_text())
+    # the run config only: the resolved_algo block after it is repr() text, not YAML (e.g. the nested shaping
+    # constants print as a dict of tuples)
+    raw = yaml.safe_load((run / "config.yaml").read_text().split("\nresolved_algo:\n", 1)[0])
     raw.pop("resolved_algo", None)
     cfg = apply_overrides(TrainConfig(), flatten(raw))
     adapter = run / "checkpoints" / latest.read_text().strip() / "adapter"

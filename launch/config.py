@@ -8,8 +8,9 @@ fails at start with a one-line ``ConfigError`` that names the key (and the close
 checks names, ranges, the ``algo.*`` keys and BC feasibility, still before anything heavy starts.
 
 The algorithm's own hyperparameters live in its file (``learners/algos/<name>.py``, a frozen dataclass ``Config``
-that inherits every reward-shaping constant of ``reward.shaping.ShapingConstants``); here ``algo`` names it and
-``algo_overrides`` holds the ``algo.*`` keys, validated against that dataclass by ``resolve_algo_config``.
+whose ``shaping`` field holds the reward-shaping constants, ``reward.shaping.ShapingConstants``: keys
+``algo.shaping.<name>``); here ``algo`` names it and ``algo_overrides`` holds the ``algo.*`` keys (flat, dotted),
+validated against that dataclass by ``resolve_algo_config``.
 """
 
 from __future__ import annotations
@@ -271,9 +272,9 @@ def apply_overrides(cfg: Any, overrides: dict[str, Any], *, prefix: str = "") ->
         head, _, rest = key.partition(".")
         full = f"{prefix}{head}"
         if head not in hints:
-            close = difflib.get_close_matches(head, list(hints), n=1)
+            close = _closest_key(cfg, head)
             hint = (
-                f" (did you mean {prefix}{close[0]}?)"
+                f" (did you mean {prefix}{close}?)"
                 if close
                 else f"; allowed: {', '.join(prefix + h for h in hints)}"
             )
@@ -296,6 +297,25 @@ def apply_overrides(cfg: Any, overrides: dict[str, Any], *, prefix: str = "") ->
     for head, sub_over in nested.items():
         direct[head] = apply_overrides(getattr(cfg, head), sub_over, prefix=f"{prefix}{head}.")
     return dataclasses.replace(cfg, **direct)
+
+
+def _closest_key(cfg: Any, name: str) -> str | None:
+    """The field of ``cfg`` closest to an unknown key ``name``; the fields of its dataclass-valued fields count
+    too, as ``<field>.<name>`` (so the pre-composition key ``algo.format_penalty`` points at
+    ``algo.shaping.format_penalty``). A name that is a field of several nested dataclasses suggests none of them."""
+    own = [f.name for f in dataclasses.fields(cfg)]
+    nested: dict[str, list[str]] = {}
+    for f in dataclasses.fields(cfg):
+        sub = getattr(cfg, f.name)
+        if dataclasses.is_dataclass(sub):
+            for g in dataclasses.fields(sub):
+                nested.setdefault(g.name, []).append(f"{f.name}.{g.name}")
+    candidates = {n: n for n in own}
+    candidates.update({n: keys[0] for n, keys in nested.items() if len(keys) == 1 and n not in candidates})
+    if name in candidates:
+        return candidates[name]
+    close = difflib.get_close_matches(name, list(candidates), n=1)
+    return candidates[close[0]] if close else None
 
 
 def flatten(mapping: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -393,8 +413,8 @@ def _unknown_algo(name: Any) -> ConfigError:
 
 def _carried_algo_overrides(overrides: dict[str, Any], new_algo: Any) -> dict[str, Any]:
     """The ``algo.*`` keys an earlier layer set that the newly chosen algorithm also has (a shaping constant
-    such as ``format_penalty`` scales with the env, not with the algorithm, so it stays); the rest (e.g. HiPER's
-    ``lam_low`` when switching to PPO) are dropped."""
+    such as ``shaping.format_penalty`` scales with the env, not with the algorithm, so it stays); the rest (e.g.
+    HiPER's ``lam_low`` when switching to PPO) are dropped."""
     from launch.algos import ALGOS, get_algo
 
     if str(new_algo) not in ALGOS:
@@ -417,6 +437,8 @@ def resolve_config(preset: str | None = None, cli: list[str] | None = None) -> T
         algo_over = layer.pop("algo_overrides", {})
         if not isinstance(algo_over, dict):
             raise ConfigError(f"algo_overrides: expected a mapping of algo.<field> values, got {algo_over!r}")
+        # kept flat ({"shaping.c_keep": v}), so a later layer's nested key replaces one key, not the whole mapping
+        algo_over = flatten(algo_over)
         # A layer that switches the algorithm keeps the earlier algo.* keys the new algorithm has (so a pair of
         # runs that differ in `algo` only share their shaping constants) and drops the others. A layer that
         # switches the env starts env.options clean (unless it sets them itself): options are per env.
@@ -440,7 +462,11 @@ def resolve_algo_config(algo_config_cls: type, overrides: dict[str, Any]) -> Any
     except ConfigError as e:
         if str(e).startswith("unknown config key") and "allowed:" not in str(e):
             name = algo_config_cls.__module__.rsplit(".", 1)[-1]
-            keys = ", ".join(f.name for f in dataclasses.fields(algo_config_cls))
+            default = algo_config_cls()
+            keys = ", ".join(
+                f"{f.name}.*" if dataclasses.is_dataclass(getattr(default, f.name)) else f.name
+                for f in dataclasses.fields(algo_config_cls)
+            )
             raise ConfigError(f"{e}; {name} has: {keys}") from e
         raise
     except ValueError as e:  # the Config's own __post_init__ checks
@@ -553,7 +579,7 @@ def _check_algo(cfg: TrainConfig) -> Any:
     from launch.algos import get_algo
     from learners.advantages import GroupMode
     from learners.losses import AGG_MODES, KL_KINDS
-    from reward.shaping import TERMS, shaping_for
+    from reward.shaping import TERMS, ShapingConstants, shaping_for
 
     algo = get_algo(cfg.algo)
     algo_cfg = resolve_algo_config(algo.Config, cfg.algo_overrides)
@@ -584,17 +610,24 @@ def _check_algo(cfg: TrainConfig) -> Any:
         "kl_coef": (lambda v: v >= 0, "a number >= 0"),
         "value_clip": (lambda v: v >= 0, "a number >= 0"),
         "eps": (lambda v: v >= 0, "a number >= 0"),
-        "format_penalty": (lambda v: v >= 0, "a cost >= 0 (applied with a minus sign)"),
-        "c_keep": (lambda v: v >= 0, "a cost >= 0 (applied with a minus sign)"),
-        "keep_consistency_penalty": (lambda v: v >= 0, "a cost >= 0 (applied with a minus sign)"),
-        "invalid_action_penalty": (lambda v: v >= 0, "a cost >= 0 (applied with a minus sign)"),
-        "process_penalty": (lambda v: v >= 0, "a cost >= 0 (applied with a minus sign)"),
-        "repeat_threshold": (lambda v: v >= 1, "an integer >= 1"),
-        "grounding_alpha": (lambda v: 0 <= v <= 1, unit),
     }
     for name, (ok, allowed) in ranges.items():
         if hasattr(algo_cfg, name):
             _need(ok(getattr(algo_cfg, name)), f"algo.{name}", getattr(algo_cfg, name), allowed)
+    cost = "a cost >= 0 (applied with a minus sign)"
+    shaping_ranges: dict[str, tuple[Any, str]] = {
+        "format_penalty": (lambda v: v >= 0, cost),
+        "c_keep": (lambda v: v >= 0, cost),
+        "keep_consistency_penalty": (lambda v: v >= 0, cost),
+        "invalid_action_penalty": (lambda v: v >= 0, cost),
+        "process_penalty": (lambda v: v >= 0, cost),
+        "repeat_threshold": (lambda v: v >= 1, "an integer >= 1"),
+        "grounding_alpha": (lambda v: 0 <= v <= 1, unit),
+    }
+    shaping = getattr(algo_cfg, "shaping", None)
+    if isinstance(shaping, ShapingConstants):
+        for name, (ok, allowed) in shaping_ranges.items():
+            _need(ok(getattr(shaping, name)), f"algo.shaping.{name}", getattr(shaping, name), allowed)
     try:
         shaping_for(algo_cfg)
     except ValueError as e:
@@ -723,7 +756,7 @@ def config_help() -> str:
     """``hierarl train --help``: usage, then every run-config key, every algorithm's ``algo.*`` keys and the
     shaping constants, with defaults and the first line of each docstring."""
     from launch.algos import ALGOS, get_algo
-    from reward.shaping import SHAPING_CONSTANTS, ShapingConstants
+    from reward.shaping import ShapingConstants
 
     lines = [
         "usage: hierarl train [PRESET] [key=value ...]            run (PRESET: a name in launch/configs or a",
@@ -744,25 +777,34 @@ def config_help() -> str:
     ]
     for name in sorted(ALGOS):
         algo_cfg = get_algo(name).Config()
-        own = [r for r in config_keys(algo_cfg) if r[0] not in SHAPING_CONSTANTS]
-        shaping = " + the shaping constants below" if isinstance(algo_cfg, ShapingConstants) else ""
-        lines.append(f"  {name}{shaping}:")
+        own = [r for r in config_keys(algo_cfg) if not r[0].startswith("shaping.")]
+        has_shaping = isinstance(getattr(algo_cfg, "shaping", None), ShapingConstants)
+        lines.append(f"  {name}{' + the shaping.* constants below' if has_shaping else ''}:")
         lines += _key_lines(own, indent="    ")
     lines += [
         "",
-        "shaping constants, algo.<name> of every RL algorithm (reward/shaping.py; applied per algo.reward_terms):",
-        *_key_lines(config_keys(ShapingConstants())),
+        "shaping constants, algo.shaping.<name> of every RL algorithm (reward/shaping.py; applied per "
+        "algo.reward_terms):",
+        *_key_lines(config_keys(ShapingConstants(), "shaping."), indent="    "),
     ]
     return "\n".join(lines)
 
 
+def _resolved_lines(cfg: Any, indent: str) -> list[str]:
+    """``key: repr(value)`` per field; a dataclass-valued field (e.g. ``shaping``) as an indented block."""
+    lines: list[str] = []
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        if dataclasses.is_dataclass(value):
+            lines += [f"{indent}{f.name}:\n", *_resolved_lines(value, indent + "  ")]
+        else:
+            lines.append(f"{indent}{f.name}: {value!r}\n")
+    return lines
+
+
 def resolved_text(cfg: TrainConfig, algo_cfg: Any) -> str:
     """The resolved run config as YAML plus the resolved algorithm config (what a run prints and saves)."""
-    return (
-        dump_yaml(cfg)
-        + "resolved_algo:\n"
-        + "".join(f"  {k}: {v!r}\n" for k, v in dataclasses.asdict(algo_cfg).items())
-    )
+    return dump_yaml(cfg) + "resolved_algo:\n" + "".join(_resolved_lines(algo_cfg, "  "))
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:

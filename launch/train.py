@@ -22,7 +22,6 @@ import random
 import time
 from collections.abc import Sequence
 from contextlib import contextmanager
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +37,7 @@ from actors.trajectory import Trajectory
 from cluster.ray_cluster import WorkerResources, init_ray
 from envs.random_policy import random_policy_success
 from launch.algos import get_algo
-from launch.config import TrainConfig, dump_yaml, resolve_algo_config
+from launch.config import TrainConfig, resolve_algo_config, resolved_text
 from learners.batch import TurnBatch, build_turn_batch
 from learners.group import LearnerGroup
 from learners.targets import value_positions
@@ -126,11 +125,7 @@ class Trainer:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.algo = get_algo(cfg.algo)
         self.algo_cfg = resolve_algo_config(self.algo.Config, cfg.algo_overrides)
-        text = (
-            dump_yaml(cfg)
-            + "resolved_algo:\n"
-            + "".join(f"  {k}: {v!r}\n" for k, v in asdict(self.algo_cfg).items())
-        )
+        text = resolved_text(cfg, self.algo_cfg)
         print("[hierarl] resolved config:\n" + text, flush=True)
         (self.run_dir / "config.yaml").write_text(text)
         random.seed(cfg.seed)

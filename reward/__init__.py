@@ -4,7 +4,8 @@
 * ``reward.keep``       HiPER KEEP penalty c_KEEP and the KEEP-consistency penalty
 * ``reward.grounding``  what the environment said about each action: invalid-action penalty, HISR action grounding
 * ``reward.process``    HIPIF rule-based subgoal process rewards (grounding, terminal failure, repetition)
-* ``reward.shaping``    ``ShapingConfig`` and ``apply_shaping``: the configured terms into ``Turn.shaped``
+* ``reward.shaping``    ``ShapingConstants``, ``ShapingConfig`` and ``apply_shaping``: the configured terms into
+  ``Turn.shaped``
 
 What the terms read from a ``Turn`` (the rollout must fill these):
 
@@ -39,6 +40,7 @@ from reward.shaping import (
     HISR_TERMS,
     TERMS,
     ShapingConfig,
+    ShapingConstants,
     apply_shaping,
     shaping_components,
 )
@@ -50,6 +52,7 @@ __all__ = [
     "HISR_TERMS",
     "TERMS",
     "ShapingConfig",
+    "ShapingConstants",
     "action_executable",
     "action_grounding_reward",
     "apply_shaping",

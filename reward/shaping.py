@@ -21,7 +21,7 @@ component name         rule                                                  sou
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -36,7 +36,8 @@ from reward.process import repeat_penalty, subgoal_failure_penalty, ungrounded_s
 @dataclass(frozen=True)
 class ShapingConstants:
     """The shaping terms' constants (defaults from the papers): their one definition. Every RL algorithm's
-    ``Config`` inherits them, so ``algo.<name>=v`` reaches each of them (``shaping_for``)."""
+    ``Config`` holds one as its ``shaping`` field, so ``algo.shaping.<name>=v`` reaches each of them
+    (``shaping_for``)."""
 
     format_penalty: float = 0.1
     """Cost of a malformed output (HiPER App. C; HIPIF App. B); scale it with the env's success reward."""
@@ -59,16 +60,18 @@ class ShapingConstants:
 
 
 SHAPING_CONSTANTS: tuple[str, ...] = tuple(f.name for f in fields(ShapingConstants))
-"""The names of the shaping constants (each an ``algo.<name>`` key of every RL algorithm)."""
+"""The names of the shaping constants (each an ``algo.shaping.<name>`` key of every RL algorithm)."""
 
 
 @dataclass(frozen=True)
-class ShapingConfig(ShapingConstants):
-    """Which shaping terms to apply, with their constants (``ShapingConstants``)."""
+class ShapingConfig:
+    """Which shaping terms to apply, and the constants they use."""
 
     terms: tuple[str, ...] = ("format",)
     """Component names to apply, in order (keys of ``TERMS``); see ``HIPER_TERMS`` / ``HIPIF_TERMS`` /
     ``HISR_TERMS``. The default is the format penalty every baseline uses (HiPER App. C)."""
+    constants: ShapingConstants = field(default_factory=ShapingConstants)
+    """The terms' constants (an RL algorithm's ``Config.shaping``; default: the papers')."""
 
     def __post_init__(self) -> None:
         unknown = [t for t in self.terms if t not in TERMS]
@@ -76,20 +79,27 @@ class ShapingConfig(ShapingConstants):
             raise ValueError(f"unknown shaping terms {unknown}; known: {sorted(TERMS)}")
         if len(set(self.terms)) != len(self.terms):
             raise ValueError(f"shaping terms repeated: {self.terms}")
-        if self.repeat_threshold < 1:
+        if not isinstance(self.constants, ShapingConstants):
+            raise ValueError(
+                f"shaping constants must be a ShapingConstants, got {type(self.constants).__name__}"
+            )
+        if self.constants.repeat_threshold < 1:
             raise ValueError("repeat_threshold must be >= 1")
-        if not 0.0 <= self.grounding_alpha <= 1.0:
+        if not 0.0 <= self.constants.grounding_alpha <= 1.0:
             raise ValueError("grounding_alpha must lie in [0, 1] (HISR Eq. 8 is a convex combination)")
 
 
 def shaping_for(algo_cfg: Any) -> ShapingConfig:
-    """The shaping of an algorithm's ``Config``: its ``reward_terms`` with every shaping constant it carries
-    (RL algorithms inherit all of ``ShapingConstants``; a config without one keeps the paper default)."""
-    constants = {name: getattr(algo_cfg, name) for name in SHAPING_CONSTANTS if hasattr(algo_cfg, name)}
-    return ShapingConfig(terms=tuple(algo_cfg.reward_terms), **constants)
+    """The shaping of an algorithm's ``Config``: its ``reward_terms`` with its ``shaping`` constants (every RL
+    algorithm's ``Config`` has that field; a config without one, e.g. SFT's, keeps the paper defaults)."""
+    constants = getattr(algo_cfg, "shaping", None)
+    return ShapingConfig(
+        terms=tuple(algo_cfg.reward_terms),
+        constants=ShapingConstants() if constants is None else constants,
+    )
 
 
-TermFn = Callable[[Trajectory, ShapingConfig], np.ndarray]
+TermFn = Callable[[Trajectory, ShapingConstants], np.ndarray]
 
 TERMS: dict[str, TermFn] = {
     "format": lambda traj, c: format_penalty(traj, c.format_penalty),
@@ -103,7 +113,8 @@ TERMS: dict[str, TermFn] = {
     "repeat": lambda traj, c: repeat_penalty(traj, c.process_penalty, c.repeat_threshold),
     "action_grounding": lambda traj, c: action_grounding_reward(traj, c.grounding_alpha, c.failure_patterns),
 }
-"""Component name -> term; each returns float64[T] for the trajectory's turns."""
+"""Component name -> term; each reads its constants from ``ShapingConstants`` and returns float64[T] for the
+trajectory's turns."""
 
 HIPER_TERMS: tuple[str, ...] = ("format", "keep", "keep_consistency")
 HIPIF_TERMS: tuple[str, ...] = ("format", "ungrounded_subgoal", "subgoal_failure", "repeat")
@@ -112,7 +123,7 @@ HISR_TERMS: tuple[str, ...] = ("action_grounding",)
 
 def shaping_components(traj: Trajectory, config: ShapingConfig) -> dict[str, np.ndarray]:
     """{component name: float64[T]} for the configured terms; pure (the trajectory is not modified)."""
-    return {name: np.asarray(TERMS[name](traj, config), dtype=np.float64) for name in config.terms}
+    return {name: np.asarray(TERMS[name](traj, config.constants), dtype=np.float64) for name in config.terms}
 
 
 def apply_shaping(traj: Trajectory, config: ShapingConfig) -> Trajectory:

@@ -42,5 +42,7 @@ def pytest_collectreport(report: pytest.CollectReport) -> None:
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if _skipped_for_imports:
         lines = "\n  ".join(_skipped_for_imports)
-        print(f"\nFAILED: tests skipped for a missing dependency (install with `bash install.sh test`):\n  {lines}")
+        print(
+            f"\nFAILED: tests skipped for a missing dependency (install with `bash install.sh test`):\n  {lines}"
+        )
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -11,7 +11,7 @@ surrogate + kl_coef · KL(π‖π_ref).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -24,9 +24,9 @@ from reward.shaping import ShapingConstants
 
 
 @dataclass(frozen=True)
-class Config(ShapingConstants):
-    """Inherits every shaping constant (``reward.shaping.ShapingConstants``: format_penalty, ...), so
-    ``algo.<name>=v`` sets it; ``reward_terms`` picks the terms applied."""
+class Config:
+    """``shaping`` holds every shaping constant (``reward.shaping.ShapingConstants``: format_penalty, ...), so
+    ``algo.shaping.<name>=v`` sets it; ``reward_terms`` picks the terms applied."""
 
     gamma: float = 0.95
     step_weight: float = 1.0
@@ -39,6 +39,8 @@ class Config(ShapingConstants):
     eps: float = 1e-6
     agg: str = "token-mean"
     reward_terms: tuple[str, ...] = ("format",)
+    shaping: ShapingConstants = field(default_factory=ShapingConstants)
+    """The shaping constants (``algo.shaping.<name>``); the papers' defaults."""
 
 
 VALUE_HEADS = 0

@@ -10,7 +10,7 @@ Loss: per-token clipped surrogate + kl_coef · KL(π‖π_ref).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -23,9 +23,9 @@ from reward.shaping import ShapingConstants
 
 
 @dataclass(frozen=True)
-class Config(ShapingConstants):
-    """Inherits every shaping constant (``reward.shaping.ShapingConstants``: format_penalty, ...), so
-    ``algo.<name>=v`` sets it; ``reward_terms`` picks the terms applied."""
+class Config:
+    """``shaping`` holds every shaping constant (``reward.shaping.ShapingConstants``: format_penalty, ...), so
+    ``algo.shaping.<name>=v`` sets it; ``reward_terms`` picks the terms applied."""
 
     clip_low: float = 0.2
     clip_high: float = 0.2
@@ -34,6 +34,8 @@ class Config(ShapingConstants):
     eps: float = 1e-6
     agg: str = "token-mean"
     reward_terms: tuple[str, ...] = ("format",)
+    shaping: ShapingConstants = field(default_factory=ShapingConstants)
+    """The shaping constants (``algo.shaping.<name>``); the papers' defaults."""
 
 
 MODE = "grpo"

@@ -34,7 +34,7 @@ validation temperature 0.4, mini-batch 256 — the learning rates and batch size
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -56,9 +56,10 @@ from reward.shaping import HIPER_TERMS, ShapingConstants
 
 
 @dataclass(frozen=True)
-class Config(ShapingConstants):
-    """Inherits every shaping constant (``reward.shaping.ShapingConstants``: c_keep 0.3, format_penalty 0.1,
-    keep_consistency_penalty, ...), so ``algo.<name>=v`` sets it; ``reward_terms`` picks the terms applied."""
+class Config:
+    """``shaping`` holds every shaping constant (``reward.shaping.ShapingConstants``: c_keep 0.3, format_penalty
+    0.1, keep_consistency_penalty, ...), so ``algo.shaping.<name>=v`` sets it; ``reward_terms`` picks the terms
+    applied."""
 
     gamma: float = 0.99
     lam_low: float = 0.95
@@ -73,6 +74,8 @@ class Config(ShapingConstants):
     tokens at once, which lets the action tokens' mean flip switch-token signs (see the module docstring)."""
     agg: str = "token-mean"
     reward_terms: tuple[str, ...] = HIPER_TERMS
+    shaping: ShapingConstants = field(default_factory=ShapingConstants)
+    """The shaping constants (``algo.shaping.<name>``); the papers' defaults."""
 
     def __post_init__(self) -> None:
         if self.adv_norm not in ADV_NORMS:

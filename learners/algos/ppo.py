@@ -12,7 +12,7 @@ Deviations: the value of a truncated episode's final state s_T is approximated b
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -33,9 +33,9 @@ from reward.shaping import ShapingConstants
 
 
 @dataclass(frozen=True)
-class Config(ShapingConstants):
-    """Inherits every shaping constant (``reward.shaping.ShapingConstants``: format_penalty, ...), so
-    ``algo.<name>=v`` sets it; ``reward_terms`` picks the terms applied."""
+class Config:
+    """``shaping`` holds every shaping constant (``reward.shaping.ShapingConstants``: format_penalty, ...), so
+    ``algo.shaping.<name>=v`` sets it; ``reward_terms`` picks the terms applied."""
 
     gamma: float = 0.99
     lam: float = 0.95
@@ -48,6 +48,8 @@ class Config(ShapingConstants):
     normalize_advantages: bool = True
     agg: str = "token-mean"
     reward_terms: tuple[str, ...] = ("format",)
+    shaping: ShapingConstants = field(default_factory=ShapingConstants)
+    """The shaping constants (``algo.shaping.<name>``); the papers' defaults."""
 
 
 VALUE_HEADS = 1

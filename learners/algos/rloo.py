@@ -6,7 +6,7 @@ trajectory gets it. Loss: per-token clipped surrogate + kl_coef · KL(π‖π_re
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -19,9 +19,9 @@ from reward.shaping import ShapingConstants
 
 
 @dataclass(frozen=True)
-class Config(ShapingConstants):
-    """Inherits every shaping constant (``reward.shaping.ShapingConstants``: format_penalty, ...), so
-    ``algo.<name>=v`` sets it; ``reward_terms`` picks the terms applied."""
+class Config:
+    """``shaping`` holds every shaping constant (``reward.shaping.ShapingConstants``: format_penalty, ...), so
+    ``algo.shaping.<name>=v`` sets it; ``reward_terms`` picks the terms applied."""
 
     clip_low: float = 0.2
     clip_high: float = 0.2
@@ -29,6 +29,8 @@ class Config(ShapingConstants):
     kl_kind: str = "low_var_kl"
     agg: str = "token-mean"
     reward_terms: tuple[str, ...] = ("format",)
+    shaping: ShapingConstants = field(default_factory=ShapingConstants)
+    """The shaping constants (``algo.shaping.<name>``); the papers' defaults."""
 
 
 VALUE_HEADS = 0

@@ -2,6 +2,7 @@
 
 import dataclasses
 import inspect
+import typing
 
 import pytest
 
@@ -55,9 +56,9 @@ def test_bad_keys_and_values_fail_with_one_line(override, message):
 
 
 def test_algo_keys_are_validated_against_the_algorithm_dataclass():
-    cfg = resolve_config(None, ["algo=hiper", "algo.c_keep=0.1"])
+    cfg = resolve_config(None, ["algo=hiper", "algo.shaping.c_keep=0.1"])
     algo_cfg = resolve_algo_config(get_algo(cfg.algo).Config, cfg.algo_overrides)
-    assert algo_cfg.c_keep == pytest.approx(0.1)
+    assert algo_cfg.shaping.c_keep == pytest.approx(0.1)
     bad = resolve_config(None, ["algo=ppo", "algo.lam_low=0.9"])  # HiPER's, not PPO's
     with pytest.raises(ConfigError, match=r"algo\.lam_low"):
         resolve_algo_config(get_algo(bad.algo).Config, bad.algo_overrides)
@@ -76,9 +77,9 @@ def test_every_preset_resolves(preset):
 
 
 def test_cli_beats_preset():
-    cfg = resolve_config("hiper_textcraft_cpu", ["env.max_steps=7", "algo.c_keep=0.2"])
+    cfg = resolve_config("hiper_textcraft_cpu", ["env.max_steps=7", "algo.shaping.c_keep=0.2"])
     assert cfg.env.max_steps == 7
-    assert cfg.algo_overrides == {"c_keep": 0.2, "format_penalty": 0.01}
+    assert cfg.algo_overrides == {"shaping.c_keep": 0.2, "shaping.format_penalty": 0.01}
 
 
 def test_dumped_yaml_round_trips():
@@ -95,8 +96,8 @@ def test_every_rl_algorithm_scales_its_format_penalty_through_algo_overrides():
     from reward.shaping import shaping_for
 
     for name in RL_ALGOS:
-        cfg = resolve_algo_config(get_algo(name).Config, {"format_penalty": 0.01})
-        assert shaping_for(cfg).format_penalty == 0.01, name
+        cfg = resolve_algo_config(get_algo(name).Config, {"shaping.format_penalty": 0.01})
+        assert shaping_for(cfg).constants.format_penalty == 0.01, name
 
 
 # --- defaults: one source -----------------------------------------------------------------------------------
@@ -113,9 +114,11 @@ def test_the_cpu_main_job_preset_is_the_old_embedded_default():
     that used to be the ``algo_overrides`` default (HiPER App. C values / 10: TextCraft pays 1, not 10)."""
     assert DEFAULT_PRESET == "hiper_textcraft_cpu"
     cfg = resolve_config(DEFAULT_PRESET)
-    assert cfg == dataclasses.replace(TrainConfig(), algo_overrides={"c_keep": 0.03, "format_penalty": 0.01})
+    assert cfg == dataclasses.replace(
+        TrainConfig(), algo_overrides={"shaping.c_keep": 0.03, "shaping.format_penalty": 0.01}
+    )
     algo_cfg = resolve_algo_config(get_algo(cfg.algo).Config, cfg.algo_overrides)
-    assert (algo_cfg.c_keep, algo_cfg.format_penalty) == (0.03, 0.01)
+    assert (algo_cfg.shaping.c_keep, algo_cfg.shaping.format_penalty) == (0.03, 0.01)
 
 
 def test_an_algo_switch_keeps_the_shaping_constants_the_new_algorithm_has(tmp_path):
@@ -123,11 +126,15 @@ def test_an_algo_switch_keeps_the_shaping_constants_the_new_algorithm_has(tmp_pa
     reward, not with the algorithm); keys of an earlier layer the new algorithm lacks are dropped; keys of the
     same layer are all checked (by resolve_algo_config); a bad name fails at once."""
     cfg = resolve_config(DEFAULT_PRESET, ["algo=ppo"])
-    assert cfg.algo == "ppo" and cfg.algo_overrides == {"c_keep": 0.03, "format_penalty": 0.01}
+    assert cfg.algo == "ppo" and cfg.algo_overrides == {
+        "shaping.c_keep": 0.03,
+        "shaping.format_penalty": 0.01,
+    }
     preset = _write(
-        tmp_path / "h.yaml", "algo: hiper\nalgo_overrides: {lam_low: 0.9, format_penalty: 0.02}\n"
+        tmp_path / "h.yaml", "algo: hiper\nalgo_overrides: {lam_low: 0.9, shaping: {format_penalty: 0.02}}\n"
     )
-    assert resolve_config(preset, ["algo=ppo"]).algo_overrides == {"format_penalty": 0.02}
+    assert resolve_config(preset, ["algo=ppo"]).algo_overrides == {"shaping.format_penalty": 0.02}
+    assert resolve_config(DEFAULT_PRESET, ["algo=sft"]).algo_overrides == {}  # SFT has no shaping
     same_layer = resolve_config(None, ["algo.lam_low=0.9", "algo=ppo"])
     with pytest.raises(ConfigError, match=r"algo\.lam_low.*ppo has: .*\blam\b"):
         resolve_algo_config(get_algo("ppo").Config, same_layer.algo_overrides)
@@ -137,10 +144,10 @@ def test_an_algo_switch_keeps_the_shaping_constants_the_new_algorithm_has(tmp_pa
 
 @pytest.mark.parametrize("name", RL_ALGOS)
 def test_every_shaping_constant_is_reachable_through_algo_keys(name):
-    """Issue 10.4: every constant of reward.shaping (not just c_keep / format_penalty) is an ``algo.<name>`` key
-    of every RL algorithm and reaches the ShapingConfig the driver applies."""
+    """Issue 10.4: every constant of reward.shaping (not just c_keep / format_penalty) is an
+    ``algo.shaping.<name>`` key of every RL algorithm and reaches the ShapingConfig the driver applies."""
     cls = get_algo(name).Config
-    assert issubclass(cls, ShapingConstants)
+    assert isinstance(cls().shaping, ShapingConstants)
     new = {
         "format_penalty": 0.07,
         "c_keep": 0.11,
@@ -153,19 +160,62 @@ def test_every_shaping_constant_is_reachable_through_algo_keys(name):
         "failure_patterns": "cannot,blocked",
     }
     assert set(new) == set(SHAPING_CONSTANTS)
-    shaping = shaping_for(resolve_algo_config(cls, new))
+    shaping = shaping_for(resolve_algo_config(cls, {f"shaping.{k}": v for k, v in new.items()}))
     for key, value in new.items():
         expected = tuple(value.split(",")) if key == "failure_patterns" else value
-        assert getattr(shaping, key) == expected, key
+        assert getattr(shaping.constants, key) == expected, key
     assert shaping.terms == cls().reward_terms
+    # the same through a preset's nested mapping
+    nested = resolve_algo_config(cls, {"shaping": {"c_keep": 0.11, "repeat_threshold": 5}})
+    assert (nested.shaping.c_keep, nested.shaping.repeat_threshold) == (0.11, 5)
+
+
+@pytest.mark.parametrize("name", sorted(ALGOS))
+def test_default_shaping_is_the_papers(name):
+    """No algorithm changes a shaping default: each resolves to ``ShapingConstants()`` (SFT, without a
+    ``shaping`` field, too) with its own ``reward_terms``."""
+    cls = get_algo(name).Config
+    shaping = shaping_for(resolve_algo_config(cls, {}))
+    assert shaping.constants == ShapingConstants() and shaping.terms == tuple(cls().reward_terms)
+
+
+@pytest.mark.parametrize("key", SHAPING_CONSTANTS)
+def test_a_pre_composition_shaping_key_names_its_new_key(key):
+    """``algo.<constant>`` (the key before the constants moved into ``algo.shaping``) fails with one line that
+    names ``algo.shaping.<constant>``."""
+    with pytest.raises(
+        ConfigError, match=rf"^unknown config key 'algo\.{key}' \(did you mean algo\.shaping\.{key}\?\)"
+    ):
+        resolve_algo_config(get_algo("hiper").Config, {key: 1})
+    message = _error_line([f"algo.{key}=1"])
+    assert message.startswith(f"unknown config key 'algo.{key}' (did you mean algo.shaping.{key}?)")
+
+
+def test_a_near_miss_of_a_shaping_key_names_the_shaping_key():
+    for key in ("c_kep", "shaping.c_kep"):
+        with pytest.raises(ConfigError, match=rf"'algo\.{key}' \(did you mean algo\.shaping\.c_keep\?\)"):
+            resolve_algo_config(get_algo("ppo").Config, {key: 1})
+
+
+def _error_line(cli):
+    from launch.config import validate
+
+    with pytest.raises(ConfigError) as e:
+        validate(resolve_config(DEFAULT_PRESET, cli))
+    assert "\n" not in str(e.value)
+    return str(e.value)
 
 
 def test_algorithm_configs_restate_no_shaping_default():
-    """The shaping constants are defined once (reward.shaping.ShapingConstants): no algorithm redefines one."""
-    for name in RL_ALGOS:
+    """The shaping constants are defined once (reward.shaping.ShapingConstants): no algorithm redefines one, and
+    every RL algorithm holds them by composition (a ``shaping`` field), not by inheriting them."""
+    for name in sorted(ALGOS):
         cls = get_algo(name).Config
         own = inspect.get_annotations(cls)
         assert not set(own) & set(SHAPING_CONSTANTS), name
+        assert cls.__bases__ == (object,), name
+        if name in RL_ALGOS:
+            assert typing.get_type_hints(cls)["shaping"] is ShapingConstants, name
 
 
 # --- presets: composition and pairs -------------------------------------------------------------------------
@@ -184,6 +234,17 @@ def test_a_preset_loads_its_base_first(tmp_path):
     cfg = resolve_config(child, ["iterations=4"])
     assert (cfg.algo, cfg.rollout.group_size, cfg.rollout.groups_per_iter, cfg.iterations) == ("ppo", 6, 5, 4)
     assert [p.name for p, _ in preset_chain(child)] == ["parent.yaml", "child.yaml"]
+
+
+def test_nested_shaping_keys_of_a_base_and_its_child_merge_per_key(tmp_path):
+    _write(tmp_path / "parent.yaml", "algo_overrides:\n  shaping: {c_keep: 0.03, format_penalty: 0.01}\n")
+    child = _write(tmp_path / "child.yaml", "base: parent.yaml\nalgo_overrides: {shaping: {c_keep: 0.05}}\n")
+    cfg = resolve_config(child, ["algo.shaping.process_penalty=0.2"])
+    assert cfg.algo_overrides == {
+        "shaping.c_keep": 0.05,
+        "shaping.format_penalty": 0.01,
+        "shaping.process_penalty": 0.2,
+    }
 
 
 def test_presets_compose_one_level_only(tmp_path):
@@ -257,6 +318,6 @@ def test_paired_presets_differ_only_in_algo(a, b, deliberate):
 
 def test_the_pair_check_can_fail():
     """The 10x smaller format penalty of issue 10.3 is caught (guards against a vacuous pair test)."""
-    ca = resolve_config("hiper_synthetic_small", ["algo.format_penalty=0.01"])
+    ca = resolve_config("hiper_synthetic_small", ["algo.shaping.format_penalty=0.01"])
     cb = resolve_config("ppo_synthetic_small")
     assert ca.algo_overrides != cb.algo_overrides

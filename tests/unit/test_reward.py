@@ -18,6 +18,7 @@ from reward import (
     HISR_TERMS,
     TERMS,
     ShapingConfig,
+    ShapingConstants,
     action_executable,
     action_grounding_reward,
     apply_shaping,
@@ -81,7 +82,7 @@ EMPTY = mk_traj([])
 
 @pytest.mark.parametrize("name", sorted(TERMS))
 def test_every_term_on_empty_trajectory(name: str) -> None:
-    out = TERMS[name](EMPTY, ShapingConfig())
+    out = TERMS[name](EMPTY, ShapingConstants())
     assert out.dtype == np.float64 and out.shape == (0,)
 
 
@@ -361,17 +362,23 @@ def test_repeat_matches_brute_force_on_random_trajectories() -> None:
 
 def test_config_defaults_and_validation() -> None:
     c = ShapingConfig()
-    assert (c.format_penalty, c.c_keep, c.process_penalty, c.repeat_threshold, c.grounding_alpha) == (
+    assert c.terms == ("format",) and c.constants == ShapingConstants()
+    k = c.constants
+    assert (k.format_penalty, k.c_keep, k.process_penalty, k.repeat_threshold, k.grounding_alpha) == (
         0.1, 0.3, 0.1, 3, 0.3,
     )  # fmt: skip
     with pytest.raises(dataclasses.FrozenInstanceError):
-        c.c_keep = 0.5  # type: ignore[misc]
+        k.c_keep = 0.5  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        c.constants = ShapingConstants()  # type: ignore[misc]
     with pytest.raises(ValueError, match="unknown"):
         ShapingConfig(terms=("format", "nope"))
     with pytest.raises(ValueError, match="repeated"):
         ShapingConfig(terms=("format", "format"))
-    with pytest.raises(ValueError):
-        ShapingConfig(grounding_alpha=1.5)
+    with pytest.raises(ValueError, match="grounding_alpha"):
+        ShapingConfig(constants=ShapingConstants(grounding_alpha=1.5))
+    with pytest.raises(ValueError, match="repeat_threshold"):
+        ShapingConfig(constants=ShapingConstants(repeat_threshold=0))
     for terms in (HIPER_TERMS, HIPIF_TERMS, HISR_TERMS):
         ShapingConfig(terms=terms)
 
@@ -419,6 +426,12 @@ def test_shaping_components_is_pure_and_matches_terms() -> None:
     assert list(comps) == ["format", "keep"]
     assert close(comps["keep"], [0.0, -0.3, -0.3, 0.0])
     assert all(t.shaped == {} for t in traj.turns)
+    # the terms read their constants from ShapingConfig.constants
+    scaled = ShapingConfig(
+        terms=("format", "keep"), constants=ShapingConstants(format_penalty=0.01, c_keep=0.03)
+    )
+    comps = shaping_components(traj, scaled)
+    assert close(comps["format"], [0.0, -0.01, 0.0, 0.0]) and close(comps["keep"], [0.0, -0.03, -0.03, 0.0])
 
 
 def test_apply_shaping_hipif_and_hisr_presets() -> None:

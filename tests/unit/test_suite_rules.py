@@ -28,5 +28,7 @@ def test_no_gpu():
 
 def test_other_skips_stay_skips(pytester: pytest.Pytester):
     pytester.makeconftest(ROOT_CONFTEST.read_text())
-    pytester.makepyfile(test_inner="import pytest\ndef test_no_gpu():\n    pytest.skip('needs a CUDA device')\n")
+    pytester.makepyfile(
+        test_inner="import pytest\ndef test_no_gpu():\n    pytest.skip('needs a CUDA device')\n"
+    )
     assert pytester.runpytest_inprocess("-q", "-p", "no:cacheprovider").ret == pytest.ExitCode.OK

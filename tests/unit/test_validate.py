@@ -131,15 +131,27 @@ def test_zero3_with_gradient_accumulation_fails_at_start():
     ("overrides", "start"),
     [
         (["algo.lam_low=2"], "algo.lam_low: got 2.0; allowed: a number in [0, 1]"),
-        (["algo.format_penalty=-0.1"], "algo.format_penalty: got -0.1; allowed: a cost >= 0"),
-        (["algo.repeat_threshold=0"], "algo.repeat_threshold: got 0; allowed: an integer >= 1"),
-        (["algo.grounding_alpha=1.5"], "algo.grounding_alpha: got 1.5; allowed: a number in [0, 1]"),
+        (["algo.shaping.format_penalty=-0.1"], "algo.shaping.format_penalty: got -0.1; allowed: a cost >= 0"),
+        (
+            ["algo.shaping.repeat_threshold=0"],
+            "algo.shaping.repeat_threshold: got 0; allowed: an integer >= 1",
+        ),
+        (
+            ["algo.shaping.grounding_alpha=1.5"],
+            "algo.shaping.grounding_alpha: got 1.5; allowed: a number in [0, 1]",
+        ),
         (["algo.kl_kind=k9"], "algo.kl_kind: unknown value 'k9'; allowed: k1, k2, k3, low_var_kl"),
         (["algo.agg=sum"], "algo.agg: unknown value 'sum'"),
         (["algo.adv_norm=pooled"], "algo.adv_norm: unknown value 'pooled'; allowed: per_type, joint"),
         (["algo=gigpo", "algo.mode=median", "rollout.group_size=4"], "algo.mode: unknown value 'median'"),
         (["algo=ppo", "algo.lam_low=0.9"], "unknown config key 'algo.lam_low'"),
-        (["algo.c_kep=0.1"], "unknown config key 'algo.c_kep' (did you mean algo.c_keep?)"),
+        (["algo.c_kep=0.1"], "unknown config key 'algo.c_kep' (did you mean algo.shaping.c_keep?)"),
+        (["algo.c_keep=0.1"], "unknown config key 'algo.c_keep' (did you mean algo.shaping.c_keep?)"),
+        (
+            ["algo.shaping.c_kep=0.1"],
+            "unknown config key 'algo.shaping.c_kep' (did you mean algo.shaping.c_keep?)",
+        ),
+        (["algo.shaping=0.1"], "algo.shaping: expected a mapping of its fields, got 0.1"),
         (["algo.gamma=high"], "algo.gamma: expected a number"),
     ],
 )
@@ -185,19 +197,25 @@ def test_train_help_is_not_a_preset_name(capsys):
     for key in ("rollout.group_size", "learner.micro_batch_size", "bc.enabled", "env.options", "seed"):
         assert f"\n  {key} " in out, key
     assert "Trajectories per task and initial state" in out  # a field docstring's first line
-    assert "lam_low" in out and "process_penalty" in out  # algo keys and shaping constants
+    assert "lam_low" in out and "\n    shaping.process_penalty " in out  # algo keys and shaping constants
+    assert "algo.shaping.<name>" in out and "\n    shaping.format_penalty " in out
     assert main(["train", "-h", "hiper_alfworld"]) == 0
 
 
 def test_dry_run_prints_the_resolved_config(capsys):
-    assert main(["train", "--dry-run", "hiper_webshop", "algo.c_keep=0.2"]) == 0
+    assert main(["train", "--dry-run", "hiper_webshop", "algo.shaping.c_keep=0.2"]) == 0
     out = capsys.readouterr().out
     assert "[hierarl] preset hiper_webshop (" in out and "base hiper_alfworld" in out
-    assert "name: webshop" in out and "resolved_algo:\n" in out and "  c_keep: 0.2\n" in out
+    assert (
+        "name: webshop" in out
+        and "resolved_algo:\n" in out
+        and "\n  shaping:\n    format_penalty: 0.1\n" in out
+    )
+    assert "\n    c_keep: 0.2\n" in out
     assert main(["train", "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "preset hiper_textcraft_cpu (" in out and "the default, no preset named" in out
-    assert "  format_penalty: 0.01\n" in out
+    assert "\n    format_penalty: 0.01\n" in out
 
 
 def _ray_session_state() -> tuple:
