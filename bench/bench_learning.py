@@ -88,7 +88,8 @@ def curve(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "iteration": int(r["iteration"]),
                 "train_success": r.get("success"),
                 "eval_success": r.get("eval_success"),
-                "valid_format": r.get("valid_format"),
+                "eval_random": r.get("eval_random"),
+                "valid_format": r.get("valid_format", r.get("eval_valid_format")),
                 "time_iteration": r.get("time_iteration", r.get("wall_s")),
             }
         )
@@ -101,7 +102,7 @@ def aggregate(curves: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
     out = []
     for i, label in enumerate(labels):
         row: dict[str, Any] = {"label": label, "iteration": curves[0][i]["iteration"]}
-        for key in ("train_success", "eval_success"):
+        for key in ("train_success", "eval_success", "eval_random"):
             vals = [c[i][key] for c in curves if i < len(c) and c[i][key] is not None]
             if vals:
                 row[key] = statistics.fmean(vals)
@@ -121,9 +122,10 @@ def fmt(row: dict[str, Any], key: str) -> str:
 
 def print_run(name: str, c: list[dict[str, Any]]) -> None:
     print(f"\n{name}")
-    print(f"{'point':<10} {'train':>7} {'eval':>7} {'valid':>7} {'time_s':>8}")
+    print(f"{'point':<10} {'train':>7} {'eval':>7} {'random':>7} {'valid':>7} {'time_s':>8}")
     for pt in c:
-        cells = [pt[k] for k in ("train_success", "eval_success", "valid_format", "time_iteration")]
+        keys = ("train_success", "eval_success", "eval_random", "valid_format", "time_iteration")
+        cells = [pt.get(k) for k in keys]
         print(f"{pt['label']:<10} " + " ".join("      -" if v is None else f"{v:7.3f}" for v in cells))
 
 
@@ -142,6 +144,9 @@ def plot(summary: dict[str, list[dict[str, Any]]], path: Path, title: str) -> No
                 continue
             xs, ys, es = zip(*pts, strict=True)
             ax.errorbar(xs, ys, yerr=es, fmt=style, capsize=3, label=f"{algo} {key.split('_')[0]}")
+        chance = [r["eval_random"] for r in rows if r.get("eval_random") is not None]
+        if chance:  # the same eval tasks every time: one level per run set
+            ax.axhline(statistics.fmean(chance), color="grey", ls=":", label=f"{algo} random policy")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("RL iteration (-1 = zero-shot, 0 = after BC)")
     ax.set_ylabel("success rate")
@@ -190,10 +195,11 @@ def main(argv: list[str] | None = None) -> int:
     for algo, cs in curves.items():
         if cs:
             summary[algo] = aggregate(cs)
-    print(f"\n{'algo':<8} {'point':<10} {'train success':>16} {'eval success':>16}")
+    print(f"\n{'algo':<8} {'point':<10} {'train success':>16} {'eval success':>16} {'random policy':>16}")
     for algo, rows in summary.items():
         for r in rows:
-            print(f"{algo:<8} {r['label']:<10} {fmt(r, 'train_success'):>16} {fmt(r, 'eval_success'):>16}")
+            cells = " ".join(f"{fmt(r, k):>16}" for k in ("train_success", "eval_success", "eval_random"))
+            print(f"{algo:<8} {r['label']:<10} {cells}")
     (out / "learning.json").write_text(json.dumps({"summary": summary, "runs": runs}, indent=1))
     if summary:
         plot(summary, out / "learning.png", f"{', '.join(summary)} — {out.name}")

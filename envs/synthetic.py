@@ -215,10 +215,6 @@ class SyntheticHierEnv:
             plan.append((f"craft the {spec.goal}", [*actions, f"craft {spec.goal}"]))
         return plan
 
-    def admissible_actions(self) -> list[str]:
-        """The commands valid in the current state (as ``info["admissible_actions"]``)."""
-        return [] if self._spec is None or self._crafted else self._admissible()
-
     def expert_action(self) -> str | None:
         plan = self.expert_plan() if self._spec is not None else []
         return plan[0][1][0] if plan else None
