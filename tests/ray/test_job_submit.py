@@ -38,11 +38,15 @@ def test_ray_job_submit_to_a_local_head(tmp_path):
         run_dir = tmp_path / "job"
         args = [*TINY, "iterations=1", "bc.enabled=false", "eval_zero_shot=false", "eval_every=0",
                 f"run_dir={run_dir}", "ray_address=auto"]  # fmt: skip
-        out = subprocess.run(
-            [ray_bin, "job", "submit", f"--address=http://127.0.0.1:{dash}", "--working-dir", str(ROOT),
-             "--", sys.executable, "-m", "launch.cli", "train", *args],
-            env=env, capture_output=True, text=True, timeout=600,
-        )  # fmt: skip
+        submit = [ray_bin, "job", "submit", f"--address=http://127.0.0.1:{dash}", "--working-dir", str(ROOT),
+                  "--", sys.executable, "-m", "launch.cli", "train", *args]  # fmt: skip
+        for _ in range(
+            12
+        ):  # the head's job agent comes up a few seconds after `ray start` returns (seen once)
+            out = subprocess.run(submit, env=env, capture_output=True, text=True, timeout=600)
+            if "No available agent to submit job" not in out.stderr:
+                break
+            time.sleep(5)
         assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
         assert "succeeded" in out.stdout
         records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
