@@ -40,9 +40,8 @@ def test_ray_job_submit_to_a_local_head(tmp_path):
                 f"run_dir={run_dir}", "ray_address=auto"]  # fmt: skip
         submit = [ray_bin, "job", "submit", f"--address=http://127.0.0.1:{dash}", "--working-dir", str(ROOT),
                   "--", sys.executable, "-m", "launch.cli", "train", *args]  # fmt: skip
-        for _ in range(
-            12
-        ):  # the head's job agent comes up a few seconds after `ray start` returns (seen once)
+        # the head's job agent comes up a few seconds after `ray start` returns (seen once): retry for a minute
+        for _ in range(12):
             out = subprocess.run(submit, env=env, capture_output=True, text=True, timeout=600)
             if "No available agent to submit job" not in out.stderr:
                 break
