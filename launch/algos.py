@@ -1,28 +1,19 @@
-"""The one name → algorithm dict. An algorithm is a module in ``learners/algos/`` exposing ``Config`` (frozen
-dataclass; an RL algorithm's has a ``shaping: reward.shaping.ShapingConstants`` field, so every shaping constant
-is an ``algo.shaping.<name>`` key), ``VALUE_HEADS``, ``VALUE_SLOTS``, ``compute_targets(trajectories, batch, values, cfg)`` and
-``policy_loss(new_logprobs, micro, cfg)``; optionally ``MIN_GROUP_SIZE`` (checked at start by
-``launch.config.validate``)."""
+"""The one name → algorithm table. Each entry is the ``learners.algorithm.Algorithm`` record its file ends with
+(``learners/algos/<name>.py``: ``Config``, value slots, ``compute_targets``, the policy and critic losses, whether
+it needs the reference policy, the smallest group it works with)."""
 
 from __future__ import annotations
 
-import importlib
-from types import ModuleType
+from learners.algorithm import Algorithm
+from learners.algos import gigpo, grpo, hiper, ppo, rloo, sft
 
-ALGOS: dict[str, str] = {
-    "ppo": "learners.algos.ppo",
-    "grpo": "learners.algos.grpo",
-    "rloo": "learners.algos.rloo",
-    "gigpo": "learners.algos.gigpo",
-    "hiper": "learners.algos.hiper",
-    "sft": "learners.algos.sft",
+ALGOS: dict[str, Algorithm] = {
+    a.name: a
+    for a in (ppo.ALGORITHM, grpo.ALGORITHM, rloo.ALGORITHM, gigpo.ALGORITHM, hiper.ALGORITHM, sft.ALGORITHM)
 }
 
-# The agent protocol each algorithm trains by default (HiPER uses Plan–Execute; the baselines use ReAct).
-DEFAULT_AGENT: dict[str, str] = {"hiper": "plan_execute"}
 
-
-def get_algo(name: str) -> ModuleType:
+def get_algo(name: str) -> Algorithm:
     if name not in ALGOS:
         raise ValueError(f"unknown algorithm {name!r}; known: {', '.join(sorted(ALGOS))}")
-    return importlib.import_module(ALGOS[name])
+    return ALGOS[name]

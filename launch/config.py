@@ -142,6 +142,9 @@ class LearnerConfig:
     max_grad_norm: float = 1.0
     max_seq_len: int = 1024
     """Training rows are cut to this many tokens (prompt + response)."""
+    negate_advantages: bool = False
+    """Negative control for benchmarks only: train on −A (every advantage the algorithm computed, after
+    normalisation). A run with it on must not gain over its start (``bench/bench_learning.py --negative-control``)."""
 
 
 @dataclass(frozen=True)
@@ -632,7 +635,7 @@ def _check_algo(cfg: TrainConfig) -> Any:
         shaping_for(algo_cfg)
     except ValueError as e:
         raise ConfigError(f"algo: {' '.join(str(e).split())}") from e
-    need = int(getattr(algo, "MIN_GROUP_SIZE", 1))
+    need = algo.min_group_size
     if cfg.rollout.group_size < need:
         raise ConfigError(
             f"rollout.group_size: {cfg.algo} needs groups of >= {need} trajectories (a group of "

@@ -38,11 +38,11 @@ from cluster.ray_cluster import WorkerResources, init_ray
 from envs.random_policy import random_policy_success
 from launch.algos import get_algo
 from launch.config import TrainConfig, resolve_algo_config, resolved_text
-from learners.batch import TurnBatch, build_turn_batch
+from learners.algorithm import Algorithm
 from learners.group import LearnerGroup
-from learners.targets import value_positions
+from learners.prepare import learner_batch, shaped_turns
+from learners.targets import sequences
 from learners.worker import LearnerSpec
-from reward.shaping import apply_shaping, shaping_for
 
 
 @contextmanager
@@ -50,16 +50,6 @@ def timed(timings: dict[str, float], name: str):
     t0 = time.perf_counter()
     yield
     timings[name] = timings.get(name, 0.0) + time.perf_counter() - t0
-
-
-def batch_arrays(batch: TurnBatch) -> dict[str, np.ndarray]:
-    out = {
-        "input_ids": batch.input_ids.numpy(),
-        "attention_mask": batch.attention_mask.numpy(),
-        "response_mask": batch.response_mask.numpy(),
-        "old_logprobs": batch.old_logprobs.numpy(),
-    }
-    return out
 
 
 def trajectory_stats(trajs: Sequence[Trajectory]) -> dict[str, float]:
@@ -156,7 +146,7 @@ class Trainer:
             critic_lr=cfg.learner.critic_lr,
             max_grad_norm=cfg.learner.max_grad_norm,
             micro_batch_size=cfg.learner.micro_batch_size,
-            value_heads=self.algo.VALUE_HEADS,
+            value_heads=self.algo.value_heads,
             seed=cfg.seed,
         )
         self.learner = LearnerGroup(
@@ -264,63 +254,56 @@ class Trainer:
     def update(
         self,
         trajs: list[Trajectory],
-        algo: Any,
+        algo: Algorithm,
         algo_cfg: Any,
         *,
         seed: int,
         lr: float | None = None,
         mini_batch_size: int | None = None,
     ):
-        """Advantages (pure) + learner update; returns (metrics, timings)."""
+        """The pure half (``learners.prepare``) around the learner group's forward passes and update; returns
+        (metrics, timings)."""
         timings: dict[str, float] = {}
         with timed(timings, "advantage"):
-            for t in trajs:
-                apply_shaping(t, shaping_for(algo_cfg))
-            batch = build_turn_batch(trajs, max_len=self.cfg.learner.max_seq_len, pad_id=self.pad_id)
-            arrays = batch_arrays(batch)
-        metrics: dict[str, float] = {}
+            turns = shaped_turns(trajs, algo_cfg, max_len=self.cfg.learner.max_seq_len, pad_id=self.pad_id)
+            seqs = sequences(turns, algo.value_slots)
         with timed(timings, "logprobs"):
-            learner_lp = self.learner.logprobs(arrays)
-            resp = arrays["response_mask"]
-            if algo.__name__.endswith(".sft"):
-                gap = 0.0
-            else:
-                gap = float(np.abs(learner_lp - arrays["old_logprobs"])[resp].mean()) if resp.any() else 0.0
-            metrics["logprob_gap"] = gap
-            # The PPO ratio uses the learner's own recomputation (vLLM and trainer logprobs differ slightly).
-            arrays["old_logprobs"] = learner_lp
-            if getattr(algo_cfg, "kl_coef", 0.0) > 0:
-                arrays["ref_logprobs"] = self.learner.logprobs(arrays, reference=True)
-        values = None
-        if algo.VALUE_HEADS:
-            pos, head = value_positions(batch, algo.VALUE_SLOTS)
-            arrays["value_pos"], arrays["value_head"] = pos, head
-            with timed(timings, "values"):
-                values = self.learner.values(arrays)
-        with timed(timings, "advantage"):
-            targets = algo.compute_targets(trajs, batch, values, algo_cfg)
-        arrays.update(token_adv=targets.token_adv, loss_mask=targets.loss_mask)
-        if algo.VALUE_HEADS:
-            arrays.update(
-                value_target=targets.value_target,
-                value_valid=targets.value_valid,
-                old_values=values.astype(np.float32),
+            # behaviour cloning reads no π_old: its pass is skipped (zeros stand in)
+            logprobs = (
+                self.learner.logprobs(seqs)
+                if algo.uses_old_logprobs
+                else np.zeros(seqs.input_ids.shape, np.float32)
             )
-        metrics.update(targets.stats)
+            ref = self.learner.logprobs(seqs, reference=True) if algo.uses_reference(algo_cfg) else None
+        values = None
+        if algo.value_slots:
+            with timed(timings, "values"):
+                values = self.learner.values(seqs)
+        with timed(timings, "advantage"):
+            batch, metrics = learner_batch(
+                algo,
+                algo_cfg,
+                trajs,
+                turns,
+                seqs,
+                logprobs,
+                ref,
+                values,
+                negate_advantages=self.cfg.learner.negate_advantages,
+            )
         with timed(timings, "update"):
             if lr is not None:
                 self.learner.set_lr(lr)
             metrics.update(
                 self.learner.update(
-                    arrays,
-                    loss_fn=algo.policy_loss,
+                    batch,
+                    policy_loss=algo.policy_loss,
+                    value_loss=algo.value_loss,
                     loss_cfg=algo_cfg,
                     agg=algo_cfg.agg,
                     mini_batch_size=mini_batch_size or self.cfg.learner.mini_batch_size,
                     epochs=self.cfg.learner.ppo_epochs,
                     seed=seed,
-                    train_critic=bool(algo.VALUE_HEADS),
-                    value_clip=getattr(algo_cfg, "value_clip", None),
                 )
             )
             if lr is not None:

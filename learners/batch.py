@@ -14,12 +14,15 @@ Shapes (B turns, L = longest prompt+response)::
     masks[name]      bool[B, L]   tag masks (switch_mask, subgoal_mask, action_mask, ...) placed at sequence positions
     prompt_last      int64[B]     index of the last prompt token: where V(s_t) / V_high(s_t) / V_low(s_t, o_{t-1}) are read
     subgoal_last     int64[B]     index of the last subgoal token (HiPER V_low(s_t, o_t)); prompt_last if no subgoal
+
+``TurnBatch`` is what the algorithms' ``compute_targets`` read (torch, built from trajectories); ``Sequences`` and
+``LearnerBatch`` are what crosses to the learner group (numpy, the forward-pass input and the full training batch).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 import torch
@@ -41,6 +44,15 @@ class TurnBatch:
 
     def __len__(self) -> int:
         return int(self.input_ids.shape[0])
+
+    def with_logprobs(self, logprobs: np.ndarray) -> TurnBatch:
+        """The same batch with ``old_logprobs`` replaced (float32[B, L]): the driver swaps in the learner's
+        recomputation before targets, so every consumer (HiPER's β_t, the PPO ratio) reads one set per row."""
+        if tuple(logprobs.shape) != tuple(self.old_logprobs.shape):
+            raise ValueError(
+                f"logprobs {tuple(logprobs.shape)} do not fit the batch {tuple(self.old_logprobs.shape)}"
+            )
+        return replace(self, old_logprobs=torch.as_tensor(logprobs, dtype=torch.float32))
 
     def select(self, rows: Sequence[int] | torch.Tensor) -> TurnBatch:
         rows_t = torch.as_tensor(rows, dtype=torch.long)
@@ -126,6 +138,81 @@ def build_turn_batch(
         masks=masks,
         index=[(i, j) for i, j, _ in rows],
     )
+
+
+def _take_rows(record, rows: np.ndarray, keep: tuple[str, ...] = ()):
+    """``record`` with every array field indexed by ``rows`` along axis 0 (None fields and ``keep`` stay as they are)."""
+    out = {}
+    for f in fields(record):
+        v = getattr(record, f.name)
+        if isinstance(v, Sequences):
+            out[f.name] = v.rows(rows)
+        elif v is None or f.name in keep:
+            out[f.name] = v
+        else:
+            out[f.name] = v[rows]
+    return type(record)(**out)
+
+
+@dataclass(frozen=True)
+class Sequences:
+    """The forward-pass input of a batch (numpy; B rows, L padded width, K value slots)::
+
+    input_ids       int64[B, L]
+    attention_mask  bool[B, L]
+    response_mask   bool[B, L]   the tokens whose log-probs are computed
+    value_pos       int64[B, K]  where value slot k is read (``learners.targets.value_positions``)
+    value_head      int64[K]     which critic head slot k reads (per slot, not per row)
+    """
+
+    input_ids: np.ndarray
+    attention_mask: np.ndarray
+    response_mask: np.ndarray
+    value_pos: np.ndarray
+    value_head: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.input_ids.shape[0])
+
+    def rows(self, rows: np.ndarray) -> Sequences:
+        return _take_rows(self, rows, keep=("value_head",))
+
+
+@dataclass(frozen=True)
+class LearnerBatch:
+    """What the learner group trains on: the sequences plus the algorithm's targets (numpy; B, L, K as in
+    ``Sequences``). One set of log-probs per row: ``old_logprobs`` is the learner's own recomputation at the start
+    of the update (the ratio's denominator and what HiPER's β_t reads); the rollout engine's are used only for the
+    ``logprob_gap`` metric, before this batch is built.
+
+        seqs          Sequences
+        old_logprobs  float32[B, L]  log π_old(x_j | x_<j) on response tokens, 0 elsewhere
+        ref_logprobs  float32[B, L] | None  the reference policy's, when the algorithm has a KL term
+        token_adv     float32[B, L]  the advantage each token is trained with (0 outside ``loss_mask``)
+        loss_mask     bool[B, L]     the tokens the policy loss covers
+        value_target  float32[B, K]  critic regression targets
+        value_valid   bool[B, K]     which targets exist (HiPER's V_high only at segment boundaries)
+        old_values    float32[B, K]  the critic's values when the targets were computed (value clipping)
+        loss_weight   float32[B, L] | None  per-token aggregation weights of the mini-batch (set by the group)
+        value_weight  float32[B, K] | None  valid / count of valid targets in the mini-batch (set by the group)
+    """
+
+    seqs: Sequences
+    old_logprobs: np.ndarray
+    ref_logprobs: np.ndarray | None
+    token_adv: np.ndarray
+    loss_mask: np.ndarray
+    value_target: np.ndarray
+    value_valid: np.ndarray
+    old_values: np.ndarray
+    loss_weight: np.ndarray | None = None
+    value_weight: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.seqs)
+
+    def rows(self, rows: np.ndarray) -> LearnerBatch:
+        return _take_rows(self, rows)
 
 
 def per_turn_to_tokens(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -2,47 +2,46 @@
 
 Mini-batches are cut here; each is split row-wise across the workers, which take one DeepSpeed step on their shard
 together (gradients are all-reduced by DeepSpeed). Aggregation weights are computed over the whole mini-batch
-(``learners.losses.aggregation_weights``) before the split, so the update equals the single-process update.
+(``learners.prepare.minibatch``) before the split, so the update equals the single-process update.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import socket
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import ray
-import torch
 from ray.util.placement_group import remove_placement_group
 
 from cluster.ray_cluster import WorkerResources, place_workers
-from learners.losses import aggregation_weights
+from learners.algorithm import PolicyLossFn, ValueLossFn
+from learners.batch import LearnerBatch, Sequences
+from learners.prepare import minibatch
 from learners.worker import LearnerSpec, LearnerWorker
 
-Batch = dict[str, np.ndarray]
+
+def _shards(n: int, parts: int) -> list[np.ndarray]:
+    return np.array_split(np.arange(n), parts)
 
 
-def _split(batch: Batch, parts: int) -> list[Batch]:
-    n = len(batch["input_ids"])
-    idx = np.array_split(np.arange(n), parts)
-    return [{k: (v if k == "value_head" else v[i]) for k, v in batch.items()} for i in idx]
-
-
-def _pad_empty_shards(shards: list[Batch], mb: Batch) -> list[Batch]:
+def _pad_empty_shards(shards: list[LearnerBatch], mb: LearnerBatch) -> list[LearnerBatch]:
     """Every rank must take part in the step (gradients are all-reduced): a rank without rows gets row 0 with
     zero loss and value weights, which contributes nothing."""
     out = []
     for s in shards:
-        if len(s["input_ids"]):
+        if len(s):
             out.append(s)
             continue
-        dummy = _take(mb, np.array([0]))
-        dummy["loss_weight"] = np.zeros_like(dummy["loss_weight"])
-        if "value_weight" in dummy:
-            dummy["value_weight"] = np.zeros_like(dummy["value_weight"])
-        out.append(dummy)
+        dummy = mb.rows(np.array([0]))
+        out.append(
+            dataclasses.replace(
+                dummy,
+                loss_weight=np.zeros_like(dummy.loss_weight),
+                value_weight=np.zeros_like(dummy.value_weight),
+            )
+        )
     return out
 
 
@@ -50,10 +49,6 @@ def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def _take(batch: Batch, rows: np.ndarray) -> Batch:
-    return {k: (v if k == "value_head" else v[rows]) for k, v in batch.items()}
 
 
 class LearnerGroup:
@@ -66,59 +61,51 @@ class LearnerGroup:
         self.workers, self.placement_group = place_workers(LearnerWorker, num_workers, resources, spec)
         ray.get([w.ping.remote() for w in self.workers])
 
-    def _map_rows(self, method: str, batch: Batch, **kwargs: Any) -> np.ndarray:
-        shards = _split(batch, len(self.workers))
+    def _map_rows(self, method: str, seqs: Sequences, **kwargs: Any) -> np.ndarray:
         refs = [
-            getattr(w, method).remote(s, **kwargs)
-            for w, s in zip(self.workers, shards, strict=True)
-            if len(s["input_ids"])
+            getattr(w, method).remote(seqs.rows(rows), **kwargs)
+            for w, rows in zip(self.workers, _shards(len(seqs), len(self.workers)), strict=True)
+            if rows.size
         ]
         outs = ray.get(refs)
         return np.concatenate(outs) if outs else np.zeros((0,))
 
-    def logprobs(self, batch: Batch, *, reference: bool = False) -> np.ndarray:
-        return self._map_rows("logprobs", batch, reference=reference)
+    def logprobs(self, seqs: Sequences, *, reference: bool = False) -> np.ndarray:
+        return self._map_rows("logprobs", seqs, reference=reference)
 
-    def values(self, batch: Batch) -> np.ndarray:
-        return self._map_rows("values", batch)
+    def values(self, seqs: Sequences) -> np.ndarray:
+        return self._map_rows("values", seqs)
 
     def update(
         self,
-        batch: Batch,
+        batch: LearnerBatch,
         *,
-        loss_fn: Callable,
+        policy_loss: PolicyLossFn,
+        value_loss: ValueLossFn | None,
         loss_cfg: Any,
         agg: str,
         mini_batch_size: int,
         epochs: int,
         seed: int,
-        train_critic: bool,
-        value_clip: float | None = None,
     ) -> dict[str, float]:
-        """``epochs`` passes over ``batch`` in shuffled mini-batches; returns mean metrics over the steps."""
-        n = len(batch["input_ids"])
+        """``epochs`` passes over ``batch`` in shuffled mini-batches; the critic takes a step on each mini-batch
+        too when ``value_loss`` is given. Returns mean metrics over the steps."""
+        n = len(batch)
         rng = np.random.default_rng(seed)
         sums: dict[str, float] = {}
         steps = 0
         for _ in range(epochs):
             order = rng.permutation(n)
             for start in range(0, n, mini_batch_size):
-                rows = order[start : start + mini_batch_size]
-                mb = _take(batch, rows)
-                mb["loss_weight"] = (
-                    aggregation_weights(torch.from_numpy(mb["loss_mask"]), agg).numpy().astype(np.float32)
-                )
-                if train_critic:
-                    valid = mb["value_valid"].astype(np.float32)
-                    mb["value_weight"] = valid / max(1.0, float(valid.sum()))
-                shards = _pad_empty_shards(_split(mb, len(self.workers)), mb)
+                mb = minibatch(batch, order[start : start + mini_batch_size], agg)
+                shards = _pad_empty_shards([mb.rows(r) for r in _shards(len(mb), len(self.workers))], mb)
                 refs = [
-                    w.update_policy.remote(s, loss_fn, loss_cfg)
+                    w.update_policy.remote(s, policy_loss, loss_cfg)
                     for w, s in zip(self.workers, shards, strict=True)
                 ]
-                if train_critic:
+                if value_loss is not None:
                     refs += [
-                        w.update_critic.remote(s, clip_range=value_clip)
+                        w.update_critic.remote(s, value_loss, loss_cfg)
                         for w, s in zip(self.workers, shards, strict=True)
                     ]
                 results = ray.get(refs)

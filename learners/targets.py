@@ -1,8 +1,13 @@
 """What an algorithm hands the learner: token-level advantages, the loss mask, and critic targets (pure).
 
 Every algorithm file (``learners/algos/<name>.py``) turns trajectories + a ``TurnBatch`` (+ critic values) into a
-``Targets``; the learner worker then only needs a per-token loss function. Value *slots* say where the critic is
-read: slot k = head ``head`` at the batch position named ``at`` ("prompt_last" or "subgoal_last").
+``Targets``; the learner worker then only needs the algorithm's per-token policy loss and its critic loss, both
+pure functions of tensors (``PolicyInputs`` / ``CriticInputs``). Value *slots* say where the critic is read:
+slot k = head ``head`` at the batch position named ``at`` ("prompt_last" or "subgoal_last").
+
+Critic-loss convention (every algorithm with a critic): the scalar mini-batch loss
+Σ_{b,k} w_bk · ½ (V_bk − y_bk)², with w = ``value_weight`` (1 / the number of valid targets in the mini-batch on
+valid slots, 0 elsewhere), optionally PPO-clipped around the values the targets were computed with.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import numpy as np
 import torch
 
 from actors.trajectory import Trajectory
-from learners.batch import TurnBatch
+from learners.batch import Sequences, TurnBatch
 from learners.losses import kl_estimate, ppo_token_loss
 
 
@@ -38,11 +43,44 @@ class Targets:
     stats: dict[str, float] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class PolicyInputs:
+    """What a policy loss reads besides the new log-probs (torch; one micro-batch): ``old_logprobs``,
+    ``token_adv`` float[B, L], ``loss_mask`` bool[B, L], ``ref_logprobs`` float[B, L] or None (no KL term)."""
+
+    old_logprobs: torch.Tensor
+    token_adv: torch.Tensor
+    loss_mask: torch.Tensor
+    ref_logprobs: torch.Tensor | None = None
+
+
+@dataclass(frozen=True)
+class CriticInputs:
+    """What a critic loss reads besides the new values (torch; one micro-batch): ``value_target``,
+    ``old_values``, ``value_weight`` float[B, K] (see the module docstring's convention)."""
+
+    value_target: torch.Tensor
+    old_values: torch.Tensor
+    value_weight: torch.Tensor
+
+
 def value_positions(batch: TurnBatch, slots: Sequence[ValueSlot]) -> tuple[np.ndarray, np.ndarray]:
     """(value_pos int64[B, K], value_head int64[K]) for the learner's critic read-out."""
     cols = [getattr(batch, s.at).numpy() for s in slots]
     pos = np.stack(cols, axis=1) if cols else np.zeros((len(batch), 0), np.int64)
     return pos.astype(np.int64), np.array([s.head for s in slots], dtype=np.int64)
+
+
+def sequences(batch: TurnBatch, slots: Sequence[ValueSlot]) -> Sequences:
+    """The forward-pass input of ``batch`` with the critic read at ``slots``."""
+    pos, head = value_positions(batch, slots)
+    return Sequences(
+        input_ids=batch.input_ids.numpy(),
+        attention_mask=batch.attention_mask.numpy(),
+        response_mask=batch.response_mask.numpy(),
+        value_pos=pos,
+        value_head=head,
+    )
 
 
 def rows_per_trajectory(batch: TurnBatch, trajectories: Sequence[Trajectory]) -> list[np.ndarray]:
@@ -92,31 +130,54 @@ def whiten_groups(token_adv: np.ndarray, groups: Sequence[np.ndarray], eps: floa
     return out
 
 
+def has_kl_term(cfg: Any) -> bool:
+    """Whether an algorithm config with a ``kl_coef`` needs the reference policy's log-probs."""
+    return cfg.kl_coef > 0
+
+
 def clipped_policy_loss(
-    new_lp: torch.Tensor, micro: dict[str, torch.Tensor], cfg: Any
+    new_lp: torch.Tensor, inputs: PolicyInputs, cfg: Any
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Per-token PPO clipped surrogate + ``cfg.kl_coef`` · KL(π‖π_ref) estimate (HiPER Eq. 28 + the β term of
-    Eq. 30; GRPO's KL term). ``cfg`` supplies ``clip_low``, ``clip_high``, ``kl_coef``, ``kl_kind``.
-
-    ``micro`` holds ``old_logprobs``, ``token_adv``, ``loss_mask`` and (when ``kl_coef`` > 0) ``ref_logprobs``."""
-    mask = micro["loss_mask"].bool()
+    Eq. 30; GRPO's KL term). ``cfg`` supplies ``clip_low``, ``clip_high``, ``kl_coef``, ``kl_kind``;
+    ``inputs.ref_logprobs`` must be set when ``kl_coef`` > 0."""
+    mask = inputs.loss_mask.bool()
     loss, m = ppo_token_loss(
         new_lp,
-        micro["old_logprobs"],
-        micro["token_adv"],
+        inputs.old_logprobs,
+        inputs.token_adv,
         mask,
         clip_low=cfg.clip_low,
         clip_high=cfg.clip_high,
     )
     metrics = {k: float(v) for k, v in m.items()}
-    if cfg.kl_coef > 0:
+    if has_kl_term(cfg):
+        if inputs.ref_logprobs is None:
+            raise ValueError("kl_coef > 0 needs the reference policy's log-probs (PolicyInputs.ref_logprobs)")
         # Masked positions (prompt, padding) are set equal *before* the estimator: exp(−log r) of a far-off padding
         # logprob would be inf there, and torch.where's zero gradient times inf is NaN.
         zero = torch.zeros_like(new_lp)
         kl = kl_estimate(
-            torch.where(mask, new_lp, zero), torch.where(mask, micro["ref_logprobs"], zero), cfg.kl_kind
+            torch.where(mask, new_lp, zero), torch.where(mask, inputs.ref_logprobs, zero), cfg.kl_kind
         )
         kl = torch.where(mask, kl, zero)
         loss = loss + cfg.kl_coef * kl
         metrics["kl"] = float(kl.detach().sum() / mask.sum().clamp(min=1))
     return loss, metrics
+
+
+def squared_value_loss(
+    values: torch.Tensor, inputs: CriticInputs, *, clip: float | None = None
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The critic-loss convention of the module docstring: Σ w · ½ (V − y)² over float[B, K]; with ``clip``, the
+    PPO-clipped variant max((V − y)², (V_clip − y)²), V_clip = V_old + clamp(V − V_old, ±clip)."""
+    target = inputs.value_target.float()
+    err = (values - target) ** 2
+    if clip is not None:
+        old = inputs.old_values.float()
+        v_clip = old + (values - old).clamp(-clip, clip)
+        err = torch.maximum(err, (v_clip - target) ** 2)
+    weight = inputs.value_weight.float()
+    # where, not multiply: a NaN/inf placeholder target at an invalid slot must not poison the loss
+    loss = 0.5 * torch.where(weight > 0, err * weight, torch.zeros_like(err)).sum()
+    return loss, {"value_loss": float(loss.detach())}

@@ -11,8 +11,8 @@ Where values are read (``learners.batch``): head h of row b at the sequence posi
 reads V_high(s_t) and V_low(s_t, o_{t-1}) at the last prompt token (the prompt holds the observation and the
 current subgoal o_{t-1}), and V_low(s_t, o_t) at the last token of the new subgoal in the response.
 
-The worker knows no algorithm: it receives token-level advantages and a loss *name* resolved in
-``learners.algos`` (pure functions), and scalar value targets with their positions.
+The worker knows no algorithm: it receives typed batches (``learners.batch.Sequences`` for forward passes,
+``LearnerBatch`` for updates) and the algorithm's pure policy and critic losses (``learners.algorithm``).
 """
 
 from __future__ import annotations
@@ -29,6 +29,9 @@ from torch import nn
 
 from actors.inference import LoraSpec
 from actors.models import pick_dtype
+from learners.algorithm import PolicyLossFn, ValueLossFn
+from learners.batch import LearnerBatch, Sequences
+from learners.targets import CriticInputs, PolicyInputs
 
 
 @dataclass(frozen=True)
@@ -169,14 +172,14 @@ class LearnerWorker:
         return out, ent
 
     @torch.no_grad()
-    def logprobs(self, batch: dict[str, np.ndarray], *, reference: bool = False) -> np.ndarray:
+    def logprobs(self, seqs: Sequences, *, reference: bool = False) -> np.ndarray:
         """float32[B, L] log-probs of the response tokens (``response_mask``) under the policy, or under the
         reference policy (the same weights with the adapter disabled)."""
         self.policy.eval()
         out = []
-        for rows in self._micro_rows(len(batch["input_ids"])):
-            ids, attn = self._dev(batch["input_ids"][rows]), self._dev(batch["attention_mask"][rows])
-            where = self._dev(batch["response_mask"][rows])
+        for rows in self._micro_rows(len(seqs)):
+            ids, attn = self._dev(seqs.input_ids[rows]), self._dev(seqs.attention_mask[rows])
+            where = self._dev(seqs.response_mask[rows])
             if reference:
                 with self.policy.module.disable_adapter():
                     lp, _ = self._response_logprobs(ids, attn, where)
@@ -186,17 +189,17 @@ class LearnerWorker:
         return np.concatenate(out) if out else np.zeros((0, 0), np.float32)
 
     @torch.no_grad()
-    def values(self, batch: dict[str, np.ndarray]) -> np.ndarray:
+    def values(self, seqs: Sequences) -> np.ndarray:
         """float32[B, K]: value slot k is head ``value_head[k]`` read at position ``value_pos[b, k]``."""
         if self.critic is None:
             raise RuntimeError("this learner has no critic (value_heads=0)")
         self.critic.eval()
         out = []
-        for rows in self._micro_rows(len(batch["input_ids"])):
-            v = self.critic(self._dev(batch["input_ids"][rows]), self._dev(batch["attention_mask"][rows]))
-            pos, head = self._dev(batch["value_pos"][rows]), self._dev(batch["value_head"])
+        for rows in self._micro_rows(len(seqs)):
+            v = self.critic(self._dev(seqs.input_ids[rows]), self._dev(seqs.attention_mask[rows]))
+            pos, head = self._dev(seqs.value_pos[rows]), self._dev(seqs.value_head)
             out.append(self._gather_values(v, pos, head).cpu().numpy())
-        return np.concatenate(out) if out else np.zeros((0, len(batch["value_head"])), np.float32)
+        return np.concatenate(out) if out else np.zeros((0, len(seqs.value_head)), np.float32)
 
     @staticmethod
     def _gather_values(v: torch.Tensor, pos: torch.Tensor, head: torch.Tensor) -> torch.Tensor:
@@ -218,28 +221,37 @@ class LearnerWorker:
                 "1 or 2, or make learner.micro_batch_size >= the per-worker mini-batch"
             )
 
-    def update_policy(self, batch: dict[str, np.ndarray], loss_fn: Any, loss_cfg: Any) -> dict[str, float]:
+    def update_policy(self, batch: LearnerBatch, loss_fn: PolicyLossFn, loss_cfg: Any) -> dict[str, float]:
         """One optimizer step over ``batch`` (this rank's share of a mini-batch), in micro-batches.
 
-        ``loss_fn(new_logprobs, micro: dict[str, Tensor], cfg) -> (token_loss float[B, L], metrics)`` is the
-        algorithm's pure per-token loss; it is aggregated with ``batch["loss_weight"]`` (float[B, L], computed once
-        over the whole mini-batch by ``learners.losses.aggregation_weights``), so the accumulated gradient is the
-        gradient of the mini-batch loss; × world size because DeepSpeed averages gradients over ranks.
+        ``loss_fn(new_logprobs, PolicyInputs, cfg) -> (token_loss float[B, L], metrics)`` is the algorithm's pure
+        per-token loss; it is aggregated with ``batch.loss_weight`` (float[B, L], computed once over the whole
+        mini-batch by ``learners.losses.aggregation_weights``), so the accumulated gradient is the gradient of the
+        mini-batch loss; × world size because DeepSpeed averages gradients over ranks.
         """
+        if batch.loss_weight is None:
+            raise ValueError("update_policy needs the mini-batch's loss_weight (set by the learner group)")
         self.policy.train()
-        rows = self._micro_rows(len(batch["input_ids"]))
+        rows = self._micro_rows(len(batch))
         self._check_zero3_accumulation(len(rows))
         sums: dict[str, float] = {}
         tokens = 0.0
         for chunk in rows:
-            micro = {k: self._dev(v[chunk]) for k, v in batch.items() if k != "value_head"}
+            micro = batch.rows(chunk)
+            s = micro.seqs
             new_lp, ent = self._response_logprobs(
-                micro["input_ids"], micro["attention_mask"], micro["response_mask"], entropy=True
+                self._dev(s.input_ids), self._dev(s.attention_mask), self._dev(s.response_mask), entropy=True
             )
-            token_loss, m = loss_fn(new_lp, micro, loss_cfg)
-            loss = (token_loss * micro["loss_weight"].float()).sum() * self.world_size
+            inputs = PolicyInputs(
+                old_logprobs=self._dev(micro.old_logprobs),
+                token_adv=self._dev(micro.token_adv),
+                loss_mask=self._dev(micro.loss_mask),
+                ref_logprobs=None if micro.ref_logprobs is None else self._dev(micro.ref_logprobs),
+            )
+            token_loss, m = loss_fn(new_lp, inputs, loss_cfg)
+            loss = (token_loss * self._dev(micro.loss_weight).float()).sum() * self.world_size
             self.policy.backward(loss)
-            n = float(micro["loss_mask"].sum())
+            n = float(micro.loss_mask.sum())
             tokens += n
             m["entropy"] = float(ent.mean()) if ent is not None and ent.numel() else 0.0
             for k, v in m.items():
@@ -250,33 +262,31 @@ class LearnerWorker:
         metrics["loss_tokens"] = tokens
         return metrics
 
-    def update_critic(
-        self, batch: dict[str, np.ndarray], *, clip_range: float | None = None
-    ) -> dict[str, float]:
-        """0.5 · (V − y)² weighted by ``value_weight`` float[B, K] (valid targets / their count in the mini-batch):
-        HiPER Eq. 12 + the low-level analogue (App. B Eq. 29); PPO's value loss. Optionally clipped around
-        ``old_values`` (PPO-style). One optimizer step over the micro-batches."""
+    def update_critic(self, batch: LearnerBatch, loss_fn: ValueLossFn, loss_cfg: Any) -> dict[str, float]:
+        """One critic optimizer step over the micro-batches of ``batch``. ``loss_fn(values float[B, K],
+        CriticInputs, cfg)`` is the algorithm's pure critic loss (``learners.targets``' convention: weighted by
+        ``batch.value_weight``, already normalised over the mini-batch, so micro-batch losses add up)."""
         if self.critic is None:
             raise RuntimeError("this learner has no critic (value_heads=0)")
+        if batch.value_weight is None:
+            raise ValueError("update_critic needs the mini-batch's value_weight (set by the learner group)")
         self.critic.train()
-        head = self._dev(batch["value_head"])
+        head = self._dev(batch.seqs.value_head)
         total = 0.0
-        chunks = self._micro_rows(len(batch["input_ids"]))
+        chunks = self._micro_rows(len(batch))
         self._check_zero3_accumulation(len(chunks))
         for chunk in chunks:
-            micro = {k: self._dev(v[chunk]) for k, v in batch.items() if k != "value_head"}
+            micro = batch.rows(chunk)
+            s = micro.seqs
             v = self._gather_values(
-                self.critic(micro["input_ids"], micro["attention_mask"]), micro["value_pos"], head
+                self.critic(self._dev(s.input_ids), self._dev(s.attention_mask)), self._dev(s.value_pos), head
             )
-            target = micro["value_target"].float()
-            err = (v - target) ** 2
-            if clip_range is not None:
-                old = micro["old_values"].float()
-                v_clip = old + (v - old).clamp(-clip_range, clip_range)
-                err = torch.maximum(err, (v_clip - target) ** 2)
-            weight = micro["value_weight"].float()
-            # where, not multiply: a NaN/inf placeholder target at an invalid slot must not poison the loss
-            loss = 0.5 * torch.where(weight > 0, err * weight, torch.zeros_like(err)).sum()
+            inputs = CriticInputs(
+                value_target=self._dev(micro.value_target),
+                old_values=self._dev(micro.old_values),
+                value_weight=self._dev(micro.value_weight),
+            )
+            loss, _ = loss_fn(v, inputs, loss_cfg)
             self.critic.backward(loss * self.world_size)
             total += float(loss.detach())
         self.critic.step()

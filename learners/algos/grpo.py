@@ -17,8 +17,16 @@ import torch
 
 from actors.trajectory import Trajectory
 from learners.advantages import group_advantages
+from learners.algorithm import Algorithm
 from learners.batch import TurnBatch
-from learners.targets import Targets, broadcast_turn_values, clipped_policy_loss, rows_per_trajectory
+from learners.targets import (
+    PolicyInputs,
+    Targets,
+    broadcast_turn_values,
+    clipped_policy_loss,
+    has_kl_term,
+    rows_per_trajectory,
+)
 from reward.shaping import ShapingConstants
 
 
@@ -39,10 +47,6 @@ class Config:
 
 
 MODE = "grpo"
-VALUE_HEADS = 0
-VALUE_SLOTS = ()
-MIN_GROUP_SIZE = 2
-"""Group-relative advantages: a group of one trajectory has no baseline and gets 0 (checked at start)."""
 
 
 def episode_advantages(trajectories: Sequence[Trajectory], mode: str, eps: float) -> np.ndarray:
@@ -75,6 +79,16 @@ def compute_targets(
     )
 
 
-def policy_loss(new_lp: torch.Tensor, micro: dict[str, torch.Tensor], cfg: Config):
+def policy_loss(new_lp: torch.Tensor, inputs: PolicyInputs, cfg: Config):
     """Per-token clipped surrogate on ``token_adv`` + kl_coef · KL to the reference policy."""
-    return clipped_policy_loss(new_lp, micro, cfg)
+    return clipped_policy_loss(new_lp, inputs, cfg)
+
+
+ALGORITHM = Algorithm(
+    name="grpo",
+    Config=Config,
+    compute_targets=compute_targets,
+    policy_loss=policy_loss,
+    uses_reference=has_kl_term,
+    min_group_size=2,  # group-relative: a group of one trajectory has no baseline and gets 0 (checked at start)
+)

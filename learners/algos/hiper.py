@@ -41,14 +41,19 @@ import torch
 
 from actors.trajectory import Trajectory
 from learners.advantages import hierarchical_advantages
+from learners.algorithm import Algorithm
 from learners.batch import TurnBatch
 from learners.losses import decision_token_advantages
 from learners.targets import (
+    CriticInputs,
+    PolicyInputs,
     Targets,
     ValueSlot,
     bootstrap_value,
     clipped_policy_loss,
+    has_kl_term,
     rows_per_trajectory,
+    squared_value_loss,
     whiten,
     whiten_groups,
 )
@@ -87,7 +92,6 @@ class Config:
 ADV_NORMS = ("per_type", "joint")
 
 
-VALUE_HEADS = 2
 VALUE_SLOTS = (
     ValueSlot("v_high", 0, "prompt_last"),
     ValueSlot("v_low_prev", 1, "prompt_last"),
@@ -178,6 +182,22 @@ def compute_targets(
     )
 
 
-def policy_loss(new_lp: torch.Tensor, micro: dict[str, torch.Tensor], cfg: Config):
+def policy_loss(new_lp: torch.Tensor, inputs: PolicyInputs, cfg: Config):
     """Per-token clipped surrogate on ``token_adv`` + kl_coef · KL to the reference policy."""
-    return clipped_policy_loss(new_lp, micro, cfg)
+    return clipped_policy_loss(new_lp, inputs, cfg)
+
+
+def value_loss(values: torch.Tensor, inputs: CriticInputs, cfg: Config):
+    """HiPER Eq. 12 + its low-level analogue (App. B Eq. 29): 0.5 · squared error of each valid slot, unclipped."""
+    return squared_value_loss(values, inputs)
+
+
+ALGORITHM = Algorithm(
+    name="hiper",
+    Config=Config,
+    compute_targets=compute_targets,
+    policy_loss=policy_loss,
+    value_slots=VALUE_SLOTS,
+    value_loss=value_loss,
+    uses_reference=has_kl_term,
+)

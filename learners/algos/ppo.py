@@ -19,14 +19,19 @@ import torch
 
 from actors.trajectory import Trajectory
 from learners.advantages import gae
+from learners.algorithm import Algorithm
 from learners.batch import TurnBatch
 from learners.targets import (
+    CriticInputs,
+    PolicyInputs,
     Targets,
     ValueSlot,
     bootstrap_value,
     broadcast_turn_values,
     clipped_policy_loss,
+    has_kl_term,
     rows_per_trajectory,
+    squared_value_loss,
     whiten,
 )
 from reward.shaping import ShapingConstants
@@ -52,7 +57,6 @@ class Config:
     """The shaping constants (``algo.shaping.<name>``); the papers' defaults."""
 
 
-VALUE_HEADS = 1
 VALUE_SLOTS = (ValueSlot("v", 0, "prompt_last"),)
 
 
@@ -86,6 +90,22 @@ def compute_targets(
     )
 
 
-def policy_loss(new_lp: torch.Tensor, micro: dict[str, torch.Tensor], cfg: Config):
+def policy_loss(new_lp: torch.Tensor, inputs: PolicyInputs, cfg: Config):
     """Per-token clipped surrogate on ``token_adv`` + kl_coef · KL to the reference policy."""
-    return clipped_policy_loss(new_lp, micro, cfg)
+    return clipped_policy_loss(new_lp, inputs, cfg)
+
+
+def value_loss(values: torch.Tensor, inputs: CriticInputs, cfg: Config):
+    """0.5 · (V − return)², PPO-clipped around the old values by ``value_clip``."""
+    return squared_value_loss(values, inputs, clip=cfg.value_clip)
+
+
+ALGORITHM = Algorithm(
+    name="ppo",
+    Config=Config,
+    compute_targets=compute_targets,
+    policy_loss=policy_loss,
+    value_slots=VALUE_SLOTS,
+    value_loss=value_loss,
+    uses_reference=has_kl_term,
+)

@@ -12,9 +12,10 @@ import numpy as np
 import torch
 
 from actors.trajectory import Trajectory
+from learners.algorithm import Algorithm
 from learners.algos.grpo import episode_advantages, targets_from_episode_advantages
 from learners.batch import TurnBatch
-from learners.targets import Targets, clipped_policy_loss
+from learners.targets import PolicyInputs, Targets, clipped_policy_loss, has_kl_term
 from reward.shaping import ShapingConstants
 
 
@@ -33,9 +34,6 @@ class Config:
     """The shaping constants (``algo.shaping.<name>``); the papers' defaults."""
 
 
-VALUE_HEADS = 0
-VALUE_SLOTS = ()
-MIN_GROUP_SIZE = 2
 """Group-relative advantages: a group of one trajectory has no baseline and gets 0 (checked at start)."""
 
 
@@ -45,6 +43,16 @@ def compute_targets(
     return targets_from_episode_advantages(trajectories, batch, episode_advantages(trajectories, "rloo", 0.0))
 
 
-def policy_loss(new_lp: torch.Tensor, micro: dict[str, torch.Tensor], cfg: Config):
+def policy_loss(new_lp: torch.Tensor, inputs: PolicyInputs, cfg: Config):
     """Per-token clipped surrogate on ``token_adv`` + kl_coef · KL to the reference policy."""
-    return clipped_policy_loss(new_lp, micro, cfg)
+    return clipped_policy_loss(new_lp, inputs, cfg)
+
+
+ALGORITHM = Algorithm(
+    name="rloo",
+    Config=Config,
+    compute_targets=compute_targets,
+    policy_loss=policy_loss,
+    uses_reference=has_kl_term,
+    min_group_size=2,  # leave-one-out needs another trajectory of the same group (checked at start)
+)

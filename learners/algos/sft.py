@@ -14,18 +14,15 @@ import numpy as np
 import torch
 
 from actors.trajectory import Trajectory
+from learners.algorithm import Algorithm
 from learners.batch import TurnBatch
-from learners.targets import Targets
+from learners.targets import PolicyInputs, Targets
 
 
 @dataclass(frozen=True)
 class Config:
     agg: str = "token-mean"
     reward_terms: tuple[str, ...] = ()
-
-
-VALUE_HEADS = 0
-VALUE_SLOTS = ()
 
 
 def compute_targets(
@@ -40,7 +37,16 @@ def compute_targets(
     )
 
 
-def policy_loss(new_lp: torch.Tensor, micro: dict[str, torch.Tensor], cfg: Config):
-    mask = micro["loss_mask"].bool()
+def policy_loss(new_lp: torch.Tensor, inputs: PolicyInputs, cfg: Config):
+    mask = inputs.loss_mask.bool()
     nll = torch.where(mask, -new_lp, torch.zeros_like(new_lp))
     return nll, {"nll": float(nll.detach().sum() / mask.sum().clamp(min=1))}
+
+
+ALGORITHM = Algorithm(
+    name="sft",
+    Config=Config,
+    compute_targets=compute_targets,
+    policy_loss=policy_loss,
+    uses_old_logprobs=False,  # NLL needs no π_old, and demonstrations carry no sampling log-probs
+)

@@ -15,6 +15,7 @@ Tolerances are fp32 on CPU; each constant says what was measured.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import numpy as np
@@ -34,7 +35,8 @@ pytest.importorskip("deepspeed")
 pytest.importorskip("peft")
 
 from actors.inference import LoraSpec  # noqa: E402
-from learners.algos import grpo  # noqa: E402
+from learners.algos import grpo, hiper  # noqa: E402
+from learners.batch import LearnerBatch, Sequences  # noqa: E402
 from learners.losses import aggregation_weights  # noqa: E402
 
 LORA = LoraSpec(rank=8, alpha=16, target_modules=("q_proj", "v_proj"))
@@ -105,7 +107,7 @@ def _worker(model_path: str, **kw):
     return LearnerWorker(_spec(model_path, **kw))
 
 
-def _batch(seed: int, n: int = B) -> dict[str, np.ndarray]:
+def _batch(seed: int, n: int = B) -> LearnerBatch:
     """Right-padded rows of random tokens: prompt 4–7 tokens, response 3–8; value slot 0 at the last prompt token
     (head 0), slot 1 at the last response token (head 1); the last row's slot 1 is an invalid target."""
     rng = np.random.default_rng(seed)
@@ -121,29 +123,29 @@ def _batch(seed: int, n: int = B) -> dict[str, np.ndarray]:
         pos[i] = (p - 1, p + r - 1)
     valid = np.ones((n, 2), bool)
     valid[-1, 1] = False
-    return {
-        "input_ids": ids,
-        "attention_mask": attn,
-        "response_mask": resp,
-        "loss_mask": resp.copy(),
-        "token_adv": (rng.normal(size=(n, L)) * resp).astype(np.float32),
-        "loss_weight": aggregation_weights(torch.from_numpy(resp), "token-mean").numpy().astype(np.float32),
-        "value_pos": pos,
-        "value_head": np.array([0, 1]),
-        "value_target": rng.normal(size=(n, 2)).astype(np.float32),
-        "value_valid": valid,
-        "value_weight": (valid / valid.sum()).astype(np.float32),
-        "old_values": np.zeros((n, 2), np.float32),
-    }
+    return LearnerBatch(
+        seqs=Sequences(
+            input_ids=ids, attention_mask=attn, response_mask=resp, value_pos=pos, value_head=np.array([0, 1])
+        ),
+        old_logprobs=np.zeros((n, L), np.float32),
+        ref_logprobs=None,
+        token_adv=(rng.normal(size=(n, L)) * resp).astype(np.float32),
+        loss_mask=resp.copy(),
+        value_target=rng.normal(size=(n, 2)).astype(np.float32),
+        value_valid=valid,
+        old_values=np.zeros((n, 2), np.float32),
+        loss_weight=aggregation_weights(torch.from_numpy(resp), "token-mean").numpy().astype(np.float32),
+        value_weight=(valid / valid.sum()).astype(np.float32),
+    )
 
 
-def _train(worker, batch: dict[str, np.ndarray], steps: int = 2, critic: bool = True) -> None:
+def _train(worker, batch: LearnerBatch, steps: int = 2, critic: bool = True) -> None:
     """``steps`` PPO-style steps: old log-probs are the policy's own before each step (ratio 1 at the start)."""
     for _ in range(steps):
-        batch = {**batch, "old_logprobs": worker.logprobs(batch)}
+        batch = dataclasses.replace(batch, old_logprobs=worker.logprobs(batch.seqs))
         worker.update_policy(batch, grpo.policy_loss, LOSS_CFG)
         if critic:
-            worker.update_critic(batch)
+            worker.update_critic(batch, hiper.value_loss, hiper.Config())
 
 
 def _max_gap(a: np.ndarray, b: np.ndarray, mask: np.ndarray) -> float:
@@ -156,13 +158,14 @@ def _max_gap(a: np.ndarray, b: np.ndarray, mask: np.ndarray) -> float:
 def test_micro_batching_is_exact(model_path):
     batch = _batch(0)
     whole, micro = _worker(model_path, micro_batch_size=B), _worker(model_path, micro_batch_size=2)
-    lp0 = whole.logprobs(batch)
+    seqs = batch.seqs
+    lp0 = whole.logprobs(seqs)
     _train(whole, batch)
     _train(micro, batch)
-    lp_w, lp_m = whole.logprobs(batch), micro.logprobs(batch)
-    resp = batch["response_mask"]
+    lp_w, lp_m = whole.logprobs(seqs), micro.logprobs(seqs)
+    resp = seqs.response_mask
     gap_lp = _max_gap(lp_w, lp_m, resp)
-    gap_v = float(np.abs(whole.values(batch) - micro.values(batch)).max())
+    gap_v = float(np.abs(whole.values(seqs) - micro.values(seqs)).max())
     print(f"micro-batching: max |Δ logprob| {gap_lp:.2e}, max |Δ value| {gap_v:.2e}")
     assert _max_gap(lp_w, lp0, resp) > 1e-2, (
         "the update must move the policy for the comparison to mean anything"
@@ -185,25 +188,25 @@ def test_data_parallel_group_equals_single_worker(ray_local, model_path):
     }
     out = {}
     for n, g in groups.items():
-        b = {**batch, "old_logprobs": g.logprobs(batch)}
+        b = dataclasses.replace(batch, old_logprobs=g.logprobs(batch.seqs))
         g.update(
             b,
-            loss_fn=grpo.policy_loss,
+            policy_loss=grpo.policy_loss,
+            value_loss=hiper.value_loss,
             loss_cfg=LOSS_CFG,
             agg="token-mean",
             mini_batch_size=B,
             epochs=2,
             seed=0,
-            train_critic=True,
         )
-        out[n] = (g.adapter_weights(), g.logprobs(batch), g.values(batch))
+        out[n] = (g.adapter_weights(), g.logprobs(batch.seqs), g.values(batch.seqs))
     for g in groups.values():
         for w in g.workers:
             ray_local.kill(w)
     (w1, lp1, v1), (w2, lp2, v2) = out[1], out[2]
     assert set(w1) == set(w2)
     gap_w = max(float(np.abs(w1[k] - w2[k]).max()) for k in w1)
-    gap_lp = _max_gap(lp1, lp2, batch["response_mask"])
+    gap_lp = _max_gap(lp1, lp2, batch.seqs.response_mask)
     gap_v = float(np.abs(v1 - v2).max())
     print(f"data parallel: max |Δ adapter| {gap_w:.2e}, |Δ logprob| {gap_lp:.2e}, |Δ value| {gap_v:.2e}")
     assert max(float(np.abs(v).max()) for k, v in w1.items() if "lora_B" in k) > 1e-3
@@ -232,15 +235,15 @@ def test_spec_master_port_beats_inherited_env(ray_local, model_path):
 # -- 3. reference policy ---------------------------------------------------------------------------------------
 
 
-def _hf_logprobs(model, batch: dict[str, np.ndarray]) -> np.ndarray:
+def _hf_logprobs(model, seqs: Sequences) -> np.ndarray:
     """float32[B, L]: a plain HF forward pass, log-softmax at the positions predicting each response token."""
-    ids = torch.from_numpy(batch["input_ids"])
+    ids = torch.from_numpy(seqs.input_ids)
     with torch.no_grad():
-        logits = model(input_ids=ids, attention_mask=torch.from_numpy(batch["attention_mask"])).logits.float()
+        logits = model(input_ids=ids, attention_mask=torch.from_numpy(seqs.attention_mask)).logits.float()
     lp = torch.log_softmax(logits[:, :-1], dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
     out = np.zeros(ids.shape, np.float32)
     out[:, 1:] = lp.numpy()
-    return out * batch["response_mask"]
+    return out * seqs.response_mask
 
 
 def test_reference_is_base_model(model_path):
@@ -249,15 +252,15 @@ def test_reference_is_base_model(model_path):
     batch = _batch(2)
     worker = _worker(model_path)
     base = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
-    expected = _hf_logprobs(base, batch)
-    resp = batch["response_mask"]
-    before = worker.logprobs(batch, reference=True)
+    expected = _hf_logprobs(base, batch.seqs)
+    resp = batch.seqs.response_mask
+    before = worker.logprobs(batch.seqs, reference=True)
     _train(worker, batch, critic=False)
-    after = worker.logprobs(batch, reference=True)
+    after = worker.logprobs(batch.seqs, reference=True)
     gap = max(_max_gap(before, expected, resp), _max_gap(after, expected, resp))
     print(f"reference vs HF base: max |Δ logprob| {gap:.2e}")
     assert gap < REF_TOL
-    assert _max_gap(worker.logprobs(batch), expected, resp) > 1e-2
+    assert _max_gap(worker.logprobs(batch.seqs), expected, resp) > 1e-2
 
 
 # -- 4. adapter round trip -------------------------------------------------------------------------------------
@@ -279,7 +282,7 @@ def _engine_vs_learner(engine, worker, weights) -> tuple[float, float]:
 
     assert engine.load_adapter("policy", weights, 1)
     prompts = [
-        tuple(int(t) for t in row[:n]) for row, n in zip(_batch(4)["input_ids"][:3], (5, 6, 7), strict=True)
+        tuple(int(t) for t in row[:n]) for row, n in zip(_batch(4).seqs.input_ids[:3], (5, 6, 7), strict=True)
     ]
     params = SamplingParams(temperature=0.0, max_tokens=6)
     tuned = engine.generate([GenerationRequest(p, "policy") for p in prompts], params)
@@ -294,9 +297,11 @@ def _engine_vs_learner(engine, worker, weights) -> tuple[float, float]:
         attn[i, :n] = 1
         resp[i, len(p) : n] = True
         eng[i, len(p) : n] = r.logprobs
-    batch = {"input_ids": ids, "attention_mask": attn, "response_mask": resp}
-    return _max_gap(worker.logprobs(batch), eng, resp), _max_gap(
-        worker.logprobs(batch, reference=True), eng, resp
+    seqs = Sequences(
+        ids, attn, resp, value_pos=np.zeros((len(ids), 0), np.int64), value_head=np.zeros(0, np.int64)
+    )
+    return _max_gap(worker.logprobs(seqs), eng, resp), _max_gap(
+        worker.logprobs(seqs, reference=True), eng, resp
     )
 
 
@@ -352,8 +357,8 @@ def test_adapter_files_load_in_peft(model_path, trained, tmp_path):
     folder = write_peft_adapter(tmp_path / "adapter", weights, LORA)
     base = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
     model = PeftModel.from_pretrained(base, str(folder)).eval()
-    batch = _batch(5)
-    gap = _max_gap(_hf_logprobs(model, batch), worker.logprobs(batch), batch["response_mask"])
+    seqs = _batch(5).seqs
+    gap = _max_gap(_hf_logprobs(model, seqs), worker.logprobs(seqs), seqs.response_mask)
     print(f"PeftModel.from_pretrained vs learner: max |Δ logprob| {gap:.2e}")
     assert gap < REF_TOL
 
@@ -363,10 +368,10 @@ def test_loaded_adapter_weights_reproduce_the_trained_policy(model_path, trained
     tensor set that does not fit is refused."""
     worker, weights = trained
     fresh = _worker(model_path)
-    batch = _batch(6)
-    assert _max_gap(fresh.logprobs(batch), worker.logprobs(batch), batch["response_mask"]) > REF_TOL
+    seqs = _batch(6).seqs
+    assert _max_gap(fresh.logprobs(seqs), worker.logprobs(seqs), seqs.response_mask) > REF_TOL
     fresh.load_adapter_weights(weights)
-    assert _max_gap(fresh.logprobs(batch), worker.logprobs(batch), batch["response_mask"]) < REF_TOL
+    assert _max_gap(fresh.logprobs(seqs), worker.logprobs(seqs), seqs.response_mask) < REF_TOL
     partial = dict(list(weights.items())[1:])
     with pytest.raises(ValueError, match="does not fit the policy"):
         fresh.load_adapter_weights(partial)
@@ -384,11 +389,11 @@ def test_checkpoint_restores_optimizer_and_rng(model_path, tmp_path):
     _train(worker, first, steps=1)
     worker.save_checkpoint(str(tmp_path / "ckpt"))
     _train(worker, second, steps=1)
-    lp_a, v_a = worker.logprobs(second), worker.values(second)
+    lp_a, v_a = worker.logprobs(second.seqs), worker.values(second.seqs)
     _train(worker, second, steps=1)  # a third step moves away from the state to be restored
     worker.load_checkpoint(str(tmp_path / "ckpt"))
     _train(worker, second, steps=1)
-    lp_b, v_b = worker.logprobs(second), worker.values(second)
+    lp_b, v_b = worker.logprobs(second.seqs), worker.values(second.seqs)
     np.testing.assert_array_equal(lp_a, lp_b)
     np.testing.assert_array_equal(v_a, v_b)
 
@@ -401,7 +406,7 @@ def zero0(model_path):
     worker = _worker(model_path, zero_stage=0)
     batch = _batch(8)
     _train(worker, batch)
-    return worker.logprobs(batch), worker.values(batch), worker.adapter_weights()
+    return worker.logprobs(batch.seqs), worker.values(batch.seqs), worker.adapter_weights()
 
 
 @pytest.mark.parametrize("stage", [1, 2])
@@ -410,8 +415,8 @@ def test_zero_stage_matches_stage0(model_path, zero0, stage):
     worker = _worker(model_path, zero_stage=stage)
     _train(worker, batch)
     lp0, v0, w0 = zero0
-    gap_lp = _max_gap(worker.logprobs(batch), lp0, batch["response_mask"])
-    gap_v = float(np.abs(worker.values(batch) - v0).max())
+    gap_lp = _max_gap(worker.logprobs(batch.seqs), lp0, batch.seqs.response_mask)
+    gap_v = float(np.abs(worker.values(batch.seqs) - v0).max())
     w = worker.adapter_weights()
     gap_w = max(float(np.abs(w[k] - w0[k]).max()) for k in w0)
     print(f"ZeRO {stage} vs 0: max |Δ logprob| {gap_lp:.2e}, |Δ value| {gap_v:.2e}, |Δ adapter| {gap_w:.2e}")
@@ -436,15 +441,17 @@ def test_zero3_refuses_accumulation_over_micro_batches(model_path):
 
 def test_critic_fits_targets_and_ignores_invalid(model_path):
     batch = _batch(9)
-    valid = batch["value_valid"]
-    moved = {**batch, "value_target": np.where(valid, batch["value_target"], 1e6).astype(np.float32)}
+    valid = batch.value_valid
+    moved = dataclasses.replace(
+        batch, value_target=np.where(valid, batch.value_target, 1e6).astype(np.float32)
+    )
     a, b = _worker(model_path), _worker(model_path)
-    err0 = float(np.abs(a.values(batch) - batch["value_target"])[valid].mean())
+    err0 = float(np.abs(a.values(batch.seqs) - batch.value_target)[valid].mean())
     for _ in range(5):
-        a.update_critic(batch)
-        b.update_critic(moved)
-    va, vb = a.values(batch), b.values(batch)
-    err = float(np.abs(va - batch["value_target"])[valid].mean())
+        a.update_critic(batch, hiper.value_loss, hiper.Config())
+        b.update_critic(moved, hiper.value_loss, hiper.Config())
+    va, vb = a.values(batch.seqs), b.values(batch.seqs)
+    err = float(np.abs(va - batch.value_target)[valid].mean())
     print(f"critic: mean |V − y| over valid targets {err0:.3f} -> {err:.3f}")
     assert err < 0.5 * err0
     np.testing.assert_array_equal(va, vb)

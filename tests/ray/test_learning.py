@@ -31,10 +31,10 @@ import pytest
 from actors.demos import ExpertEngine, flatten_plan
 from actors.inference import SamplingParams
 from actors.rollout import EpisodeRequest, iter_episodes
-from launch.algos import get_algo
 from launch.config import resolve_config
-from launch.train import Trainer, batch_arrays
+from launch.train import Trainer
 from learners.batch import build_turn_batch
+from learners.targets import sequences
 
 ENV_OPTIONS = '{"stages": [2], "actions_per_stage": 2, "distractors": 2}'
 SETTING = [
@@ -106,8 +106,8 @@ def gap(trainer: Trainer, won: list, lost: list) -> float:
     """Mean log π(response | prompt) of a won episode's turn minus a lost one's, under the learner's policy."""
     trajs = [*won, *lost]
     batch = build_turn_batch(trajs, max_len=trainer.cfg.learner.max_seq_len, pad_id=trainer.pad_id)
-    arrays = batch_arrays(batch)
-    per_turn = (trainer.learner.logprobs(arrays) * arrays["response_mask"]).sum(axis=1)
+    seqs = sequences(batch, ())
+    per_turn = (trainer.learner.logprobs(seqs) * seqs.response_mask).sum(axis=1)
     is_won = [ti < len(won) for ti, _ in batch.index]
     return float(per_turn[is_won].mean() - per_turn[[not w for w in is_won]].mean())
 
@@ -131,10 +131,9 @@ def test_updates_move_probability_to_the_rewarded_episodes(ray_local, tmp_path, 
                     b.turns[-1].env_reward,
                     a.turns[-1].env_reward,
                 )
-        algo_mod = get_algo(algo)
         before = gap(trainer, won, lost)
         for k in range(UPDATES):
-            trainer.update([*won, *lost], algo_mod, trainer.algo_cfg, seed=k)
+            trainer.update([*won, *lost], trainer.algo, trainer.algo_cfg, seed=k)
         after = gap(trainer, won, lost)
     finally:
         trainer.close()

@@ -7,7 +7,7 @@ import torch
 from actors.trajectory import Decision, Trajectory, Turn
 from launch.algos import ALGOS, get_algo
 from learners.batch import build_turn_batch
-from learners.targets import value_positions
+from learners.targets import PolicyInputs, value_positions
 
 
 def _turn(reward=0.0, *, switch=None, valid=True, last=False, anchor="s0"):
@@ -42,8 +42,8 @@ def _traj(tid, gid, rewards, switches):
 def _targets(name, trajs, values=None):
     algo = get_algo(name)
     batch = build_turn_batch(trajs, max_len=64, pad_id=0)
-    if algo.VALUE_HEADS and values is None:
-        values = np.zeros((len(batch), len(algo.VALUE_SLOTS)), np.float32)
+    if algo.value_slots and values is None:
+        values = np.zeros((len(batch), len(algo.value_slots)), np.float32)
     cfg = algo.Config(
         **(
             {"normalize_advantages": False}
@@ -103,7 +103,7 @@ def test_hiper_routes_each_advantage_to_its_decision_tokens():
     # critic targets: V_high only at boundaries (turns 0 and 2), V_low everywhere, slot 1 never
     assert tg.value_valid[:, 0].tolist() == [True, False, True]
     assert tg.value_valid[:, 2].all() and not tg.value_valid[:, 1].any()
-    pos, head = value_positions(batch, get_algo("hiper").VALUE_SLOTS)
+    pos, head = value_positions(batch, get_algo("hiper").value_slots)
     assert head.tolist() == [0, 1, 1]
     assert pos[0].tolist() == [p - 1, p - 1, p + 3]  # last prompt token; last subgoal token
 
@@ -131,12 +131,12 @@ def test_policy_loss_descends_towards_positive_advantage(name):
     """A gradient step on the per-token loss raises the logprob of a token with positive advantage."""
     algo = get_algo(name)
     lp = torch.full((1, 4), -1.0, requires_grad=True)
-    micro = {
-        "old_logprobs": torch.full((1, 4), -1.0),
-        "ref_logprobs": torch.full((1, 4), -1.0),
-        "token_adv": torch.tensor([[0.0, 1.0, 1.0, 0.0]]),
-        "loss_mask": torch.tensor([[False, True, True, False]]),
-    }
+    micro = PolicyInputs(
+        old_logprobs=torch.full((1, 4), -1.0),
+        ref_logprobs=torch.full((1, 4), -1.0),
+        token_adv=torch.tensor([[0.0, 1.0, 1.0, 0.0]]),
+        loss_mask=torch.tensor([[False, True, True, False]]),
+    )
     loss, _ = algo.policy_loss(lp, micro, algo.Config())
     loss.sum().backward()
     assert (lp.grad[0, 1:3] < 0).all()  # descent increases these logprobs

@@ -16,7 +16,14 @@ import torch
 from actors.trajectory import Decision, Trajectory, Turn
 from learners.algos import gigpo, grpo, hiper, ppo, rloo
 from learners.batch import build_turn_batch
-from learners.targets import bootstrap_value, clipped_policy_loss, value_positions, whiten, whiten_groups
+from learners.targets import (
+    PolicyInputs,
+    bootstrap_value,
+    clipped_policy_loss,
+    value_positions,
+    whiten,
+    whiten_groups,
+)
 
 P = 3  # prompt length: the response starts at position 3
 SW, SG, ACT, EOS = slice(P, P + 2), slice(P + 2, P + 4), slice(P + 4, P + 6), P + 6
@@ -168,12 +175,12 @@ def test_kl_term_pulls_towards_the_reference(algo, kind):
     reference (log r > 0) gets a positive gradient under low_var_kl / k2, the one below a negative one."""
     expected_kl, expected_grad = KL_CASES[kind]
     lp = torch.full((1, 4), -1.0, requires_grad=True)
-    micro = {
-        "old_logprobs": torch.full((1, 4), -1.0),
-        "ref_logprobs": torch.tensor([[-7.0, -1.5, -0.5, -7.0]]),
-        "token_adv": torch.zeros((1, 4)),
-        "loss_mask": torch.tensor([[False, True, True, False]]),
-    }
+    micro = PolicyInputs(
+        old_logprobs=torch.full((1, 4), -1.0),
+        ref_logprobs=torch.tensor([[-7.0, -1.5, -0.5, -7.0]]),
+        token_adv=torch.zeros((1, 4)),
+        loss_mask=torch.tensor([[False, True, True, False]]),
+    )
     loss, metrics = algo.policy_loss(lp, micro, algo.Config(kl_coef=0.5, kl_kind=kind))
     np.testing.assert_allclose(
         loss.detach()[0].numpy(), [0.0, *(0.5 * k for k in expected_kl), 0.0], atol=1e-6
@@ -186,12 +193,12 @@ def test_kl_term_pulls_towards_the_reference(algo, kind):
 def test_kl_term_adds_to_the_surrogate():
     """KL and surrogate add: A = +1 at ratio 1 gives surrogate -1 (grad -1), plus 0.5 * 0.1065307 (grad +0.19673)."""
     lp = torch.full((1, 1), -1.0, requires_grad=True)
-    micro = {
-        "old_logprobs": torch.full((1, 1), -1.0),
-        "ref_logprobs": torch.full((1, 1), -1.5),
-        "token_adv": torch.ones((1, 1)),
-        "loss_mask": torch.ones((1, 1), dtype=torch.bool),
-    }
+    micro = PolicyInputs(
+        old_logprobs=torch.full((1, 1), -1.0),
+        ref_logprobs=torch.full((1, 1), -1.5),
+        token_adv=torch.ones((1, 1)),
+        loss_mask=torch.ones((1, 1), dtype=torch.bool),
+    )
     cfg = ppo.Config(kl_coef=0.5)
     loss, _ = clipped_policy_loss(lp, micro, cfg)
     assert float(loss.detach()) == pytest.approx(-1.0 + 0.5 * 0.1065307, abs=1e-6)
@@ -203,12 +210,12 @@ def test_kl_term_gradient_is_finite_under_far_off_padding():
     """Bug fixed: the KL estimator ran on padding positions before they were masked; a padding logprob 200 nats
     below the reference made exp(-log r) = inf there, and torch.where's zero gradient times inf is NaN."""
     lp = torch.tensor([[-1.0, -200.0]], requires_grad=True)
-    micro = {
-        "old_logprobs": torch.tensor([[-1.0, 0.0]]),
-        "ref_logprobs": torch.tensor([[-1.5, 0.0]]),
-        "token_adv": torch.zeros((1, 2)),
-        "loss_mask": torch.tensor([[True, False]]),
-    }
+    micro = PolicyInputs(
+        old_logprobs=torch.tensor([[-1.0, 0.0]]),
+        ref_logprobs=torch.tensor([[-1.5, 0.0]]),
+        token_adv=torch.zeros((1, 2)),
+        loss_mask=torch.tensor([[True, False]]),
+    )
     loss, _ = clipped_policy_loss(lp, micro, ppo.Config(kl_coef=0.5))
     loss.sum().backward()
     assert torch.isfinite(lp.grad).all()

@@ -14,7 +14,17 @@ FORBIDDEN = ("ray", "vllm", "deepspeed")
 
 
 def _pure_modules() -> list[str]:
-    mods = ["actors.trajectory", "learners.advantages", "learners.losses", "launch.config"]
+    mods = [
+        "actors.trajectory",
+        "learners.advantages",
+        "learners.losses",
+        "learners.batch",
+        "learners.targets",
+        "learners.algorithm",
+        "learners.prepare",
+        "launch.config",
+        "launch.algos",
+    ]
     for pkg in ("reward", "actors.agents", "learners.algos"):
         path = ROOT / pkg.replace(".", "/")
         mods.append(pkg)

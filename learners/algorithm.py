@@ -1,0 +1,78 @@
+"""The algorithm record: everything the driver and the learner need from one algorithm, as plain values (pure).
+
+Each ``learners/algos/<name>.py`` ends with one ``ALGORITHM = Algorithm(...)``; ``launch.algos`` maps names to these
+records. The driver reads fields (``value_slots``, ``uses_reference(cfg)``, ``uses_old_logprobs``) instead of
+branching on module names or probing configs with ``getattr``; the learner calls ``policy_loss`` and
+``value_loss``, which are pure functions of tensors (``learners.targets``: ``PolicyInputs``, ``CriticInputs``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from actors.trajectory import Trajectory
+from learners.batch import TurnBatch
+from learners.targets import CriticInputs, PolicyInputs, Targets, ValueSlot
+
+
+class TargetsFn(Protocol):
+    def __call__(
+        self, trajectories: Sequence[Trajectory], batch: TurnBatch, values: np.ndarray | None, cfg: Any
+    ) -> Targets: ...
+
+
+class PolicyLossFn(Protocol):
+    """float[B, L] per-token loss (aggregated by the learner with the mini-batch's ``loss_weight``) + metrics."""
+
+    def __call__(
+        self, new_logprobs: torch.Tensor, inputs: PolicyInputs, cfg: Any
+    ) -> tuple[torch.Tensor, dict[str, float]]: ...
+
+
+class ValueLossFn(Protocol):
+    """Scalar mini-batch critic loss from values float[B, K] (``learners.targets``' convention) + metrics."""
+
+    def __call__(
+        self, values: torch.Tensor, inputs: CriticInputs, cfg: Any
+    ) -> tuple[torch.Tensor, dict[str, float]]: ...
+
+
+def never(_cfg: Any) -> bool:
+    return False
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """One trainable algorithm.
+
+    ``Config``: its frozen config dataclass (``algo.<key>`` overrides resolve against it).
+    ``value_slots``: where the critic is read (empty: no critic); the critic has ``value_heads`` outputs.
+    ``uses_reference(cfg)``: whether the update needs the reference policy's log-probs (a KL term).
+    ``uses_old_logprobs``: whether its loss reads log π_old (a PPO ratio) of sampled turns. False (behaviour cloning
+    on demonstrations): the learner's log-prob pass is skipped and no engine-vs-learner ``logprob_gap`` is reported.
+    ``min_group_size``: smallest ``rollout.group_size`` it works with (group-relative baselines need 2).
+    """
+
+    name: str
+    Config: type
+    compute_targets: TargetsFn
+    policy_loss: PolicyLossFn
+    value_slots: tuple[ValueSlot, ...] = ()
+    value_loss: ValueLossFn | None = None
+    uses_reference: Callable[[Any], bool] = never
+    uses_old_logprobs: bool = True
+    min_group_size: int = 1
+
+    def __post_init__(self) -> None:
+        if bool(self.value_slots) != (self.value_loss is not None):
+            raise ValueError(f"algorithm {self.name!r}: value slots and a value loss come together")
+
+    @property
+    def value_heads(self) -> int:
+        """Critic outputs: one more than the largest head a slot reads (0: no critic)."""
+        return 1 + max(s.head for s in self.value_slots) if self.value_slots else 0

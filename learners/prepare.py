@@ -1,0 +1,102 @@
+"""The pure half of an update: trajectories → shaped rewards → padded turns → targets → ``LearnerBatch``.
+
+The driver (``launch.train.Trainer.update``) runs it around the learner group's forward passes::
+
+    turns = shaped_turns(trajs, algo_cfg, max_len, pad_id)             # pure
+    seqs = learners.targets.sequences(turns, algo.value_slots)         # pure
+    logprobs, ref_logprobs, values = learner forward passes on seqs    # Ray / DeepSpeed
+    batch, stats = learner_batch(algo, algo_cfg, trajs, turns, seqs, logprobs, ref_logprobs, values)  # pure
+    learner group update on batch, one ``minibatch(batch, rows, agg)`` per step   # Ray / DeepSpeed
+
+so everything that decides what the learner trains on is unit-tested here without Ray (``tests/unit/test_prepare.py``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from actors.trajectory import Trajectory
+from learners.algorithm import Algorithm
+from learners.batch import LearnerBatch, Sequences, TurnBatch, build_turn_batch
+from learners.losses import aggregation_weights
+from reward.shaping import apply_shaping, shaping_for
+
+
+def shaped_turns(
+    trajectories: Sequence[Trajectory], algo_cfg: Any, *, max_len: int, pad_id: int
+) -> TurnBatch:
+    """Write the algorithm's shaping terms into every turn (in place, idempotent), then pad the turns."""
+    shaping = shaping_for(algo_cfg)
+    for t in trajectories:
+        apply_shaping(t, shaping)
+    return build_turn_batch(trajectories, max_len=max_len, pad_id=pad_id)
+
+
+def learner_batch(
+    algo: Algorithm,
+    algo_cfg: Any,
+    trajectories: Sequence[Trajectory],
+    turns: TurnBatch,
+    seqs: Sequences,
+    logprobs: np.ndarray,
+    ref_logprobs: np.ndarray | None,
+    values: np.ndarray | None,
+    *,
+    negate_advantages: bool = False,
+) -> tuple[LearnerBatch, dict[str, float]]:
+    """The batch the learner trains on, and the scalar diagnostics of the step.
+
+    ``logprobs`` float32[B, L] are the learner's recomputation under the current adapter; they replace the engine's
+    in ``turns`` before the targets, so HiPER's β_t and the PPO ratio read the same numbers (``logprob_gap`` is the
+    mean |engine − learner| over response tokens, for algorithms that read π_old).
+    ``ref_logprobs`` float32[B, L] when ``algo.uses_reference(algo_cfg)``; ``values`` float32[B, K] when the
+    algorithm has a critic. ``negate_advantages``: the benchmark negative control (train on −A)."""
+    if algo.uses_reference(algo_cfg) and ref_logprobs is None:
+        raise ValueError(f"{algo.name} with this config needs the reference policy's log-probs")
+    if algo.value_slots and values is None:
+        raise ValueError(f"{algo.name} needs critic values for its {len(algo.value_slots)} value slots")
+    resp = seqs.response_mask
+    k = len(algo.value_slots)
+    for name, arr, shape in (
+        ("logprobs", logprobs, resp.shape),
+        ("ref_logprobs", ref_logprobs, resp.shape),
+        ("values", values, (len(seqs), k)),
+    ):
+        if arr is not None and tuple(arr.shape) != tuple(shape):
+            raise ValueError(f"{name} {tuple(arr.shape)} do not fit the batch {tuple(shape)}")
+    stats: dict[str, float] = {}
+    if algo.uses_old_logprobs:
+        engine = turns.old_logprobs.numpy()
+        stats["logprob_gap"] = float(np.abs(logprobs - engine)[resp].mean()) if resp.any() else 0.0
+    targets = algo.compute_targets(trajectories, turns.with_logprobs(logprobs), values, algo_cfg)
+    stats.update(targets.stats)
+    batch = LearnerBatch(
+        seqs=seqs,
+        old_logprobs=logprobs.astype(np.float32),
+        ref_logprobs=None if ref_logprobs is None else ref_logprobs.astype(np.float32),
+        token_adv=(-targets.token_adv if negate_advantages else targets.token_adv).astype(np.float32),
+        loss_mask=targets.loss_mask.astype(bool),
+        value_target=targets.value_target.astype(np.float32),
+        value_valid=targets.value_valid.astype(bool),
+        old_values=(np.zeros((len(seqs), k)) if values is None else values).astype(np.float32),
+    )
+    return batch, stats
+
+
+def minibatch(batch: LearnerBatch, rows: np.ndarray, agg: str) -> LearnerBatch:
+    """The rows of one optimizer step with their aggregation weights, computed over the whole mini-batch before it
+    is split over data-parallel ranks (so N ranks take the single-process step): ``loss_weight`` per token
+    (``learners.losses.aggregation_weights``, e.g. 1 / loss tokens for token-mean) and ``value_weight`` =
+    valid / the number of valid targets (the critic-loss convention of ``learners.targets``)."""
+    mb = batch.rows(rows)
+    valid = mb.value_valid.astype(np.float32)
+    return dataclasses.replace(
+        mb,
+        loss_weight=aggregation_weights(torch.from_numpy(mb.loss_mask), agg).numpy().astype(np.float32),
+        value_weight=valid / max(1.0, float(valid.sum())),
+    )

@@ -1,0 +1,173 @@
+"""The pure half of an update (``learners.prepare``): shaping → padded turns → targets → ``LearnerBatch`` → the
+mini-batch weights, fed with stand-in forward-pass outputs (no Ray). Hand-computed values in the comments; the
+trajectories and the HiPER reference case are ``test_glue``'s (prompt positions 0-2, response 3-9)."""
+
+import math
+
+import numpy as np
+import pytest
+
+from actors.trajectory import Decision
+from launch.algos import get_algo
+from learners.algos import grpo, hiper, ppo, sft
+from learners.prepare import learner_batch, minibatch, shaped_turns
+from learners.targets import sequences
+from tests.unit.test_glue import (
+    A_HIGH,
+    A_LOW,
+    HIPER_REWARDS,
+    HIPER_SWITCHES,
+    HIPER_VALUES,
+    RESP,
+    SW,
+    L,
+    _hiper_expected,
+    _traj,
+)
+
+
+def _prepare(name, trajs, cfg, *, learner_lp=None, values=None, ref=True, **kw):
+    algo = get_algo(name)
+    turns = shaped_turns(trajs, cfg, max_len=64, pad_id=0)
+    seqs = sequences(turns, algo.value_slots)
+    lp = turns.old_logprobs.numpy() if learner_lp is None else learner_lp
+    ref_lp = lp - 0.1 if ref else None
+    return turns, learner_batch(algo, cfg, trajs, turns, seqs, lp, ref_lp, values, **kw)
+
+
+def _hiper_case(**kw):
+    traj = _traj("a", HIPER_REWARDS, HIPER_SWITCHES)
+    # reward_terms=() keeps the rewards of the golden case (no KEEP / format shaping on top)
+    return _prepare(
+        "hiper", [traj], hiper.Config(normalize_advantages=False, reward_terms=()), values=HIPER_VALUES, **kw
+    )
+
+
+def test_targets_read_the_learners_logprobs_not_the_engines():
+    """The engine sampled each <switch> span with P = 0.8; the learner's recomputation says 0.5. beta_t must come
+    from the learner's (one set of log-probs per row, issue 10.8): beta_1 (KEEP) = 1 - 0.5 = 0.5, beta_2 (SWITCH) = 0.5,
+    so A_switch = [0, (0 - 0.5)(0.6 - 0.3), (1 - 0.5)(0.2 - 0.05)] = [0, -0.15, 0.075] (with the engine's it would be
+    test_glue's [0, -0.06, 0.03]); A_high and A_low do not depend on beta. The ratio's log π_old is the learner's too."""
+    turns, _ = _hiper_case()
+    learner_lp = turns.old_logprobs.numpy().copy()
+    learner_lp[:, SW] = math.log(0.5) / 2
+    _, (batch, _stats) = _hiper_case(learner_lp=learner_lp)
+    adv, mask = _hiper_expected([0.0, -0.15, 0.075], A_HIGH, A_LOW, [True, False, True])
+    np.testing.assert_allclose(batch.token_adv, adv, atol=1e-5)
+    assert (batch.loss_mask == mask).all()
+    np.testing.assert_array_equal(batch.old_logprobs, learner_lp)
+
+
+def test_logprob_gap_is_engine_vs_learner_on_response_tokens():
+    """Engine: switch tokens log(0.8)/2 = -0.111572, the other five -0.5. Learner: log(0.5)/2 = -0.346574 and -0.7.
+    Per row (2 * 0.235002 + 5 * 0.2) / 7 = 0.210000; prompt and padding do not count."""
+    turns, _ = _hiper_case()
+    learner_lp = turns.old_logprobs.numpy().copy()
+    learner_lp[:, SW] = math.log(0.5) / 2
+    learner_lp[:, SW.stop : RESP.stop] = -0.7
+    learner_lp[:, : RESP.start] = 5.0  # prompt positions: ignored
+    _, (_batch, stats) = _hiper_case(learner_lp=learner_lp)
+    assert stats["logprob_gap"] == pytest.approx((2 * 0.2350018 + 5 * 0.2) / 7, abs=1e-6)
+
+
+def test_behaviour_cloning_reports_no_gap():
+    _, (_batch, stats) = _prepare("sft", [_traj("a", [0.0, 1.0])], sft.Config(), ref=False)
+    assert "logprob_gap" not in stats
+
+
+def test_negative_control_flips_every_advantage_and_nothing_else():
+    """``learner.negate_advantages``: token_adv → −token_adv; masks, log-probs and critic targets unchanged."""
+    _, (pos, _) = _hiper_case()
+    _, (neg, _) = _hiper_case(negate_advantages=True)
+    np.testing.assert_array_equal(neg.token_adv, -pos.token_adv)
+    assert pos.token_adv[pos.loss_mask].any()
+    for name in ("loss_mask", "old_logprobs", "ref_logprobs", "value_target", "value_valid", "old_values"):
+        np.testing.assert_array_equal(getattr(neg, name), getattr(pos, name))
+
+
+def test_critic_fields_come_from_the_values_and_the_targets():
+    """PPO, one trajectory r = [0, 1], V = [0.5, 0.8], terminated, gamma 0.99, lambda 0.95 (no whitening):
+    delta_1 = 1 - 0.8 = 0.2, delta_0 = 0.99 * 0.8 - 0.5 = 0.292, A_0 = 0.292 + 0.9405 * 0.2 = 0.4801;
+    returns y = A + V = [0.9801, 1.0]. old_values are the values the targets were computed with."""
+    values = np.array([[0.5], [0.8]], np.float32)
+    cfg = ppo.Config(normalize_advantages=False, reward_terms=())
+    _, (batch, _) = _prepare("ppo", [_traj("a", [0.0, 1.0])], cfg, values=values)
+    np.testing.assert_allclose(batch.value_target[:, 0], [0.9801, 1.0], atol=1e-6)
+    np.testing.assert_array_equal(batch.old_values, values)
+    assert batch.value_valid.all()
+    np.testing.assert_allclose(
+        batch.token_adv[:, RESP], np.array([[0.4801], [0.2]]) * np.ones((1, 7)), atol=1e-6
+    )
+    assert batch.seqs.value_pos[:, 0].tolist() == [2, 2]  # V(s_t) at the last prompt token
+
+
+def test_shaping_uses_the_algorithms_own_constants():
+    """A malformed turn costs ``algo.shaping.format_penalty``: with 0.25, rewards [0 - 0.25, 1] and GRPO's episode
+    return 0.75 (against a well-formed sibling's 1.0: A = (0.75 - 0.875) / std, std = 0.1767767 → -0.7071068)."""
+    bad = _traj("bad", [0.0, 1.0])
+    bad.turns[0].decision = Decision(action="", valid=False)
+    good = _traj("good", [0.0, 1.0])
+    cfg = grpo.Config(shaping=grpo.Config().shaping.__class__(format_penalty=0.25), kl_coef=0.0)
+    turns, (batch, _) = _prepare("grpo", [bad, good], cfg, ref=False)
+    assert [t.reward for t in bad.turns] == pytest.approx([-0.25, 1.0])
+    assert bad.episode_return == pytest.approx(0.75)
+    rows = [r for r, (i, _j) in enumerate(turns.index) if i == 0]
+    np.testing.assert_allclose(batch.token_adv[rows][:, RESP], -0.7071068, atol=1e-5)
+
+
+def test_missing_forward_pass_outputs_are_errors():
+    algo = get_algo("hiper")
+    traj = _traj("a", HIPER_REWARDS, HIPER_SWITCHES)
+    turns = shaped_turns([traj], hiper.Config(), max_len=64, pad_id=0)
+    seqs = sequences(turns, algo.value_slots)
+    lp = turns.old_logprobs.numpy()
+    with pytest.raises(ValueError, match="reference policy"):
+        learner_batch(algo, hiper.Config(), [traj], turns, seqs, lp, None, HIPER_VALUES)
+    with pytest.raises(ValueError, match="critic values"):
+        learner_batch(algo, hiper.Config(), [traj], turns, seqs, lp, lp, None)
+    with pytest.raises(ValueError, match="do not fit"):
+        learner_batch(algo, hiper.Config(), [traj], turns, seqs, lp[:, :-1], lp, HIPER_VALUES)
+    # no KL term: no reference pass needed
+    learner_batch(algo, hiper.Config(kl_coef=0.0), [traj], turns, seqs, lp, None, HIPER_VALUES)
+
+
+def test_minibatch_weights():
+    """Rows 2 and 0 of the HiPER batch: token-mean weight 1 / (loss tokens in the mini-batch) on loss tokens;
+    value_weight = valid / count. Row 2 (SWITCH turn) trains 7 tokens, row 0 (turn 0: its switch tokens carry
+    A_switch = 0 but are in the loss mask) 7: 14 tokens → 1/14. Valid slots: row 2 [V_high, -, V_low] and row 0
+    [V_high, -, V_low] → 4 → 0.25 each. value_head is per slot and is not sliced."""
+    _, (batch, _) = _hiper_case()
+    mb = minibatch(batch, np.array([2, 0]), "token-mean")
+    assert len(mb) == 2
+    np.testing.assert_array_equal(mb.token_adv, batch.token_adv[[2, 0]])
+    np.testing.assert_allclose(mb.loss_weight, mb.loss_mask / 14.0, atol=1e-7)
+    np.testing.assert_allclose(mb.value_weight, [[0.25, 0, 0.25], [0.25, 0, 0.25]])
+    assert mb.seqs.value_head.tolist() == [0, 1, 1]
+    assert mb.seqs.input_ids.shape == (2, L)
+
+
+def test_squared_value_loss_golden():
+    """Σ w · ½ (V − y)²: V = [1, 2], y = [0.5, 2.5], w = [0.5, 0.5] → ½ (0.25 · 0.5 + 0.25 · 0.5) = 0.125.
+    Clipped (PPO's value_clip 0.2): V = 0.5 from V_old = 0, y = 1 → V_clip = 0.2, max(0.25, 0.64) → ½ · 0.64 = 0.32.
+    A NaN target on a slot of weight 0 does not reach the loss."""
+    import torch
+
+    from learners.targets import CriticInputs, squared_value_loss
+
+    def inputs(target, old, weight):
+        return CriticInputs(torch.tensor([target]), torch.tensor([old]), torch.tensor([weight]))
+
+    loss, m = squared_value_loss(torch.tensor([[1.0, 2.0]]), inputs([0.5, 2.5], [0.0, 0.0], [0.5, 0.5]))
+    assert float(loss) == pytest.approx(0.125) and m["value_loss"] == pytest.approx(0.125)
+    clipped, _ = squared_value_loss(torch.tensor([[0.5]]), inputs([1.0], [0.0], [1.0]), clip=0.2)
+    assert float(clipped) == pytest.approx(0.32)
+    assert float(
+        ppo.value_loss(torch.tensor([[0.5]]), inputs([1.0], [0.0], [1.0]), ppo.Config())[0]
+    ) == pytest.approx(0.32)
+    assert float(
+        hiper.value_loss(torch.tensor([[0.5]]), inputs([1.0], [0.0], [1.0]), hiper.Config())[0]
+    ) == pytest.approx(0.125)
+    nan_slot, _ = squared_value_loss(
+        torch.tensor([[1.0, 2.0]]), inputs([0.5, float("nan")], [0.0, 0.0], [1.0, 0.0])
+    )
+    assert float(nan_slot) == pytest.approx(0.125)
