@@ -16,6 +16,12 @@ HiPER vs flat PPO at equal sample budget on the synthetic env's longest tasks (s
     python bench/bench_learning.py --out bench/results/hiper_vs_ppo --preset synthetic_long --algos hiper,ppo \\
         --seeds 0,1,2
 
+The same with a negative control: the first algorithm once more per seed with every advantage negated
+(``learner.negate_advantages=true``, labelled ``hiper-negated``); it must not gain over its BC start::
+
+    python bench/bench_learning.py --out bench/results/hiper_vs_ppo_multi --preset synthetic_multi \\
+        --algos hiper,ppo --seeds 0,1,2 --negative-control
+
 Summarise runs that already exist (any run folders, e.g. the main job's ``runs/default``), labelled by folder::
 
     python bench/bench_learning.py --out bench/results/main_job --runs runs/default
@@ -165,6 +171,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", default="0")
     p.add_argument("--preset", default="", help="suffix: launch/configs/<algo>_<preset>.yaml")
     p.add_argument("--set", nargs="*", default=[], help="key=value overrides for every run")
+    p.add_argument(
+        "--negative-control",
+        action="store_true",
+        help="also run the first algorithm with learner.negate_advantages=true per seed",
+    )
     p.add_argument("--no-run", action="store_true", help="only summarise the runs already in --out")
     p.add_argument("--runs", nargs="*", default=[], help="summarise these run folders instead (no training)")
     a = p.parse_args(argv)
@@ -179,19 +190,23 @@ def main(argv: list[str] | None = None) -> int:
             summary[run_dir.name] = aggregate([c])
             print_run(run_dir.name, c)
     algos = [] if a.runs else a.algos.split(",")
-    curves: dict[str, list[list[dict[str, Any]]]] = {algo: [] for algo in algos}
+    # (label, algorithm, extra overrides): every algorithm, then the negative control if asked for
+    variants = [(algo, algo, []) for algo in algos]
+    if a.negative_control and algos:
+        variants.append((f"{algos[0]}-negated", algos[0], ["learner.negate_advantages=true"]))
+    curves: dict[str, list[list[dict[str, Any]]]] = {label: [] for label, _, _ in variants}
     # Seed-major order: a sweep cut short still holds every algorithm at the seeds it finished.
     for seed in [int(s) for s in a.seeds.split(",")] if algos else []:
-        for algo in algos:
+        for label, algo, extra in variants:
             preset = f"{algo}_{a.preset}" if a.preset else None
-            overrides = ([] if preset else [f"algo={algo}"]) + [*a.set, f"seed={seed}"]
-            history = ensure_run(out, f"{algo}_seed{seed}", preset, overrides, run=not a.no_run)
+            overrides = ([] if preset else [f"algo={algo}"]) + [*a.set, *extra, f"seed={seed}"]
+            history = ensure_run(out, f"{label}_seed{seed}", preset, overrides, run=not a.no_run)
             if not history:
                 continue
             c = curve(history)
-            runs[f"{algo}_seed{seed}"] = c
-            curves[algo].append(c)
-            print_run(f"{algo} seed {seed}", c)
+            runs[f"{label}_seed{seed}"] = c
+            curves[label].append(c)
+            print_run(f"{label} seed {seed}", c)
     for algo, cs in curves.items():
         if cs:
             summary[algo] = aggregate(cs)

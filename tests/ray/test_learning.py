@@ -14,9 +14,9 @@ grow by ``MIN_GAP_GAIN`` after ``UPDATES`` updates, and shrink by as much when t
 episode-level advantage, so the swap mirrors it exactly; HiPER's and PPO's credit differs between a terminated and a
 truncated last step, so their swap is not a mirror image). No sampling happens anywhere (stand-in engines, float32
 pinned), so the direction and size do not depend on the CPU kind. Measured on an AMD EPYC (AVX2, fp32): gap +0.178
-before; after 3 updates HiPER +0.658 (+0.48), PPO +1.155 (+0.98), GRPO +1.278 (+1.10), GRPO with swapped rewards
--0.724 (-0.90); with the driver's advantages negated (a mutation of ``Trainer.update``) PPO went to -0.607 and the
-test failed. The SmolLM2 version of this test asserted a success rate over 24 sampled episodes after one RL
+before; after 3 updates HiPER +0.595 (+0.42; +0.48 while β_t still read the engine's log-probs), PPO +1.155
+(+0.98), GRPO +1.278 (+1.10), GRPO with swapped rewards -0.724 (-0.90), HiPER with ``learner.negate_advantages``
+-0.135 (-0.31); with the driver's advantages negated as a code mutation PPO went to -0.607 and the test failed. The SmolLM2 version of this test asserted a success rate over 24 sampled episodes after one RL
 iteration: it passed on AMX/bf16 machines and failed on AVX2/fp32 ones (issue 16), and its bar was below a random
 policy's success on its tasks (0.58).
 
@@ -114,10 +114,14 @@ def gap(trainer: Trainer, won: list, lost: list) -> float:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("algo", "swap"), [("hiper", False), ("ppo", False), ("grpo", False), ("grpo", True)]
+    ("algo", "control"),
+    [("hiper", ""), ("ppo", ""), ("grpo", ""), ("grpo", "swap_rewards"), ("hiper", "negate_advantages")],
 )
-def test_updates_move_probability_to_the_rewarded_episodes(ray_local, tmp_path, algo, swap):
-    cfg = resolve_config(None, [*SETTING, f"algo={algo}", f"run_dir={tmp_path}"])
+def test_updates_move_probability_to_the_rewarded_episodes(ray_local, tmp_path, algo, control):
+    """``control``: a negative control that must reverse the direction — the environment's verdict swapped, or the
+    run config's ``learner.negate_advantages`` (the benchmark negative control, through the driver)."""
+    negate = [f"learner.negate_advantages={control == 'negate_advantages'}"]
+    cfg = resolve_config(None, [*SETTING, *negate, f"algo={algo}", f"run_dir={tmp_path}"])
     trainer = Trainer(cfg)
     try:
         ids = trainer.task_ids("train")[:TASKS]
@@ -125,7 +129,9 @@ def test_updates_move_probability_to_the_rewarded_episodes(ray_local, tmp_path, 
         won = play(trainer, ids, plans, "won")
         lost = play(trainer, ids, plans[1:] + plans[:1], "lost")  # each task played with the next task's plan
         assert all(t.won for t in won) and not any(t.won for t in lost)
-        if swap:  # negative control: the environment's verdict reversed must reverse the learning direction
+        if (
+            control == "swap_rewards"
+        ):  # negative control: the environment's verdict reversed must reverse the learning direction
             for a, b in zip(won, lost, strict=True):
                 a.turns[-1].env_reward, b.turns[-1].env_reward = (
                     b.turns[-1].env_reward,
@@ -138,8 +144,10 @@ def test_updates_move_probability_to_the_rewarded_episodes(ray_local, tmp_path, 
     finally:
         trainer.close()
     change = after - before
-    print(f"{algo} swap={swap}: won-minus-lost log-prob gap {before:+.4f} -> {after:+.4f} ({change:+.4f})")
-    expected = -1.0 if swap else 1.0
+    print(
+        f"{algo} {control or 'plain'}: won-minus-lost log-prob gap {before:+.4f} -> {after:+.4f} ({change:+.4f})"
+    )
+    expected = -1.0 if control else 1.0
     assert expected * change > MIN_GAP_GAIN, (
-        f"{algo} (rewards swapped: {swap}): gap {before:+.4f} -> {after:+.4f}, change {change:+.4f}"
+        f"{algo} ({control or 'plain'}): gap {before:+.4f} -> {after:+.4f}, change {change:+.4f}"
     )

@@ -289,6 +289,7 @@ def test_a_based_preset_matches_its_old_spelled_out_version():
 PAIRS: list[tuple[str, str, set[str]]] = [
     ("hiper_synthetic_small", "ppo_synthetic_small", set()),
     ("hiper_synthetic_long", "ppo_synthetic_long", set()),
+    ("hiper_synthetic_multi", "ppo_synthetic_multi", set()),
     ("grpo_alfworld", "rloo_alfworld", set()),
     ("grpo_alfworld", "gigpo_alfworld", set()),
     ("hiper_alfworld", "ppo_alfworld", {"rollout.agent"}),
