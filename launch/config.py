@@ -119,6 +119,9 @@ class RolloutConfig:
     """HiPER C.1 validation temperature."""
     max_group_retries: int = 2
     """Times a group with a crashed/hung env is replayed whole before it is dropped."""
+    max_empty_iterations: int = 3
+    """An iteration whose groups were all dropped trains on nothing: it is skipped with a warning (not
+    checkpointed), and this many in a row end the run with an error."""
 
 
 @dataclass(frozen=True)
@@ -184,6 +187,9 @@ class TrainConfig:
     """Evaluate the untrained model first (SmolLM2 zero-shot wins nothing on our envs: off in the default)."""
     checkpoint_every: int = 1
     """Checkpoint every k RL iterations (0: only after BC)."""
+    checkpoint_keep_last: int = 2
+    """Keep the newest k RL-iteration checkpoints (0: keep all). ``iter_0`` (after BC, the warm-start source for
+    ``model.init_adapter``) is always kept."""
     one_step_off: bool = False
     """Generate iteration k+1's rollouts (with the adapter of iteration k-1's update) while iteration k updates, as
     verl's one-step-off trainer does: the learner and the rollout workers overlap, the policy lags one version
@@ -536,6 +542,12 @@ def _check_ranges(cfg: TrainConfig) -> None:
             "a number >= 0 (0: greedy)",
         ),
         (r.max_group_retries >= 0, "rollout.max_group_retries", r.max_group_retries, "an integer >= 0"),
+        (
+            r.max_empty_iterations >= 1,
+            "rollout.max_empty_iterations",
+            r.max_empty_iterations,
+            "an integer >= 1",
+        ),
         (lr.num_workers >= 1, "learner.num_workers", lr.num_workers, ge1),
         (lr.cpus_per_worker >= 0, "learner.cpus_per_worker", lr.cpus_per_worker, ge0),
         (lr.zero_stage in (0, 1, 2, 3), "learner.zero_stage", lr.zero_stage, "0, 1, 2, 3"),
@@ -560,6 +572,12 @@ def _check_ranges(cfg: TrainConfig) -> None:
         (cfg.eval_every >= 0, "eval_every", cfg.eval_every, "an integer >= 0 (0: never)"),
         (cfg.eval_episodes >= 0, "eval_episodes", cfg.eval_episodes, "an integer >= 0"),
         (cfg.checkpoint_every >= 0, "checkpoint_every", cfg.checkpoint_every, "an integer >= 0 (0: never)"),
+        (
+            cfg.checkpoint_keep_last >= 0,
+            "checkpoint_keep_last",
+            cfg.checkpoint_keep_last,
+            "an integer >= 0 (0: all)",
+        ),
         (bool(cfg.run_dir), "run_dir", cfg.run_dir, "a folder path"),
     ]
     for ok, key, value, allowed in checks:

@@ -17,8 +17,10 @@ exactly (``resume=true``).
 
 from __future__ import annotations
 
+import errno
 import json
 import random
+import shutil
 import time
 from collections.abc import Sequence
 from contextlib import contextmanager
@@ -156,6 +158,7 @@ class Trainer:
         # the last two adapters pushed: a one-step-off checkpoint saves the older (its in-flight rollouts' adapter)
         self._pushed: list[dict[str, np.ndarray]] = []
         self._pending: list[ray.ObjectRef] = []  # the next iteration's rollouts, in flight (one-step-off)
+        self._empty_in_a_row = 0  # consecutive iterations without samples
         self.train_ids: list[str] = []
         self.start_iter = 0
         self.history: list[dict[str, Any]] = []
@@ -368,22 +371,43 @@ class Trainer:
                     self._tb.add_scalar(k, v, step)
             self._tb.flush()
 
-    def checkpoint(self, iteration: int) -> None:
-        path = self.run_dir / "checkpoints" / f"iter_{iteration}"
-        path.mkdir(parents=True, exist_ok=True)
-        self.learner.save_checkpoint(str(path))
-        state = {
-            "iteration": iteration,
-            "version": self.version,
-            "python_rng": random.getstate(),
-            "numpy_rng": np.random.get_state(),
-            "torch_rng": torch.get_rng_state(),
-        }
-        torch.save(state, path / "driver.pt")
-        if self.cfg.one_step_off and len(self._pushed) == 2:
-            # the adapter the next iteration's in-flight rollouts come from: an exact resume regenerates them
-            np.savez(path / "behaviour_adapter.npz", **self._pushed[0])
-        (self.run_dir / "checkpoints" / "latest").write_text(path.name)
+    def checkpoint(self, iteration: int, record: dict[str, Any] | None = None) -> None:
+        """``checkpoints/iter_<k>``: written to a temporary folder and renamed, so a folder under its final name is
+        complete; then ``latest`` points at it and older RL checkpoints beyond ``checkpoint_keep_last`` go.
+        ``record``: the iteration's metrics row, logged after the checkpoint; a resume restores it if the run
+        died in between."""
+        root = self.run_dir / "checkpoints"
+        path, tmp = root / f"iter_{iteration}", root / f".iter_{iteration}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        try:
+            self.learner.save_checkpoint(str(tmp))
+            state = {
+                "iteration": iteration,
+                "version": self.version,
+                "python_rng": random.getstate(),
+                "numpy_rng": np.random.get_state(),
+                "torch_rng": torch.get_rng_state(),
+                "record": record,
+            }
+            torch.save(state, tmp / "driver.pt")
+            if self.cfg.one_step_off and len(self._pushed) == 2:
+                # the adapter the next iteration's in-flight rollouts come from: an exact resume regenerates them
+                np.savez(tmp / "behaviour_adapter.npz", **self._pushed[0])
+        except Exception as e:
+            shutil.rmtree(tmp, ignore_errors=True)
+            free = shutil.disk_usage(root).free
+            if free < 256 * 2**20 or getattr(e, "errno", None) == errno.ENOSPC:
+                raise RuntimeError(
+                    f"checkpoint {path}: no space left on device ({free / 2**20:.0f} MiB free under {root})"
+                ) from e
+            raise
+        shutil.rmtree(path, ignore_errors=True)
+        tmp.rename(path)
+        (root / "latest.tmp").write_text(path.name)
+        (root / "latest.tmp").replace(root / "latest")
+        for old in checkpoints_to_prune(_checkpoint_iterations(root), self.cfg.checkpoint_keep_last):
+            shutil.rmtree(root / f"iter_{old}", ignore_errors=True)
 
     def load_init_adapter(self, path: str) -> None:
         """Warm start from a saved PEFT adapter (e.g. another run's BC checkpoint), checked against the run's LoRA."""
@@ -402,12 +426,25 @@ class Trainer:
         print(f"[hierarl] policy initialised from {path}", flush=True)
 
     def try_resume(self) -> bool:
-        latest = self.run_dir / "checkpoints" / "latest"
+        """Load ``latest``; if it is unreadable, say so in one line and fall back to the next older checkpoint."""
+        root = self.run_dir / "checkpoints"
+        latest = root / "latest"
         if not (self.cfg.resume and latest.exists()):
             return False
-        path = self.run_dir / "checkpoints" / latest.read_text().strip()
-        self.learner.load_checkpoint(str(path))
-        state = torch.load(path / "driver.pt", weights_only=False)
+        first = latest.read_text().strip()
+        candidates = [first] + [f"iter_{k}" for k in sorted(_checkpoint_iterations(root), reverse=True)]
+        for name in dict.fromkeys(candidates):
+            path = root / name
+            try:
+                self.learner.load_checkpoint(str(path))
+                state = torch.load(path / "driver.pt", weights_only=False)
+                break
+            except Exception as e:  # a truncated or corrupted file: try the previous checkpoint
+                print(
+                    f"[hierarl] checkpoint {path} is unreadable ({type(e).__name__}: {e}); trying an older one"
+                )
+        else:
+            raise RuntimeError(f"resume=true but no readable checkpoint under {root}")
         random.setstate(state["python_rng"])
         np.random.set_state(state["numpy_rng"])
         torch.set_rng_state(state["torch_rng"])
@@ -425,7 +462,14 @@ class Trainer:
                 print(f"[hierarl] {path} has no behaviour adapter: iteration {self.start_iter} is on-policy")
         self.push_weights()
         if self.metrics_path.exists():
-            self.history = [json.loads(line) for line in self.metrics_path.read_text().splitlines() if line]
+            # rows logged after the checkpoint (a killed iteration, or checkpoints older than the last iteration)
+            # are dropped: the resumed run logs them again, exactly once
+            rows = [json.loads(line) for line in self.metrics_path.read_text().splitlines() if line]
+            self.history = [r for r in rows if int(r.get("iteration", 0)) <= state["iteration"]]
+            last = state.get("record")
+            if last is not None and not any(r.get("iteration") == last["iteration"] for r in self.history):
+                self.history.append(last)  # killed between this checkpoint and its metrics row
+            self.metrics_path.write_text("".join(json.dumps(r) + "\n" for r in self.history))
         print(f"[hierarl] resumed from {path} at iteration {self.start_iter}", flush=True)
         return True
 
@@ -464,6 +508,11 @@ class Trainer:
             if cfg.one_step_off and it < cfg.iterations:
                 self._pending = self.start_rl_rollouts(it + 1)  # generates while this iteration updates
             stats = trajectory_stats(trajs)
+            stats["groups_dropped"] = cfg.rollout.groups_per_iter - len({t.group_id for t in trajs})
+            if not any(t.turns for t in trajs):
+                self._check_empty(it, stats)
+                continue
+            self._empty_in_a_row = 0
             stats["policy_lag"] = self.version - min(
                 (turn.policy_version for t in trajs for turn in t.turns), default=self.version
             )
@@ -488,13 +537,31 @@ class Trainer:
                 record.update(_flat(ev))
             if cfg.checkpoint_every and it % cfg.checkpoint_every == 0:
                 with timed(timings, "checkpoint"):
-                    self.checkpoint(it)
+                    self.checkpoint(it, record)
             timings["iteration"] = time.perf_counter() - t_iter
             record.update({f"time_{k}": v for k, v in timings.items()})
             self.log(record)
             print(_iteration_line(record), flush=True)
         print(_final_table(self.history), flush=True)
         return self.history
+
+    def _check_empty(self, it: int, stats: dict[str, float]) -> None:
+        """An iteration without samples: logged (``empty``), never trained on or checkpointed; an error after
+        ``rollout.max_empty_iterations`` in a row."""
+        self._empty_in_a_row += 1
+        limit = self.cfg.rollout.max_empty_iterations
+        self.log({"iteration": it, "phase": "rl", "empty": 1, **stats})
+        print(
+            f"[hierarl] WARNING iteration {it}: no samples ({stats['groups_dropped']:.0f} of "
+            f"{self.cfg.rollout.groups_per_iter} groups dropped after their retries); nothing trained, nothing "
+            f"checkpointed ({self._empty_in_a_row}/{limit} in a row)",
+            flush=True,
+        )
+        if self._empty_in_a_row >= limit:
+            raise RuntimeError(
+                f"{limit} iterations in a row without samples (every group failed after "
+                f"rollout.max_group_retries); see the rollout workers' logs"
+            )
 
     def close(self) -> None:
         """Stop the env pools and engines, kill the actors (frees DeepSpeed's port), close TensorBoard."""
@@ -508,6 +575,18 @@ class Trainer:
         self.learner.shutdown()
         if self._tb:
             self._tb.close()
+
+
+def _checkpoint_iterations(root: Path) -> list[int]:
+    """Iterations with a complete checkpoint folder (``iter_<k>``; temporary ``.iter_<k>.tmp`` ones are not)."""
+    return sorted(int(p.name[5:]) for p in root.glob("iter_*") if p.is_dir() and p.name[5:].isdigit())
+
+
+def checkpoints_to_prune(iterations: Sequence[int], keep_last: int) -> list[int]:
+    """The RL iterations whose checkpoints go: all but the newest ``keep_last`` (0: none go); iteration 0, the
+    BC checkpoint, always stays."""
+    rl = sorted(k for k in iterations if k > 0)
+    return rl[:-keep_last] if keep_last and len(rl) > keep_last else []
 
 
 def _flat(ev: dict[str, Any]) -> dict[str, float]:

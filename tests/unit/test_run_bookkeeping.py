@@ -1,0 +1,46 @@
+"""Driver bookkeeping without Ray: which checkpoints are pruned, and what an iteration without samples does."""
+
+from types import SimpleNamespace
+
+import pytest
+
+from launch.config import resolve_config
+from launch.train import Trainer, _checkpoint_iterations, checkpoints_to_prune
+
+
+@pytest.mark.parametrize(
+    ("iterations", "keep", "pruned"),
+    [
+        ([0, 1, 2, 3, 4], 2, [1, 2]),  # iter_0 (BC) always stays; the newest two RL ones stay
+        ([0, 1, 2], 2, []),
+        ([0, 1, 2, 3], 0, []),  # 0: keep all
+        ([1, 2, 3], 1, [1, 2]),  # no BC checkpoint
+        ([0, 2, 4, 6], 1, [2, 4]),  # checkpoint_every = 2
+    ],
+)
+def test_checkpoints_to_prune(iterations, keep, pruned):
+    assert checkpoints_to_prune(iterations, keep) == pruned
+
+
+def test_only_complete_checkpoint_folders_count(tmp_path):
+    for name in ("iter_0", "iter_3", ".iter_4.tmp", "iter_x"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "latest").write_text("iter_3")
+    assert _checkpoint_iterations(tmp_path) == [0, 3]
+
+
+def test_iterations_without_samples_warn_then_fail(capsys):
+    """Every group dropped: logged as an ``empty`` row and a warning; the ``max_empty_iterations``-th in a row
+    raises. (The loop resets the count after an iteration with samples and never trains or checkpoints here.)"""
+    logged = []
+    stub = SimpleNamespace(
+        cfg=resolve_config(None, ["rollout.max_empty_iterations=2", "rollout.groups_per_iter=4"]),
+        log=logged.append,
+        _empty_in_a_row=0,
+    )
+    stats = {"groups_dropped": 4, "failed": 0.0}
+    Trainer._check_empty(stub, 1, stats)
+    assert "WARNING iteration 1: no samples (4 of 4 groups dropped" in capsys.readouterr().out
+    assert logged == [{"iteration": 1, "phase": "rl", "empty": 1, **stats}]
+    with pytest.raises(RuntimeError, match="2 iterations in a row without samples"):
+        Trainer._check_empty(stub, 2, stats)
