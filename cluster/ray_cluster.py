@@ -41,7 +41,7 @@ def worker_env(device: str) -> dict[str, str]:
 
 
 def init_ray(address: str = "", *, num_cpus: int | None = None, device: str = "cpu") -> dict[str, Any]:
-    """Start (``address`` "") or join a Ray cluster; returns its resources.
+    """Start (``address`` "" and no ``RAY_ADDRESS``) or join a Ray cluster; returns its resources.
 
     A local cluster binds to 127.0.0.1 only. Ray 2.60's token auth is disabled for local clusters
     (``RAY_AUTH_MODE=disabled``), as ``ray job submit`` to a local head would otherwise fail.
@@ -51,10 +51,14 @@ def init_ray(address: str = "", *, num_cpus: int | None = None, device: str = "c
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     runtime_env = {"env_vars": worker_env(device)}
+    # No address: the cluster ``RAY_ADDRESS`` names (what ``ray job submit`` sets for the job's driver), else a new
+    # local one ("local", so a stale head in Ray's current-cluster file is never joined by accident).
+    address = address or os.environ.get("RAY_ADDRESS", "")
     if address:
         ray.init(address=address, runtime_env=runtime_env, log_to_driver=True)
     else:
         ray.init(
+            address="local",
             num_cpus=num_cpus,
             include_dashboard=False,
             _node_ip_address="127.0.0.1",
