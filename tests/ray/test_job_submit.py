@@ -1,13 +1,19 @@
 """The user path, on loopback: `ray start --head`, then `ray job submit --working-dir . -- hierarl train ...`.
 
-Its own module, so no in-process Ray session of another test module is alive next to the head node."""
+Its own module, so no in-process Ray session of another test module is alive next to the head node. The head gets
+its own temp dir and agent port and is stopped by killing exactly its processes: `ray stop --force` would also kill
+every other Ray cluster on the machine (it once killed a benchmark running beside the suite)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
+import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -16,6 +22,34 @@ import pytest
 from tests.ray.test_train import TINY
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _stop_head(temp_dir: str) -> None:
+    """Kill the processes started with ``temp_dir`` in their command line (GCS, raylet, dashboard) and all their
+    descendants (agents, workers, the job's driver)."""
+    import psutil
+
+    me = os.getpid()
+    roots = [
+        p
+        for p in psutil.process_iter(["cmdline"])
+        if p.pid != me and any(temp_dir in a for a in (p.info["cmdline"] or []))
+    ]
+    family: set = set()
+    for p in roots:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            family |= {p, *p.children(recursive=True)}
+    for p in family:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.kill()
+    psutil.wait_procs(list(family), timeout=30)
+    shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 @pytest.mark.slow
@@ -29,9 +63,11 @@ def test_ray_job_submit_to_a_local_head(tmp_path):
     }
     ray_bin = str(Path(sys.executable).with_name("ray"))
     port, dash = "6391", "8291"
+    temp_dir = tempfile.mkdtemp(prefix="rj", dir="/tmp")  # short: Ray's socket paths live under it
     subprocess.run(
         [ray_bin, "start", "--head", f"--port={port}", "--node-ip-address=127.0.0.1", "--num-cpus=2",
-         "--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}"],
+         "--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}",
+         f"--temp-dir={temp_dir}", f"--dashboard-agent-listen-port={_free_port()}"],
         env=env, check=True, capture_output=True, timeout=120,
     )  # fmt: skip
     try:
@@ -51,5 +87,4 @@ def test_ray_job_submit_to_a_local_head(tmp_path):
         records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
         assert [r["iteration"] for r in records if r.get("phase") == "rl"] == [1]
     finally:
-        subprocess.run([ray_bin, "stop", "--force"], env=env, capture_output=True, timeout=120)
-        time.sleep(1)
+        _stop_head(temp_dir)
