@@ -14,14 +14,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-import torch
 
 from actors.trajectory import Trajectory
 from learners.advantages import gigpo_advantages
 from learners.algorithm import Algorithm
 from learners.batch import TurnBatch
 from learners.targets import (
-    PolicyInputs,
     Targets,
     broadcast_turn_values,
     clipped_policy_loss,
@@ -79,16 +77,11 @@ def compute_targets(
     )
 
 
-def policy_loss(new_lp: torch.Tensor, inputs: PolicyInputs, cfg: Config):
-    """Per-token clipped surrogate on ``token_adv`` + kl_coef · KL to the reference policy."""
-    return clipped_policy_loss(new_lp, inputs, cfg)
-
-
 ALGORITHM = Algorithm(
     name="gigpo",
     Config=Config,
     compute_targets=compute_targets,
-    policy_loss=policy_loss,
+    policy_loss=clipped_policy_loss,  # per-token clipped surrogate + kl_coef · KL to the reference
     uses_reference=has_kl_term,
     min_group_size=2,  # group-relative: a group of one trajectory has no baseline (checked at start)
 )

@@ -46,7 +46,6 @@ from learners.batch import TurnBatch
 from learners.losses import decision_token_advantages
 from learners.targets import (
     CriticInputs,
-    PolicyInputs,
     Targets,
     ValueSlot,
     bootstrap_value,
@@ -182,11 +181,6 @@ def compute_targets(
     )
 
 
-def policy_loss(new_lp: torch.Tensor, inputs: PolicyInputs, cfg: Config):
-    """Per-token clipped surrogate on ``token_adv`` + kl_coef · KL to the reference policy."""
-    return clipped_policy_loss(new_lp, inputs, cfg)
-
-
 def value_loss(values: torch.Tensor, inputs: CriticInputs, cfg: Config):
     """HiPER Eq. 12 + its low-level analogue (App. B Eq. 29): 0.5 · squared error of each valid slot, unclipped."""
     return squared_value_loss(values, inputs)
@@ -196,7 +190,7 @@ ALGORITHM = Algorithm(
     name="hiper",
     Config=Config,
     compute_targets=compute_targets,
-    policy_loss=policy_loss,
+    policy_loss=clipped_policy_loss,  # per-token clipped surrogate + kl_coef · KL to the reference
     value_slots=VALUE_SLOTS,
     value_loss=value_loss,
     uses_reference=has_kl_term,

@@ -23,7 +23,6 @@ from learners.algorithm import Algorithm
 from learners.batch import TurnBatch
 from learners.targets import (
     CriticInputs,
-    PolicyInputs,
     Targets,
     ValueSlot,
     bootstrap_value,
@@ -90,11 +89,6 @@ def compute_targets(
     )
 
 
-def policy_loss(new_lp: torch.Tensor, inputs: PolicyInputs, cfg: Config):
-    """Per-token clipped surrogate on ``token_adv`` + kl_coef · KL to the reference policy."""
-    return clipped_policy_loss(new_lp, inputs, cfg)
-
-
 def value_loss(values: torch.Tensor, inputs: CriticInputs, cfg: Config):
     """0.5 · (V − return)², PPO-clipped around the old values by ``value_clip``."""
     return squared_value_loss(values, inputs, clip=cfg.value_clip)
@@ -104,7 +98,7 @@ ALGORITHM = Algorithm(
     name="ppo",
     Config=Config,
     compute_targets=compute_targets,
-    policy_loss=policy_loss,
+    policy_loss=clipped_policy_loss,  # per-token clipped surrogate + kl_coef · KL to the reference
     value_slots=VALUE_SLOTS,
     value_loss=value_loss,
     uses_reference=has_kl_term,

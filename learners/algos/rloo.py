@@ -9,13 +9,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-import torch
 
 from actors.trajectory import Trajectory
 from learners.algorithm import Algorithm
 from learners.algos.grpo import episode_advantages, targets_from_episode_advantages
 from learners.batch import TurnBatch
-from learners.targets import PolicyInputs, Targets, clipped_policy_loss, has_kl_term
+from learners.targets import Targets, clipped_policy_loss, has_kl_term
 from reward.shaping import ShapingConstants
 
 
@@ -43,16 +42,11 @@ def compute_targets(
     return targets_from_episode_advantages(trajectories, batch, episode_advantages(trajectories, "rloo", 0.0))
 
 
-def policy_loss(new_lp: torch.Tensor, inputs: PolicyInputs, cfg: Config):
-    """Per-token clipped surrogate on ``token_adv`` + kl_coef · KL to the reference policy."""
-    return clipped_policy_loss(new_lp, inputs, cfg)
-
-
 ALGORITHM = Algorithm(
     name="rloo",
     Config=Config,
     compute_targets=compute_targets,
-    policy_loss=policy_loss,
+    policy_loss=clipped_policy_loss,  # per-token clipped surrogate + kl_coef · KL to the reference
     uses_reference=has_kl_term,
     min_group_size=2,  # leave-one-out needs another trajectory of the same group (checked at start)
 )

@@ -181,7 +181,7 @@ def test_kl_term_pulls_towards_the_reference(algo, kind):
         token_adv=torch.zeros((1, 4)),
         loss_mask=torch.tensor([[False, True, True, False]]),
     )
-    loss, metrics = algo.policy_loss(lp, micro, algo.Config(kl_coef=0.5, kl_kind=kind))
+    loss, metrics = algo.ALGORITHM.policy_loss(lp, micro, algo.Config(kl_coef=0.5, kl_kind=kind))
     np.testing.assert_allclose(
         loss.detach()[0].numpy(), [0.0, *(0.5 * k for k in expected_kl), 0.0], atol=1e-6
     )
