@@ -590,6 +590,14 @@ class RolloutWorker:
             )
         )
 
+    def counters(self) -> dict[str, int]:
+        """Cumulative counts since the worker started: groups returned, retried and dropped, episodes, and (with
+        an env pool) env-worker restarts, recycles, timeouts, crashes and exceptions as ``env_<name>``."""
+        out = dict(self.stats)
+        if isinstance(self.envs, EnvPool):
+            out.update({f"env_{k}": v for k, v in self.envs.stats.items()})
+        return out
+
     def close(self) -> None:
         if isinstance(self.envs, EnvPool):
             self.envs.close()

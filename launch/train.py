@@ -159,6 +159,7 @@ class Trainer:
         self._pushed: list[dict[str, np.ndarray]] = []
         self._pending: list[ray.ObjectRef] = []  # the next iteration's rollouts, in flight (one-step-off)
         self._empty_in_a_row = 0  # consecutive iterations without samples
+        self._counters: dict[str, float] = {}  # the rollout workers' cumulative fault counters, last seen
         self.train_ids: list[str] = []
         self.start_iter = 0
         self.history: list[dict[str, Any]] = []
@@ -530,6 +531,7 @@ class Trainer:
                 "version": self.version,
                 **stats,
                 **metrics,
+                **self.fault_counters(it),
             }
             if cfg.eval_every and it % cfg.eval_every == 0:
                 with timed(timings, "eval"):
@@ -544,6 +546,26 @@ class Trainer:
             print(_iteration_line(record), flush=True)
         print(_final_table(self.history), flush=True)
         return self.history
+
+    def fault_counters(self, it: int) -> dict[str, float]:
+        """The rollout workers' cumulative counters (``total_<name>``: group retries and drops, env-worker restarts,
+        timeouts, crashes); a line when a fault counter grew since the last iteration. Asked after the weight push,
+        when the workers are idle in the synchronous loop (in one-step-off, the next iteration's in-flight
+        collection may already count)."""
+        totals: dict[str, float] = {}
+        for c in ray.get([w.counters.remote() for w in self.rollout]):
+            for k, v in c.items():
+                totals[k] = totals.get(k, 0) + v
+        grew = {
+            k: v - self._counters.get(k, 0)
+            for k, v in totals.items()
+            if k not in ("groups", "episodes", "env_recycles") and v > self._counters.get(k, 0)
+        }
+        if grew:
+            text = ", ".join(f"{k} +{v:.0f}" for k, v in sorted(grew.items()))
+            print(f"[hierarl] iteration {it}: rollout faults handled: {text}", flush=True)
+        self._counters = totals
+        return {f"total_{k}": v for k, v in totals.items()}
 
     def _check_empty(self, it: int, stats: dict[str, float]) -> None:
         """An iteration without samples: logged (``empty``), never trained on or checkpointed; an error after

@@ -69,6 +69,8 @@ def test_run_writes_everything_and_resume_reproduces_the_losses(ray_local, tmp_p
             "time_rollout",
             "time_update",
             "time_push",
+            "total_group_retries",
+            "total_groups_dropped",
         ):
             assert key in r, key
         assert r["version"] == r["iteration"] + 2  # v1: initial push, v2: after BC, then one per iteration
