@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import socket
+import time
 from typing import Any
 
 import numpy as np
@@ -45,6 +46,41 @@ def _pad_empty_shards(shards: list[LearnerBatch], mb: LearnerBatch) -> list[Lear
     return out
 
 
+def _loss_note(sums: dict[str, float], steps: int) -> str:
+    """A running mean for a progress line: NLL for behaviour cloning, else the approx. KL of the ratio."""
+    key = "nll" if "nll" in sums else "approx_kl" if "approx_kl" in sums else ""
+    return f"{key} {sums[key] / steps:.3f}" if key and steps else ""
+
+
+class _Ticker:
+    """Live progress of a long learner phase: a line at most every ``every`` seconds (so no phase is silent for
+    longer), and a closing line if any was printed."""
+
+    def __init__(self, what: str, total: int, unit: str, every: float = 10.0) -> None:
+        self.what, self.total, self.unit, self.every = what, total, unit, every
+        self.done, self.t0 = 0, time.perf_counter()
+        self.last, self.printed = self.t0, False
+
+    def advance(self, n: int, note: str = "") -> None:
+        self.done += n
+        now = time.perf_counter()
+        if now - self.last >= self.every and self.done < self.total:
+            self._print(note)
+            self.last = now
+
+    def close(self, note: str = "") -> None:
+        if self.printed:
+            self._print(note)
+
+    def _print(self, note: str) -> None:
+        self.printed = True
+        elapsed = time.perf_counter() - self.t0
+        print(
+            f"[hierarl]   {self.what}: {self.done}/{self.total} {self.unit} ({elapsed:.0f}s){' ' + note if note else ''}",
+            flush=True,
+        )
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -61,20 +97,31 @@ class LearnerGroup:
         self.workers, self.placement_group = place_workers(LearnerWorker, num_workers, resources, spec)
         ray.get([w.ping.remote() for w in self.workers])
 
-    def _map_rows(self, method: str, seqs: Sequences, **kwargs: Any) -> np.ndarray:
-        refs = [
-            getattr(w, method).remote(seqs.rows(rows), **kwargs)
-            for w, rows in zip(self.workers, _shards(len(seqs), len(self.workers)), strict=True)
-            if rows.size
-        ]
-        outs = ray.get(refs)
+    def _map_rows(self, method: str, seqs: Sequences, label: str, **kwargs: Any) -> np.ndarray:
+        """``method`` over all rows, split across the workers, in chunks of a few micro-batches per worker so that
+        progress can be shown (the workers run their micro-batches either way)."""
+        chunk = 4 * self.spec.micro_batch_size * len(self.workers)
+        ticker = _Ticker(label, len(seqs), "rows")
+        outs = []
+        for start in range(0, len(seqs), chunk):
+            part = seqs.rows(np.arange(start, min(len(seqs), start + chunk)))
+            refs = [
+                getattr(w, method).remote(part.rows(rows), **kwargs)
+                for w, rows in zip(self.workers, _shards(len(part), len(self.workers)), strict=True)
+                if rows.size
+            ]
+            outs += ray.get(refs)
+            ticker.advance(len(part))
+        ticker.close()
         return np.concatenate(outs) if outs else np.zeros((0,))
 
     def logprobs(self, seqs: Sequences, *, reference: bool = False) -> np.ndarray:
-        return self._map_rows("logprobs", seqs, reference=reference)
+        return self._map_rows(
+            "logprobs", seqs, "reference log-probs" if reference else "log-probs", reference=reference
+        )
 
     def values(self, seqs: Sequences) -> np.ndarray:
-        return self._map_rows("values", seqs)
+        return self._map_rows("values", seqs, "values")
 
     def update(
         self,
@@ -94,6 +141,7 @@ class LearnerGroup:
         rng = np.random.default_rng(seed)
         sums: dict[str, float] = {}
         steps = 0
+        ticker = _Ticker("update", epochs * -(-n // mini_batch_size), "optimizer steps")
         for _ in range(epochs):
             order = rng.permutation(n)
             for start in range(0, n, mini_batch_size):
@@ -118,6 +166,8 @@ class LearnerGroup:
                 for k, v in merged.items():
                     sums[k] = sums.get(k, 0.0) + v
                 steps += 1
+                ticker.advance(1, _loss_note(sums, steps))
+        ticker.close(_loss_note(sums, steps))
         return {k: v / max(1, steps) for k, v in sums.items()}
 
     def set_lr(self, lr: float) -> None:

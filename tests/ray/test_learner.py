@@ -143,7 +143,7 @@ def _train(worker, batch: LearnerBatch, steps: int = 2, critic: bool = True) -> 
     """``steps`` PPO-style steps: old log-probs are the policy's own before each step (ratio 1 at the start)."""
     for _ in range(steps):
         batch = dataclasses.replace(batch, old_logprobs=worker.logprobs(batch.seqs))
-        worker.update_policy(batch, grpo.policy_loss, LOSS_CFG)
+        worker.update_policy(batch, grpo.ALGORITHM.policy_loss, LOSS_CFG)
         if critic:
             worker.update_critic(batch, hiper.value_loss, hiper.Config())
 
@@ -191,7 +191,7 @@ def test_data_parallel_group_equals_single_worker(ray_local, model_path):
         b = dataclasses.replace(batch, old_logprobs=g.logprobs(batch.seqs))
         g.update(
             b,
-            policy_loss=grpo.policy_loss,
+            policy_loss=grpo.ALGORITHM.policy_loss,
             value_loss=hiper.value_loss,
             loss_cfg=LOSS_CFG,
             agg="token-mean",
