@@ -21,10 +21,9 @@ from launch.config import (
     DEFAULT_PRESET,
     PRESET_DIR,
     ConfigError,
-    TrainConfig,
-    apply_overrides,
-    flatten,
+    check_bc_source,
     preset_chain,
+    read_run_config,
     resolve_config,
 )
 
@@ -80,6 +79,8 @@ def cmd_train(args: Sequence[str]) -> int:
 
         cfg = resolve_config(preset, overrides)
         algo_cfg = validate(cfg)
+        if cfg.bc.enabled and cfg.bc.from_run:
+            check_bc_source(cfg)
         described = _describe_preset(preset, named)
     except (ConfigError, ValueError) as e:
         print(f"hierarl train: {_one_line(e)}", file=sys.stderr)
@@ -99,8 +100,6 @@ def cmd_train(args: Sequence[str]) -> int:
 
 
 def cmd_eval(args: Sequence[str]) -> int:
-    import yaml
-
     p = argparse.ArgumentParser(prog="hierarl eval", description="Evaluate a run's latest checkpoint.")
     p.add_argument("run_dir")
     p.add_argument("--episodes", type=int, default=0, help="0: the whole eval split")
@@ -111,11 +110,7 @@ def cmd_eval(args: Sequence[str]) -> int:
     if not latest.exists():
         print(f"hierarl eval: no checkpoint under {run}", file=sys.stderr)
         return 2
-    # the run config only: the resolved_algo block after it is repr() text, not YAML (e.g. the nested shaping
-    # constants print as a dict of tuples)
-    raw = yaml.safe_load((run / "config.yaml").read_text().split("\nresolved_algo:\n", 1)[0])
-    raw.pop("resolved_algo", None)
-    cfg = apply_overrides(TrainConfig(), flatten(raw))
+    cfg = read_run_config(run)
     adapter = run / "checkpoints" / latest.read_text().strip() / "adapter"
 
     import torch

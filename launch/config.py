@@ -161,6 +161,11 @@ class BCConfig:
     epochs: int = 4
     mini_batch_size: int = 8
     lr: float = 2e-3
+    from_run: str = ""
+    """Take the BC warm start from another run's ``checkpoints/iter_0`` (the policy with its optimizer state)
+    instead of running it: one BC shared by several algorithms on the same setting. The critic, which BC never
+    trains, starts from its initialisation as it would after this run's own BC. The source run must match in every
+    key that shapes BC (``BC_KEYS``; checked before Ray starts)."""
 
 
 @dataclass(frozen=True)
@@ -687,6 +692,52 @@ def _expert_envs() -> list[str]:
     from envs.base import env_names
 
     return [n for n in env_names() if hasattr(_env_factory(n), "expert_plan")]
+
+
+def read_run_config(run_dir: str | Path) -> TrainConfig:
+    """The run config a run saved as ``<run_dir>/config.yaml`` (the part before ``resolved_algo:``, which is repr()
+    text, not YAML: e.g. the nested shaping constants print as a dict of tuples)."""
+    text = (Path(run_dir) / "config.yaml").read_text()
+    raw = yaml.safe_load(text.split("\nresolved_algo:\n", 1)[0]) or {}
+    raw.pop("resolved_algo", None)
+    return apply_overrides(TrainConfig(), flatten(raw))
+
+
+BC_KEYS = (
+    "model.",
+    "bc.episodes",
+    "bc.epochs",
+    "bc.mini_batch_size",
+    "bc.lr",
+    "env.",
+    "rollout.agent",
+    "rollout.agent_options",
+    "rollout.history_length",
+    "learner.dtype",
+    "learner.zero_stage",
+    "learner.num_workers",
+    "learner.max_seq_len",
+    "learner.max_grad_norm",
+    "seed",
+)
+"""Run-config keys (or key prefixes) that shape the BC warm start: ``bc.from_run`` needs them equal."""
+
+
+def check_bc_source(cfg: TrainConfig) -> Path:
+    """The ``bc.from_run`` checkpoint folder, after checking that its run did the BC this run would (one line
+    naming the first differing key otherwise)."""
+    src = Path(cfg.bc.from_run).expanduser()
+    ckpt = src / "checkpoints" / "iter_0"
+    if not (ckpt / "policy_ds").is_dir() or not (src / "config.yaml").exists():
+        raise ConfigError(f"bc.from_run: {src} has no BC checkpoint (checkpoints/iter_0) and config.yaml")
+    mine, theirs = (flatten(dataclasses.asdict(c)) for c in (cfg, read_run_config(src)))
+    for key in sorted(mine):
+        if key.startswith(BC_KEYS) and mine[key] != theirs.get(key):
+            raise ConfigError(
+                f"bc.from_run: {src} ran BC with {key}={theirs.get(key)!r}, this run has {mine[key]!r}; "
+                "allowed: a run with the same BC setting"
+            )
+    return ckpt
 
 
 def validate(cfg: TrainConfig) -> Any:

@@ -39,7 +39,7 @@ from actors.trajectory import Trajectory
 from cluster.ray_cluster import WorkerResources, init_ray
 from envs.random_policy import random_policy_success
 from launch.algos import get_algo
-from launch.config import TrainConfig, resolve_algo_config, resolved_text
+from launch.config import TrainConfig, check_bc_source, resolve_algo_config, resolved_text
 from learners.algorithm import Algorithm
 from learners.group import LearnerGroup
 from learners.prepare import learner_batch, shaped_turns
@@ -124,6 +124,7 @@ class Trainer:
         np.random.seed(cfg.seed)
         torch.manual_seed(cfg.seed)
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.bc_source = check_bc_source(cfg) if cfg.bc.enabled and cfg.bc.from_run else None
         init_ray(cfg.ray_address, device=self.device)
         self.model_path = resolve_model_path(cfg.model.path, cfg.model.cache_dir)
         from transformers import AutoTokenizer
@@ -352,6 +353,15 @@ class Trainer:
         out["wall_s"] = time.perf_counter() - t0
         return out
 
+    def bc_from_run(self, ckpt: Path) -> dict[str, Any]:
+        """``bc.from_run``: the policy (adapter + optimizer state) after another run's BC, and that run's BC row."""
+        self.learner.load_checkpoint(str(ckpt), policy_only=True)
+        rows = (ckpt.parent.parent / "metrics.jsonl").read_text().splitlines()
+        bc = next((json.loads(r) for r in rows if json.loads(r).get("phase") == "bc"), {})
+        keep = {k: v for k, v in bc.items() if k in ("demos", "turns", "wall_s") or k.startswith("nll_epoch")}
+        print(f"[hierarl] BC warm start taken from {ckpt}", flush=True)
+        return {"demos": 0, "turns": 0, "wall_s": 0.0, **keep, "bc_from_run": str(ckpt.parent.parent)}
+
     # -- bookkeeping -----------------------------------------------------------------------------------------
 
     def log(self, record: dict[str, Any]) -> None:
@@ -489,7 +499,7 @@ class Trainer:
                 self.log({"iteration": -1, "phase": "zero-shot", **_flat(ev)})
                 print(f"[hierarl] zero-shot eval {_eval_text(ev)}", flush=True)
             if cfg.bc.enabled:
-                bc = self.behaviour_cloning()
+                bc = self.behaviour_cloning() if self.bc_source is None else self.bc_from_run(self.bc_source)
                 push_s = self.push_weights()
                 ev = self.evaluate(cfg.eval_episodes, cfg.seed + 10_000)
                 self.log({"iteration": 0, "phase": "bc", **bc, "push_s": push_s, **_flat(ev)})

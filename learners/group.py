@@ -192,5 +192,5 @@ class LearnerGroup:
     def save_checkpoint(self, path: str) -> None:
         ray.get([w.save_checkpoint.remote(path) for w in self.workers])
 
-    def load_checkpoint(self, path: str) -> None:
-        ray.get([w.load_checkpoint.remote(path) for w in self.workers])
+    def load_checkpoint(self, path: str, *, policy_only: bool = False) -> None:
+        ray.get([w.load_checkpoint.remote(path, policy_only=policy_only) for w in self.workers])

@@ -341,11 +341,13 @@ class LearnerWorker:
         rng = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
         torch.save({"rng": rng, "step_count": self.step_count}, root / f"learner_rank{self.rank}.pt")
 
-    def load_checkpoint(self, path: str) -> None:
+    def load_checkpoint(self, path: str, *, policy_only: bool = False) -> None:
+        """Restore ``save_checkpoint``'s state; ``policy_only``: the policy engine and RNG, the critic stays as it
+        is (``bc.from_run``: BC never trains the critic, and another algorithm's may have other heads)."""
         root = Path(path)
         # not strict: the frozen base weights are not in the checkpoint (they come from spec.model_path)
         self._load_engine(self.policy, root / "policy_ds")
-        if self.critic is not None:
+        if self.critic is not None and not policy_only:
             self._load_engine(self.critic, root / "critic_ds")
         state = torch.load(root / f"learner_rank{self.rank}.pt", weights_only=False)
         torch.set_rng_state(state["rng"]["torch"])

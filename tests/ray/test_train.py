@@ -133,3 +133,20 @@ def test_checkpoints_are_small_pruned_and_fall_back_when_corrupted(ray_local, tm
     for key in ("success", "loss_tokens", "kl", "value_loss"):
         assert redo[key] == pytest.approx(orig[key], rel=1e-5, abs=1e-7), key
     assert sorted(p.name for p in ckpts.iterdir()) == ["iter_0", "iter_2", "iter_3", "latest"]
+
+
+@pytest.mark.slow
+def test_bc_from_run_reuses_another_algorithms_bc(ray_local, tmp_path):
+    """``bc.from_run``: a PPO run takes HiPER's BC checkpoint (policy + optimizer state, critic fresh) instead of
+    running BC, and its policy after BC is HiPER's exactly."""
+    from safetensors.numpy import load_file
+
+    common = ["eval_every=0", "rollout.agent=plan_execute"]
+    _run(tmp_path / "hiper", ["algo=hiper", "iterations=0", *common])
+    rows = _run(tmp_path / "ppo", ["algo=ppo", "iterations=1", f"bc.from_run={tmp_path / 'hiper'}", *common])
+    bc = next(r for r in rows if r.get("phase") == "bc")
+    assert bc["bc_from_run"] == str(tmp_path / "hiper") and "nll_epoch0" in bc
+    adapter = "checkpoints/iter_0/adapter/adapter_model.safetensors"
+    a, b = load_file(str(tmp_path / "hiper" / adapter)), load_file(str(tmp_path / "ppo" / adapter))
+    assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
+    assert [r["iteration"] for r in rows if r.get("phase") == "rl"] == [1]

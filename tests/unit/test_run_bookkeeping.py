@@ -67,3 +67,21 @@ def test_progress_lines_for_long_learner_phases(capsys):
     quick.advance(8)
     quick.close()
     assert capsys.readouterr().out == ""
+
+
+def test_bc_from_run_must_have_done_the_same_bc(tmp_path):
+    from launch.algos import get_algo
+    from launch.config import ConfigError, check_bc_source, resolve_config, resolved_text
+
+    src = tmp_path / "src"
+    (src / "checkpoints" / "iter_0" / "policy_ds").mkdir(parents=True)
+    done = resolve_config("hiper_synthetic_multi")
+    (src / "config.yaml").write_text(resolved_text(done, get_algo("hiper").Config()))
+    ppo = resolve_config("ppo_synthetic_multi", [f"bc.from_run={src}"])
+    assert check_bc_source(ppo) == src / "checkpoints" / "iter_0"
+    with pytest.raises(ConfigError, match=r"bc.from_run: .* ran BC with seed=0, this run has 1"):
+        check_bc_source(resolve_config("ppo_synthetic_multi", [f"bc.from_run={src}", "seed=1"]))
+    with pytest.raises(ConfigError, match=r"bc\.epochs=2, this run has 3"):
+        check_bc_source(resolve_config("ppo_synthetic_multi", [f"bc.from_run={src}", "bc.epochs=3"]))
+    with pytest.raises(ConfigError, match="has no BC checkpoint"):
+        check_bc_source(resolve_config(None, [f"bc.from_run={tmp_path / 'none'}"]))
