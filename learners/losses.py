@@ -290,7 +290,11 @@ def kl_estimate(logprobs: Tensor, ref_logprobs: Tensor, kind: KLKind = "low_var_
 
     * ``k1 = log r`` — unbiased, high variance, can be negative;
     * ``k2 = 0.5 (log r)^2`` — biased, low variance, >= 0;
-    * ``k3`` / ``low_var_kl`` ``= exp(-log r) + log r - 1`` — unbiased, low variance, >= 0 and 0 iff equal.
+    * ``k3`` ``= exp(-log r) + log r - 1`` — unbiased, low variance, >= 0 and 0 iff equal;
+    * ``low_var_kl``: k3 as verl computes it (HiPER builds on verl-agent): log r clamped to ±20 before the exponential
+      and the estimate clamped to <= 10 per token (no gradient where clamped). Unclamped, one sampled token the
+      policy finds far less likely than the reference (log r = -15: k3 = e^15 ≈ 3.3e6) swamps the whole loss. The
+      unclamped form is ``k3``.
 
     Gradients flow into ``logprobs`` only.
     """
@@ -299,8 +303,11 @@ def kl_estimate(logprobs: Tensor, ref_logprobs: Tensor, kind: KLKind = "low_var_
         return log_r
     if kind == "k2":
         return 0.5 * log_r**2
-    if kind in ("k3", "low_var_kl"):
+    if kind == "k3":
         return torch.expm1(-log_r) + log_r
+    if kind == "low_var_kl":
+        log_r = log_r.clamp(-20.0, 20.0)
+        return (torch.expm1(-log_r) + log_r).clamp(max=10.0)
     raise ValueError(f"unknown KL estimator {kind!r}; expected one of {KL_KINDS}")
 
 

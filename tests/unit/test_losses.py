@@ -390,6 +390,20 @@ def test_kl_estimators_golden():
         L.kl_estimate(lp, ref, "k4")  # type: ignore[arg-type]
 
 
+def test_low_var_kl_is_verls_clamped_k3():
+    """log r = -15 (the policy finds the sampled token e^15 times less likely than the reference):
+    k3 = e^15 - 15 - 1 = 3269001.37, low_var_kl clamps it to 10 with no gradient; log r = -30 is clamped to -20
+    first (k3 = e^20 - 21 stays finite), and a small log r is untouched (both 0.1931471806 at log 2)."""
+    lp = torch.tensor([-15.0, -30.0, math.log(2)], dtype=torch.float64, requires_grad=True)
+    ref = torch.zeros(3, dtype=torch.float64)
+    assert float(L.kl_estimate(lp, ref, "k3")[0].detach()) == pytest.approx(math.exp(15) - 16)
+    low = L.kl_estimate(lp, ref, "low_var_kl")
+    close(low.detach(), [10.0, 10.0, 0.5 + math.log(2) - 1])
+    low.sum().backward()
+    close(lp.grad[:2], [0.0, 0.0])  # clamped: no gradient
+    close(lp.grad[2], 1 - 0.5)  # d/dlog r (e^-log r + log r - 1) = 1 - e^-log r
+
+
 def test_k3_nonnegative_and_zero_when_equal():
     g = torch.Generator().manual_seed(5)
     lp, ref = torch.randn(1000, generator=g) * 5, torch.randn(1000, generator=g) * 5
