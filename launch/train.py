@@ -504,7 +504,8 @@ class Trainer:
                 ev = self.evaluate(cfg.eval_episodes, cfg.seed + 10_000)
                 self.log({"iteration": 0, "phase": "bc", **bc, "push_s": push_s, **_flat(ev)})
                 print(
-                    f"[hierarl] BC on {bc['demos']} demos ({bc['turns']} turns) in {bc['wall_s']:.1f}s; "
+                    f"[hierarl] BC on {bc['demos']} demos ({bc['turns']} turns) in {bc['wall_s']:.1f}s"
+                    f"{' (taken from ' + bc['bc_from_run'] + ')' if 'bc_from_run' in bc else ''}; "
                     f"eval after BC {_eval_text(ev)}",
                     flush=True,
                 )
