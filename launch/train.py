@@ -356,8 +356,8 @@ class Trainer:
     def bc_from_run(self, ckpt: Path) -> dict[str, Any]:
         """``bc.from_run``: the policy (adapter + optimizer state) after another run's BC, and that run's BC row."""
         self.learner.load_checkpoint(str(ckpt), policy_only=True)
-        rows = (ckpt.parent.parent / "metrics.jsonl").read_text().splitlines()
-        bc = next((json.loads(r) for r in rows if json.loads(r).get("phase") == "bc"), {})
+        rows = (json.loads(r) for r in (ckpt.parent.parent / "metrics.jsonl").read_text().splitlines() if r)
+        bc = next((r for r in rows if r.get("phase") == "bc"), {})
         keep = {k: v for k, v in bc.items() if k in ("demos", "turns", "wall_s") or k.startswith("nll_epoch")}
         print(f"[hierarl] BC warm start taken from {ckpt}", flush=True)
         return {"demos": 0, "turns": 0, "wall_s": 0.0, **keep, "bc_from_run": str(ckpt.parent.parent)}
