@@ -7,7 +7,8 @@ HISR and Multi2 do. A demonstration is the environment's expert plan — ``env.e
 * react:        ``<think>Current subgoal: {subgoal}.</think><action>{a}</action>``
 * plan_execute: ``<switch>SWITCH</switch>`` on the first action of each subgoal, KEEP after (HiPER: subgoal
                 boundaries = expert plan boundaries, e.g. ALFWorld's high_pddl, TextCraft's recipe tree)
-* hipif:        a new ``<subgoal>`` on each subgoal's first action, a short reflection each turn
+* hipif:        a new ``<subgoal>`` on each subgoal's first action; the reflection states the completion
+                judgement ("Completed; next: ..." / "Not completed: ...")
 * step_hrl:     high → the subgoal; low → action + completion flag on the subgoal's last action; progress → a
                 short progress note
 * multi2:       planner → the subgoal; executor → action + completion flag
@@ -57,7 +58,8 @@ def expert_text(protocol: str, role: str, step: PlanStep) -> str:
     if protocol == "plan_execute":
         return format_plan_execute(step.first, step.subgoal, step.action)
     if protocol == "hipif":
-        reflection = f"Working on: {step.subgoal}."
+        # Part 1 of the reflection is the completion judgement z_t (HIPIF Eq. 5), Part 2 what comes next (Eq. 6)
+        reflection = f"Completed; next: {step.subgoal}." if step.first else f"Not completed: {step.subgoal}."
         return format_hipif(reflection, step.action, step.subgoal if step.first else None)
     if protocol == "step_hrl":
         if role == "high":

@@ -5,11 +5,20 @@ it needs the reference policy, the smallest group it works with)."""
 from __future__ import annotations
 
 from learners.algorithm import Algorithm
-from learners.algos import gigpo, grpo, hiper, ppo, rloo, sft
+from learners.algos import gigpo, grpo, hiper, hipif, hipif_gigpo, ppo, rloo, sft
 
 ALGOS: dict[str, Algorithm] = {
     a.name: a
-    for a in (ppo.ALGORITHM, grpo.ALGORITHM, rloo.ALGORITHM, gigpo.ALGORITHM, hiper.ALGORITHM, sft.ALGORITHM)
+    for a in (
+        ppo.ALGORITHM,
+        grpo.ALGORITHM,
+        rloo.ALGORITHM,
+        gigpo.ALGORITHM,
+        hiper.ALGORITHM,
+        hipif.ALGORITHM,
+        hipif_gigpo.ALGORITHM,
+        sft.ALGORITHM,
+    )
 }
 
 

@@ -173,7 +173,7 @@ class TrainConfig:
     """Everything one ``hierarl train`` run needs."""
 
     algo: str = "hiper"
-    """The algorithm (``launch.algos.ALGOS``): hiper, ppo, grpo, rloo, gigpo or sft."""
+    """The algorithm (``launch.algos.ALGOS``): hiper, hipif, hipif_gigpo, ppo, grpo, rloo, gigpo or sft."""
     algo_overrides: dict[str, Any] = field(default_factory=dict)
     """The ``algo.<field>`` keys, applied to the algorithm's own ``Config``; empty by default.
     The defaults live in ``learners/algos/<name>.py``; env-specific scaling (e.g. TextCraft's) in the presets."""
@@ -635,6 +635,7 @@ def _check_algo(cfg: TrainConfig) -> Any:
         "clip_high": (lambda v: v >= 0, "a number >= 0"),
         "kl_coef": (lambda v: v >= 0, "a number >= 0"),
         "value_clip": (lambda v: v >= 0, "a number >= 0"),
+        "step_weight": (lambda v: v >= 0, "a number >= 0"),
         "eps": (lambda v: v >= 0, "a number >= 0"),
     }
     for name, (ok, allowed) in ranges.items():
@@ -658,6 +659,12 @@ def _check_algo(cfg: TrainConfig) -> Any:
         shaping_for(algo_cfg)
     except ValueError as e:
         raise ConfigError(f"algo: {' '.join(str(e).split())}") from e
+    if algo.agents and cfg.rollout.agent not in algo.agents:
+        raise ConfigError(
+            f"rollout.agent: {cfg.rollout.agent!r} is not a protocol algo={cfg.algo} is defined with (an "
+            f"ablation on another agent: a baseline algorithm with algo.reward_terms); allowed: "
+            f"{', '.join(algo.agents)}"
+        )
     need = algo.min_group_size
     if cfg.rollout.group_size < need:
         raise ConfigError(

@@ -407,13 +407,29 @@ def gigpo_advantages(
         mode=mode,
         eps=eps,
     )
+    step_adv = anchor_step_advantages(rewards, anchor_keys, group_ids, gamma=gamma, mode=mode, eps=eps)
+    return [episode_adv[i] + step_weight * a for i, a in enumerate(step_adv)]
+
+
+def anchor_step_advantages(
+    step_rewards: Sequence[ArrayLike],
+    anchor_keys: Sequence[Sequence[Hashable]],
+    group_ids: Sequence[Hashable],
+    *,
+    gamma: float,
+    mode: GroupMode = "grpo",
+    eps: float = 1e-6,
+) -> list[Tensor]:
+    """GiGPO's step-level term A^S alone, one float64[T_i] per trajectory: the discounted return
+    R_t = sum_{l>=t} gamma^{l-t} r_l normalised (``mode``) among every step of the same episode group taken from an
+    equal anchor key (repeat visits included); anchor groups of one step get 0."""
+    rewards = [_f64(r) for r in step_rewards]
     step_returns = torch.cat(
         [discounted_returns(r, gamma) for r in rewards] or [torch.zeros(0, dtype=torch.float64)]
     )
     step_groups = [(g, key) for g, keys in zip(group_ids, anchor_keys, strict=True) for key in keys]
     step_adv = group_advantages(step_returns, step_groups, mode=mode, eps=eps)
-    lengths = [r.numel() for r in rewards]
-    return [episode_adv[i] + step_weight * a for i, a in enumerate(torch.split(step_adv, lengths))]
+    return list(torch.split(step_adv, [r.numel() for r in rewards]))
 
 
 def hipif_step_advantages(

@@ -56,6 +56,8 @@ class Algorithm:
     ``uses_old_logprobs``: whether its loss reads log π_old (a PPO ratio) of sampled turns. False (behaviour cloning
     on demonstrations): the learner's log-prob pass is skipped and no engine-vs-learner ``logprob_gap`` is reported.
     ``min_group_size``: smallest ``rollout.group_size`` it works with (group-relative baselines need 2).
+    ``agents``: the agent protocols (``rollout.agent``) the method is defined with; empty: any. HIPIF is its
+    folded-history protocol as much as its advantage, so ``algo=hipif`` with another agent is refused at start.
     """
 
     name: str
@@ -67,6 +69,7 @@ class Algorithm:
     uses_reference: Callable[[Any], bool] = never
     uses_old_logprobs: bool = True
     min_group_size: int = 1
+    agents: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if bool(self.value_slots) != (self.value_loss is not None):

@@ -96,6 +96,24 @@ def rows_per_trajectory(batch: TurnBatch, trajectories: Sequence[Trajectory]) ->
     return out
 
 
+def turn_advantage_targets(
+    trajectories: Sequence[Trajectory], batch: TurnBatch, per_traj: Sequence[np.ndarray]
+) -> Targets:
+    """Critic-free targets: every response token of turn t of trajectory i gets ``per_traj[i][t]`` (float[T_i], or
+    a scalar shared by the trajectory's turns); no value slots. ``stats["adv_abs_mean"]``: mean |A| per row."""
+    resp = batch.response_mask.numpy()
+    adv_row = np.zeros(len(batch))
+    for adv, rows in zip(per_traj, rows_per_trajectory(batch, trajectories), strict=True):
+        adv_row[rows] = adv
+    return Targets(
+        token_adv=broadcast_turn_values(adv_row, resp),
+        loss_mask=resp,
+        value_target=np.zeros((len(batch), 0), np.float32),
+        value_valid=np.zeros((len(batch), 0), bool),
+        stats={"adv_abs_mean": float(np.abs(adv_row).mean()) if adv_row.size else 0.0},
+    )
+
+
 def bootstrap_value(traj: Trajectory, last_value: float) -> float:
     """V(s_T): 0 when terminated; for a truncated episode we have no forward pass on s_T, so the value of the
     last state the policy acted from stands in (a documented approximation)."""

@@ -19,13 +19,7 @@ from actors.trajectory import Trajectory
 from learners.advantages import gigpo_advantages
 from learners.algorithm import Algorithm
 from learners.batch import TurnBatch
-from learners.targets import (
-    Targets,
-    broadcast_turn_values,
-    clipped_policy_loss,
-    has_kl_term,
-    rows_per_trajectory,
-)
+from learners.targets import Targets, clipped_policy_loss, has_kl_term, turn_advantage_targets
 from reward.shaping import ShapingConstants
 
 
@@ -64,17 +58,7 @@ def compute_targets(
         mode=cfg.mode,
         eps=cfg.eps,
     )
-    resp = batch.response_mask.numpy()
-    adv_row = np.zeros(len(batch))
-    for adv, rows in zip(per_traj, rows_per_trajectory(batch, trajectories), strict=True):
-        adv_row[rows] = adv.numpy()
-    return Targets(
-        token_adv=broadcast_turn_values(adv_row, resp),
-        loss_mask=resp,
-        value_target=np.zeros((len(batch), 0), np.float32),
-        value_valid=np.zeros((len(batch), 0), bool),
-        stats={"adv_abs_mean": float(np.abs(adv_row).mean()) if adv_row.size else 0.0},
-    )
+    return turn_advantage_targets(trajectories, batch, [a.numpy() for a in per_traj])
 
 
 ALGORITHM = Algorithm(

@@ -18,13 +18,7 @@ from actors.trajectory import Trajectory
 from learners.advantages import group_advantages
 from learners.algorithm import Algorithm
 from learners.batch import TurnBatch
-from learners.targets import (
-    Targets,
-    broadcast_turn_values,
-    clipped_policy_loss,
-    has_kl_term,
-    rows_per_trajectory,
-)
+from learners.targets import Targets, clipped_policy_loss, has_kl_term, turn_advantage_targets
 from reward.shaping import ShapingConstants
 
 
@@ -44,37 +38,12 @@ class Config:
     """The shaping constants (``algo.shaping.<name>``); the papers' defaults."""
 
 
-MODE = "grpo"
-
-
-def episode_advantages(trajectories: Sequence[Trajectory], mode: str, eps: float) -> np.ndarray:
-    returns = np.array([t.episode_return for t in trajectories], dtype=np.float64)
-    return group_advantages(returns, [t.group_id for t in trajectories], mode=mode, eps=eps).numpy()
-
-
-def targets_from_episode_advantages(
-    trajectories: Sequence[Trajectory], batch: TurnBatch, adv_traj: np.ndarray
-) -> Targets:
-    """Every response token of trajectory i gets adv_traj[i] (shared by GRPO and RLOO)."""
-    resp = batch.response_mask.numpy()
-    adv_row = np.zeros(len(batch))
-    for i, rows in enumerate(rows_per_trajectory(batch, trajectories)):
-        adv_row[rows] = adv_traj[i]
-    return Targets(
-        token_adv=broadcast_turn_values(adv_row, resp),
-        loss_mask=resp,
-        value_target=np.zeros((len(batch), 0), np.float32),
-        value_valid=np.zeros((len(batch), 0), bool),
-        stats={"adv_abs_mean": float(np.abs(adv_traj).mean()) if adv_traj.size else 0.0},
-    )
-
-
 def compute_targets(
     trajectories: Sequence[Trajectory], batch: TurnBatch, values: np.ndarray | None, cfg: Config
 ) -> Targets:
-    return targets_from_episode_advantages(
-        trajectories, batch, episode_advantages(trajectories, MODE, cfg.eps)
-    )
+    returns = np.array([t.episode_return for t in trajectories], dtype=np.float64)
+    adv = group_advantages(returns, [t.group_id for t in trajectories], mode="grpo", eps=cfg.eps).numpy()
+    return turn_advantage_targets(trajectories, batch, list(adv))
 
 
 ALGORITHM = Algorithm(

@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from actors.trajectory import Trajectory
+from learners.advantages import group_advantages
 from learners.algorithm import Algorithm
-from learners.algos.grpo import episode_advantages, targets_from_episode_advantages
 from learners.batch import TurnBatch
-from learners.targets import Targets, clipped_policy_loss, has_kl_term
+from learners.targets import Targets, clipped_policy_loss, has_kl_term, turn_advantage_targets
 from reward.shaping import ShapingConstants
 
 
@@ -39,7 +39,9 @@ class Config:
 def compute_targets(
     trajectories: Sequence[Trajectory], batch: TurnBatch, values: np.ndarray | None, cfg: Config
 ) -> Targets:
-    return targets_from_episode_advantages(trajectories, batch, episode_advantages(trajectories, "rloo", 0.0))
+    returns = np.array([t.episode_return for t in trajectories], dtype=np.float64)
+    adv = group_advantages(returns, [t.group_id for t in trajectories], mode="rloo").numpy()
+    return turn_advantage_targets(trajectories, batch, list(adv))
 
 
 ALGORITHM = Algorithm(

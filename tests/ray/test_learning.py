@@ -67,7 +67,8 @@ def play(trainer: Trainer, task_ids: list[str], plans: list[list], tag: str) -> 
     import envs
 
     env = envs.make("synthetic", **dict(trainer.cfg.env.options))
-    engine = ExpertEngine(trainer.tokenizer, "plan_execute")
+    protocol = trainer.cfg.rollout.agent
+    engine = ExpertEngine(trainer.tokenizer, protocol)
     out = []
     try:
         for i, (task_id, plan) in enumerate(zip(task_ids, plans, strict=True)):
@@ -76,7 +77,7 @@ def play(trainer: Trainer, task_ids: list[str], plans: list[list], tag: str) -> 
                 engine,
                 [env],
                 [EpisodeRequest(task_id, i, group_id=f"task-{i}", traj_id=f"{tag}-{i}")],
-                protocol="plan_execute",
+                protocol=protocol,
                 env_name="synthetic",
                 params=SamplingParams(),
                 max_steps=trainer.cfg.env.max_steps,
@@ -115,13 +116,21 @@ def gap(trainer: Trainer, won: list, lost: list) -> float:
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("algo", "control"),
-    [("hiper", ""), ("ppo", ""), ("grpo", ""), ("grpo", "swap_rewards"), ("hiper", "negate_advantages")],
+    [
+        ("hiper", ""),
+        ("ppo", ""),
+        ("grpo", ""),
+        ("hipif", ""),
+        ("grpo", "swap_rewards"),
+        ("hiper", "negate_advantages"),
+    ],
 )
 def test_updates_move_probability_to_the_rewarded_episodes(ray_local, tmp_path, algo, control):
     """``control``: a negative control that must reverse the direction — the environment's verdict swapped, or the
     run config's ``learner.negate_advantages`` (the benchmark negative control, through the driver)."""
     negate = [f"learner.negate_advantages={control == 'negate_advantages'}"]
-    cfg = resolve_config(None, [*SETTING, *negate, f"algo={algo}", f"run_dir={tmp_path}"])
+    agent = ["rollout.agent=hipif"] if algo == "hipif" else []  # HIPIF is defined with its own protocol
+    cfg = resolve_config(None, [*SETTING, *negate, *agent, f"algo={algo}", f"run_dir={tmp_path}"])
     trainer = Trainer(cfg)
     try:
         ids = trainer.task_ids("train")[:TASKS]

@@ -45,11 +45,13 @@ def _run(tmp_path: Path, extra: list[str]) -> list[dict]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("algo", "one_step_off"), [("hiper", False), ("ppo", False), ("hiper", True)])
+@pytest.mark.parametrize(
+    ("algo", "one_step_off"), [("hiper", False), ("ppo", False), ("hipif", False), ("hiper", True)]
+)
 def test_run_writes_everything_and_resume_reproduces_the_losses(ray_local, tmp_path, algo, one_step_off):
     """Also for one-step-off: iteration 2's rollouts (generated during iteration 1's update, from the adapter
     before it) are regenerated from the checkpoint's behaviour adapter, so the resumed losses match too."""
-    agent = "plan_execute" if algo == "hiper" else "react"
+    agent = {"hiper": "plan_execute", "hipif": "hipif"}.get(algo, "react")
     common = [f"algo={algo}", f"rollout.agent={agent}", "iterations=2", f"one_step_off={one_step_off}"]
     full = _run(tmp_path / "full", common)
 
@@ -59,13 +61,15 @@ def test_run_writes_everything_and_resume_reproduces_the_losses(ray_local, tmp_p
     assert any(p.name.startswith("events") for p in (run / "tb").iterdir())
     rl = [r for r in full if r.get("phase") == "rl"]
     assert [r["iteration"] for r in rl] == [1, 2]
+    critic = ["value_loss"] if algo != "hipif" else []  # HIPIF is critic-free (GRPO objective)
     for r in rl:
+        assert ("value_loss" in r) == bool(critic)
         for key in (
             "success",
             "return",
             "kl",
             "entropy",
-            "value_loss",
+            *critic,
             "time_rollout",
             "time_update",
             "time_push",
@@ -83,7 +87,7 @@ def test_run_writes_everything_and_resume_reproduces_the_losses(ray_local, tmp_p
     _run(part, [*common, "iterations=1"])
     resumed = _run(part, [*common, "iterations=2", "resume=true"])
     again = next(r for r in resumed if r.get("phase") == "rl" and r["iteration"] == 2)
-    for key in ("success", "return", "loss_tokens", "kl", "entropy", "value_loss", "approx_kl"):
+    for key in ("success", "return", "loss_tokens", "kl", "entropy", *critic, "approx_kl"):
         assert again[key] == pytest.approx(rl[1][key], rel=1e-5, abs=1e-7), key
 
 

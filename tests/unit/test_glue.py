@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from actors.trajectory import Decision, Trajectory, Turn
-from learners.algos import gigpo, grpo, hiper, ppo, rloo
+from learners.algos import gigpo, grpo, hiper, hipif, hipif_gigpo, ppo, rloo
 from learners.batch import build_turn_batch
 from learners.targets import (
     PolicyInputs,
@@ -414,3 +414,79 @@ def test_hiper_joint_whitening_flips_switch_signs_per_type_does_not():
 def test_hiper_rejects_unknown_adv_norm():
     with pytest.raises(ValueError, match="adv_norm"):
         hiper.Config(adv_norm="pooled")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# HIPIF: S_t = R_env + r^proc_t (Eq. 8), normalised over every step of the group (Eq. 9)
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _hipif_case():
+    """Group g: a wins (env [0, 0, 10]) with a format penalty on turn 1; b loses (env [0, 0]) with an ungrounded-
+    subgoal penalty on turn 0. Group h: c alone (env [10]), a group of one trajectory but one step too."""
+    a = _traj("a", [0.0, 0.0, 10.0], gid="g")
+    a.won = True
+    a.turns[1].shaped["format"] = -0.1
+    b = _traj("b", [0.0, 0.0], gid="g")
+    b.turns[0].shaped["ungrounded_subgoal"] = -0.1
+    b.turns[1].shaped["ungrounded_subgoal"] = 0.0
+    c = _traj("c", [10.0], gid="h")
+    c.won = True
+    return [a, b, c]
+
+
+# S_a = [10 + 0, 10 - 0.1, 10 + 0] = [10, 9.9, 10], S_b = [0 - 0.1, 0 + 0] = [-0.1, 0]   (Eq. 8)
+# group g pools 5 steps: mean = 29.8 / 5 = 5.96; deviations [4.04, 3.94, 4.04, -6.06, -5.96]
+# squares 16.3216 + 15.5236 + 16.3216 + 36.7236 + 35.5216 = 120.412; unbiased var 120.412 / 4 = 30.103
+# group h holds one step: 0
+HIPIF_STD = math.sqrt(30.103) + 1e-6
+HIPIF_ADV = [4.04 / HIPIF_STD, 3.94 / HIPIF_STD, 4.04 / HIPIF_STD, -6.06 / HIPIF_STD, -5.96 / HIPIF_STD, 0.0]
+
+
+def test_hipif_broadcasts_the_outcome_and_routes_each_penalty_to_its_step():
+    """Catches: S_t built from the step's own reward (r_t instead of R_env + r^proc_t: a's first two steps would score
+    0 and -0.1), penalties summed per trajectory or shifted by a turn, normalising per trajectory instead of per
+    group, the sign of the process reward flipped (a's turn 1 would score above turns 0 and 2), or R_env read from
+    the env's reward scale (App. B's outcome is 10/0 whatever the env pays: scaling env rewards by 0.1 changes
+    nothing, a success_reward of 1 does)."""
+    trajs = _hipif_case()
+    tg = hipif.compute_targets(trajs, _batch(trajs), None, hipif.Config())
+    np.testing.assert_allclose(tg.token_adv, _rows(HIPIF_ADV), atol=1e-5)
+    assert tg.token_adv[1, P] < tg.token_adv[0, P]  # the penalised step of the winner scores lower
+    for traj in trajs:
+        for turn in traj.turns:
+            turn.env_reward *= 0.1
+    tg = hipif.compute_targets(trajs, _batch(trajs), None, hipif.Config())
+    np.testing.assert_allclose(tg.token_adv, _rows(HIPIF_ADV), atol=1e-5)
+    small = hipif.compute_targets(trajs, _batch(trajs), None, hipif.Config(success_reward=1.0))
+    assert not np.allclose(small.token_adv, tg.token_adv, atol=1e-3)
+
+
+def test_hipif_gigpo_adds_the_anchor_term_with_its_weight():
+    """hipif_gigpo = HIPIF_ADV + step_weight * GiGPO's anchor term. In _hipif_case every anchor key is s<t>: group g
+    has anchor s0 shared by a (step return of r = [0, -0.1, 10] with gamma 0.5: 0 + 0.5*(-0.1) + 0.25*10 = 2.45)
+    and b (-0.1 + 0.5*0 = -0.1), and anchor s1 shared by a (-0.1 + 0.5*10 = 4.9) and b (0); s2 and h's s0 are
+    singletons (0). Each pair: deviations +/-d/2, unbiased std d/sqrt(2) -> +/-1/sqrt(2) (up to eps)."""
+    trajs = _hipif_case()
+    batch = _batch(trajs)
+    k = 1 / math.sqrt(2)
+    for w in (0.0, 0.5):
+        tg = hipif_gigpo.compute_targets(trajs, batch, None, hipif_gigpo.Config(gamma=0.5, step_weight=w))
+        anchor = [k, k, 0.0, -k, -k, 0.0]
+        expected = [h + w * s for h, s in zip(HIPIF_ADV, anchor, strict=True)]
+        np.testing.assert_allclose(tg.token_adv, _rows(expected), atol=1e-4)
+
+
+def test_hipif_gigpo_anchor_term_reads_the_process_rewards():
+    """Catches GiGPO's step returns built from the env's rewards (alone or added). a and b both lose from anchors s0,
+    s1; a's turn 1 repeats an action (-0.1) and the env pays it a partial score of 1 there (a dense env such as
+    ScienceWorld), which HIPIF's binary outcome does not read. HIPIF: S = [0, -0.1, 0, 0], mean -0.025, deviations [0.025, -0.075, 0.025,
+    0.025], unbiased var 0.0075 / 3 = 0.0025, std 0.05 -> [0.5, -1.5, 0.5, 0.5]. Anchor term (gamma 0.5): s0 returns
+    a 0 + 0.5 * (-0.1) = -0.05 vs b 0, s1 returns a -0.1 vs b 0 -> a -1/sqrt(2), b +1/sqrt(2) at both anchors (with
+    the env reward alone every step return is 0 and the term vanishes; with it added, a's returns are the larger)."""
+    a = _traj("a", [0.0, 1.0], gid="g")
+    a.turns[1].shaped["repeat"] = -0.1
+    b = _traj("b", [0.0, 0.0], gid="g")
+    k = 1 / math.sqrt(2)
+    tg = hipif_gigpo.compute_targets([a, b], _batch([a, b]), None, hipif_gigpo.Config(gamma=0.5))
+    np.testing.assert_allclose(tg.token_adv, _rows([0.5 - k, -1.5 - k, 0.5 + k, 0.5 + k]), atol=1e-4)

@@ -9,7 +9,7 @@ import pytest
 
 from actors.trajectory import Decision
 from launch.algos import get_algo
-from learners.algos import grpo, hiper, ppo, sft
+from learners.algos import grpo, hiper, hipif, ppo, sft
 from learners.prepare import learner_batch, minibatch, shaped_turns
 from learners.targets import sequences
 from tests.unit.test_glue import (
@@ -18,6 +18,7 @@ from tests.unit.test_glue import (
     HIPER_REWARDS,
     HIPER_SWITCHES,
     HIPER_VALUES,
+    HIPIF_ADV,
     RESP,
     SW,
     L,
@@ -171,3 +172,33 @@ def test_squared_value_loss_golden():
         torch.tensor([[1.0, 2.0]]), inputs([0.5, float("nan")], [0.0, 0.0], [1.0, 0.0])
     )
     assert float(nan_slot) == pytest.approx(0.125)
+
+
+def test_hipif_shaping_pass_writes_the_process_rewards_the_advantage_reads():
+    """The driver's own shaping pass with HIPIF's default terms (Eq. 7) produces test_glue's HIPIF case: the winner's
+    turn 1 broke the format (r^fmt -0.1), the loser's first subgoal names nothing in its context (r^gr -0.1, "unicorn"
+    is in no observation, task or admissible list); every other subgoal names the mug in the observation. Same
+    expected advantages as test_glue.HIPIF_ADV; with the terms dropped the penalised steps score like the others."""
+
+    def case():
+        a = _traj("a", [0.0, 0.0, 10.0], gid="g")
+        b = _traj("b", [0.0, 0.0], gid="g")
+        c = _traj("c", [10.0], gid="h")
+        for traj in (a, b, c):
+            traj.won = traj.traj_id in ("a", "c")
+            for turn in traj.turns:
+                turn.observation = "You see a mug."
+                turn.decision = Decision(action="take mug", valid=True, switch=True, subgoal="take the mug")
+        a.turns[1].decision = Decision(action="take mug", valid=False, switch=True, subgoal="take the mug")
+        b.turns[0].decision = Decision(action="look", valid=True, switch=True, subgoal="find the unicorn")
+        return [a, b, c]
+
+    trajs = case()
+    _, (batch, _) = _prepare("hipif", trajs, hipif.Config())
+    assert (
+        trajs[0].turns[1].shaped["format"] == -0.1 and trajs[1].turns[0].shaped["ungrounded_subgoal"] == -0.1
+    )
+    assert sum(v for t in trajs for turn in t.turns for v in turn.shaped.values()) == pytest.approx(-0.2)
+    np.testing.assert_allclose(batch.token_adv[:, RESP][:, 0], HIPIF_ADV, atol=1e-5)
+    _, (plain, _) = _prepare("hipif", case(), hipif.Config(reward_terms=()))
+    assert plain.token_adv[1, RESP][0] == pytest.approx(plain.token_adv[0, RESP][0])

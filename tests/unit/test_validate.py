@@ -15,6 +15,7 @@ import pytest
 
 from launch.cli import main
 from launch.config import DEFAULT_PRESET, PRESET_DIR, ConfigError, resolve_config, validate
+from reward.shaping import HIPIF_TERMS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -36,7 +37,7 @@ def test_every_preset_and_the_defaults_validate(preset):
 @pytest.mark.parametrize(
     ("override", "key", "allowed"),
     [
-        ("algo=nonsense", "algo", "gigpo, grpo, hiper, ppo, rloo, sft"),
+        ("algo=nonsense", "algo", "gigpo, grpo, hiper, hipif, hipif_gigpo, ppo, rloo, sft"),
         ("rollout.agent=reactt", "rollout.agent", "react, plan_execute, hipif, step_hrl, multi2"),
         (
             "env.name=alfwrld",
@@ -51,6 +52,14 @@ def test_every_preset_and_the_defaults_validate(preset):
 def test_unknown_names(override, key, allowed):
     message = _error([override])
     assert message.startswith(f"{key}: ") and message.endswith(f"allowed: {allowed}")
+
+
+def test_an_algorithm_defined_with_its_own_agent_refuses_another():
+    """HIPIF is its folded-history protocol as much as its advantage (HIPIF Sec. 3.1)."""
+    message = _error(["algo=hipif", "rollout.agent=plan_execute"])
+    assert message.startswith("rollout.agent: 'plan_execute' is not a protocol algo=hipif")
+    assert message.endswith("allowed: hipif")
+    assert validate(resolve_config(None, ["algo=hipif", "rollout.agent=hipif"])).reward_terms == HIPIF_TERMS
 
 
 def test_unknown_reward_term():
@@ -243,7 +252,7 @@ def test_a_bad_algorithm_fails_in_a_fresh_process_before_ray():
     )
     assert out.returncode == 2
     assert out.stderr.splitlines() == [
-        "hierarl train: algo: unknown algorithm 'nonsense'; allowed: gigpo, grpo, hiper, ppo, rloo, sft"
+        "hierarl train: algo: unknown algorithm 'nonsense'; allowed: gigpo, grpo, hiper, hipif, hipif_gigpo, ppo, rloo, sft"
     ]
     assert _ray_session_state() == before, "a Ray session was started or touched"
 
