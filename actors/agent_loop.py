@@ -114,7 +114,7 @@ class _Base:
     segment: int = 0
     turns: int = 0
     compact: bool = False
-    """Compact prompts (react, plan_execute): same fields, minimal wording — small models, fast tests."""
+    """Compact prompts (react, plan_execute, hipif): same fields, minimal wording — small models, fast tests."""
 
     def start(self, observation: str, info: Mapping[str, Any]) -> None:
         self.task = str(info.get("task") or "")
@@ -240,6 +240,7 @@ class HipifAgent(_Base):
             env=self.env_name,
             admissible_actions=self.admissible,
             current_window=self.current_window,
+            compact=self.compact,
         )
         return self._call(msgs, "agent", acts=True)
 

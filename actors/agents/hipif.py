@@ -163,6 +163,12 @@ HIPIF_TEMPLATES: dict[str, str] = {
 
 GENERIC_TEMPLATE = _GENERIC
 
+COMPACT_ANSWER = (
+    "<reflection>is the subgoal done?</reflection> then, if done or None, "
+    "<subgoal>new subgoal</subgoal> <action>its first action</action>; else <action>next action</action>"
+)
+"""The answer format of the compact prompt (the two branches of Eq. 6 in one line)."""
+
 
 @dataclass
 class FoldedRecord:
@@ -237,8 +243,22 @@ def build_hipif_messages(
     admissible_actions: Sequence[str] | None = None,
     list_admissible: bool = False,
     current_window: int | None = None,
+    compact: bool = False,
 ) -> list[Message]:
-    """One user message: 002 Fig. 7–9 filled from ``history`` (current subgoal, last action, folded memory)."""
+    """One user message: 002 Fig. 7–9 filled from ``history`` (current subgoal, last action, folded memory).
+    ``compact``: the same fields (folded history included) with minimal wording and the grounded admissible list
+    (~4x fewer template tokens; for small models and fast tests, not the paper's prompt)."""
+    if compact:
+        lines = [
+            f"Task: {task.strip()}",
+            f"History:\n{history.render(current_window)}",
+            f"Now: {observation}",
+        ]
+        lines.append(f"Subgoal: {history.current_subgoal if history.current_subgoal else 'None'}")
+        if admissible_actions is not None:
+            lines.append(f"Actions: {', '.join(admissible_actions)}")
+        lines.append(f"Answer: {COMPACT_ANSWER}")
+        return [{"role": "user", "content": "\n".join(lines)}]
     template = HIPIF_TEMPLATES.get(env.lower(), GENERIC_TEMPLATE)
     show_list = admissible_actions is not None and (list_admissible or template is GENERIC_TEMPLATE)
     admissible = (

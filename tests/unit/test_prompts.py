@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from actors.agent_loop import make_agent
 from actors.agents import hipif, multi2, plan_execute, react, step_hrl
 from actors.agents.parsing import render_prompt
 
@@ -149,6 +150,22 @@ def test_hipif_env_specific_wording_and_options():
     assert "'go to microwave 1'" in listed
     windowed = _content(hipif.build_hipif_messages(TASK, OBS, h, current_window=1))
     assert "obsworddelta" in windowed and "obswordcharlie" not in windowed
+
+
+def test_hipif_compact_prompt_keeps_the_folded_history():
+    """compact: minimal wording, but the same fields (task, folded history, observation, subgoal, actions) and both
+    branches of the answer format; the agent passes the option through (it was silently ignored before)."""
+    h = _hipif_history()
+    full = _content(hipif.build_hipif_messages(TASK, OBS, h, admissible_actions=ADMISSIBLE))
+    text = _content(hipif.build_hipif_messages(TASK, OBS, h, admissible_actions=ADMISSIBLE, compact=True))
+    assert TASK in text and OBS in text and "Subgoal: cool the tomato" in text
+    assert h.render() in text and "obswordalpha" not in text
+    assert "Actions: open fridge 1, go to microwave 1, inventory" in text
+    assert "<reflection>" in text and "<subgoal>" in text and "<action>" in text
+    assert len(text) < len(full) / 2
+    agent = make_agent("hipif", env_name="alfworld", compact=True)
+    agent.start(OBS, {"task": TASK, "admissible_actions": ADMISSIBLE})
+    assert _content(agent.next_call().messages).startswith(f"Task: {TASK}")
 
 
 def test_hipif_first_step_prompt():
