@@ -6,7 +6,7 @@ HISR and Multi2 do. A demonstration is the environment's expert plan — ``env.e
 
 * react:        ``<think>Current subgoal: {subgoal}.</think><action>{a}</action>``
 * plan_execute: ``<switch>SWITCH</switch>`` on the first action of each subgoal, KEEP after (HiPER: subgoal
-                boundaries = expert plan boundaries, e.g. ALFWorld's high_pddl, TextCraft's recipe tree)
+                boundaries = expert plan boundaries, e.g. TextCraft's recipe tree)
 * hipif:        a new ``<subgoal>`` on each subgoal's first action; the reflection states the completion
                 judgement ("Completed; next: ..." / "Not completed: ...")
 * step_hrl:     high → the subgoal; low → action + completion flag on the subgoal's last action; progress → a

@@ -282,7 +282,7 @@ def main() -> None:
         for task_id in pick_games(env, args.split, args.games):
             t = time.perf_counter()
             rec = record_expert(env, task_id, args.max_steps)
-            names = [s.subgoal for s in env.expert_plan() if s.pddl_action != "GotoLocation"]
+            names = [s.subgoal for s in env.pddl_plan() if s.pddl_action != "GotoLocation"]
             plan = split_subgoals(rec["actions"], ALFWORLD_BOUNDARY_VERBS, names)
             entry: dict[str, Any] = {
                 "expert_won": rec["won"],

@@ -435,7 +435,7 @@ def run_token_efficiency(args: argparse.Namespace) -> dict[str, Any]:
                 t = time.perf_counter()
                 actions, won = play_expert(env, task_id, args.demo_max_steps)
                 if env_name == "alfworld":
-                    names = [s.subgoal for s in env.expert_plan() if s.pddl_action != "GotoLocation"]
+                    names = [s.subgoal for s in env.pddl_plan() if s.pddl_action != "GotoLocation"]
                     plan = split_subgoals(actions, ALFWORLD_BOUNDARY_VERBS, names)
                 else:
                     plan = split_subgoals(actions, SCIWORLD_BOUNDARY_VERBS)

@@ -12,7 +12,7 @@ with textworld's ``PddlEnv`` and alfworld's own wrappers (``AlfredDemangler`` gi
   wins, else 0.  ``info["score"]`` is the game's own 0/1 score.
 * Expert: alfworld's hand-coded expert (``expert="handcoded"``, driven as alfworld's ``AlfredExpert`` wrapper
   drives it) or the PDDL planner (``expert="planner"``, 0.1-19 s per step: evaluation only); off by default so
-  RL rollouts never pay for it.  ``expert_plan()`` returns the ALFRED high-level plan (``traj_data.json``
+  RL rollouts never pay for it.  ``pddl_plan()`` returns the ALFRED high-level plan (``traj_data.json``
   ``plan.high_pddl``) as subgoal steps for hierarchical demonstrations.
 * Text: the shared json_2.1.1 game files carry the grammar of alfworld <= 0.3 ("put X in/on Y", "You arrive at
   loc 5."), which is what the papers' prompts use; files from ``alfworld-download`` (json_2.1.2) say "move X to Y".
@@ -208,7 +208,7 @@ class AlfWorldEnv:
         hand-coded expert gives up)."""
         return None if self._done else self._expert_next
 
-    def expert_plan(self) -> list[PlanStep]:
+    def pddl_plan(self) -> list[PlanStep]:
         """The current game's ALFRED high-level plan (``plan.high_pddl`` without the final NoOp), each subgoal
         paired with its human description (``turk_annotations.anns[0].high_descs``, aligned by index)."""
         if not self._traj:

@@ -183,10 +183,10 @@ def test_handcoded_expert_solves_one_game_of_each_type(env):
 
 @pytest.mark.slow
 @needs_data
-def test_expert_plan_is_the_alfred_high_level_plan(env):
+def test_pddl_plan_is_the_alfred_high_level_plan(env):
     by_type = _first_of_each_type(env, "valid_unseen")
     env.reset(task_id=by_type["pick_heat_then_place"])
-    plan = env.expert_plan()
+    plan = env.pddl_plan()
     assert plan and all(isinstance(s, PlanStep) for s in plan)
     actions = [s.pddl_action for s in plan]
     assert "HeatObject" in actions and actions[-1] == "PutObject" and "NoOp" not in actions

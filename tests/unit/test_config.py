@@ -294,6 +294,9 @@ PAIRS: list[tuple[str, str, set[str]]] = [
     ("grpo_alfworld", "gigpo_alfworld", set()),
     ("hiper_alfworld", "ppo_alfworld", {"rollout.agent"}),
     ("ppo_alfworld", "grpo_alfworld", {"rollout.group_size", "rollout.groups_per_iter"}),
+    ("hipif_alfworld", "hipif_gigpo_alfworld", set()),
+    # HIPIF is its own agent protocol, whose reflection needs a longer response
+    ("hiper_synthetic_multi", "hipif_synthetic_multi", {"rollout.agent", "rollout.max_new_tokens"}),
 ]
 
 

@@ -175,14 +175,16 @@ def test_group_relative_algorithms_need_groups(algo):
     assert message.endswith("allowed: an integer >= 2")
 
 
-def test_bc_needs_an_env_with_an_expert():
-    """Before: ScienceWorld with BC crashed in actors/demos.py (no expert plan) after Ray had started."""
-    message = _error(["env.name=scienceworld"])
+@pytest.mark.parametrize("env", ["scienceworld", "alfworld"])
+def test_bc_needs_an_env_with_an_expert(env):
+    """Before: ScienceWorld with BC crashed in actors/demos.py (no expert plan) after Ray had started; so did ALFWorld,
+    whose ALFRED high-level plan (now ``pddl_plan``) has no text actions to clone."""
+    message = _error([f"env.name={env}"])
     assert message == (
-        "bc.enabled: env 'scienceworld' has no expert plan to clone (actors/demos.py); allowed: "
-        "bc.enabled=false, or an env with one: alfworld, synthetic, textcraft, virtualhome, webshop"
+        f"bc.enabled: env '{env}' has no expert plan to clone (actors/demos.py); allowed: "
+        "bc.enabled=false, or an env with one: synthetic, textcraft, virtualhome, webshop"
     )
-    validate(resolve_config(DEFAULT_PRESET, ["env.name=scienceworld", "bc.enabled=false"]))
+    validate(resolve_config(DEFAULT_PRESET, [f"env.name={env}", "bc.enabled=false"]))
 
 
 # --- the command ---------------------------------------------------------------------------------------------
