@@ -17,9 +17,9 @@ HIPIF's prompt (002 Eq. 2, C = [c; H_<k; g_k; T_k,j]) is split by removing one p
 ``rest`` = template, task, current observation, last action.  A second table groups HIPIF's prompts by the number
 of pairs under the current subgoal.
 
-Variants: ``react`` and ``plan_execute`` with the papers' prompts (``{}``) and ``{"compact": true}``; ``hipif``
-with the paper's prompt (HIPIF accepts ``compact`` but has no compact template: it renders the same prompt) and
-with ``{"current_window": 2}`` (only the 2 most recent pairs of the current subgoal; our option, not the paper's).
+Variants: ``react``, ``plan_execute`` and ``hipif`` with the papers' prompts (``{}``) and ``{"compact": true}``
+(the same fields in minimal wording; HIPIF keeps its folded history), and ``hipif`` with ``{"current_window": 2}``
+(only the 2 most recent pairs of the current subgoal; our option, not the paper's).
 
     python bench/bench_prompts.py                        # 12 valid_train games, ~1 min on 2 cores
     python bench/bench_prompts.py --games 20 --split valid_seen --out bench/results/prompts_seen.json
@@ -54,6 +54,7 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "plan_execute": ("plan_execute", {}),
     "plan_execute/compact": ("plan_execute", {"compact": True}),
     "hipif": ("hipif", {}),
+    "hipif/compact": ("hipif", {"compact": True}),
     "hipif/window2": ("hipif", {"current_window": 2}),
 }
 """Column name -> (protocol, ``rollout.agent_options``)."""
@@ -121,6 +122,7 @@ def hipif_parts(agent: Any, tokenizer: Any, total: int) -> dict[str, int]:
             env=agent.env_name,
             admissible_actions=agent.admissible,
             current_window=agent.current_window,
+            compact=agent.compact,
         )
         return total - count_tokens(tokenizer, msgs)
 
