@@ -71,6 +71,8 @@ def ensure_run(
 
     history = read_history(run_dir)
     if run and not finished(history, resolve_config(preset, overrides).iterations):
+        if run_dir.exists():  # a killed run: continue it from its checkpoint (a fresh start if it has none)
+            overrides = [*overrides, "resume=true"]
         cmd = [sys.executable, "-m", "launch.cli", "train", *([preset] if preset else []), *overrides]
         print("[bench] " + " ".join(cmd), flush=True)
         t0 = time.perf_counter()

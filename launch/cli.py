@@ -22,6 +22,7 @@ from launch.config import (
     PRESET_DIR,
     ConfigError,
     check_bc_source,
+    check_run_dir,
     preset_chain,
     read_run_config,
     resolve_config,
@@ -81,6 +82,8 @@ def cmd_train(args: Sequence[str]) -> int:
         algo_cfg = validate(cfg)
         if cfg.bc.enabled and cfg.bc.from_run:
             check_bc_source(cfg)
+        if not dry_run:
+            check_run_dir(cfg)
         described = _describe_preset(preset, named)
     except (ConfigError, ValueError) as e:
         print(f"hierarl train: {_one_line(e)}", file=sys.stderr)

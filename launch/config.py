@@ -730,6 +730,18 @@ BC_KEYS = (
 """Run-config keys (or key prefixes) that shape the BC warm start: ``bc.from_run`` needs them equal."""
 
 
+def check_run_dir(cfg: TrainConfig) -> None:
+    """A run folder that already holds a run (its metrics or checkpoints) is only continued (``resume=true``),
+    never overwritten: a fresh run there would delete the old run's metrics (issue 15)."""
+    run = Path(cfg.run_dir).expanduser()
+    held = [name for name in ("metrics.jsonl", "checkpoints") if (run / name).exists()]
+    if held and not cfg.resume:
+        raise ConfigError(
+            f"run_dir: {run} already holds a run ({', '.join(held)}); allowed: resume=true to continue it, "
+            "another run_dir, or remove the folder"
+        )
+
+
 def check_bc_source(cfg: TrainConfig) -> Path:
     """The ``bc.from_run`` checkpoint folder, after checking that its run did the BC this run would (one line
     naming the first differing key otherwise)."""

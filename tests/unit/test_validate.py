@@ -14,7 +14,14 @@ from pathlib import Path
 import pytest
 
 from launch.cli import main
-from launch.config import DEFAULT_PRESET, PRESET_DIR, ConfigError, resolve_config, validate
+from launch.config import (
+    DEFAULT_PRESET,
+    PRESET_DIR,
+    ConfigError,
+    check_run_dir,
+    resolve_config,
+    validate,
+)
 from reward.shaping import HIPIF_TERMS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -185,6 +192,24 @@ def test_bc_needs_an_env_with_an_expert(env):
         "bc.enabled=false, or an env with one: synthetic, textcraft, virtualhome, webshop"
     )
     validate(resolve_config(DEFAULT_PRESET, [f"env.name={env}", "bc.enabled=false"]))
+
+
+def test_an_existing_run_is_continued_never_overwritten(tmp_path, capsys):
+    """Before: ``hierarl train`` into a folder that held a run deleted its metrics.jsonl and started over."""
+    run = tmp_path / "run"
+    run.mkdir()
+    check_run_dir(resolve_config(None, [f"run_dir={run}"]))  # an empty folder is fine
+    (run / "metrics.jsonl").write_text('{"iteration": 0}\n')
+    capsys.readouterr()
+    assert main(["train", f"run_dir={run}"]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"hierarl train: run_dir: {run} already holds a run (metrics.jsonl); allowed: resume=true to continue it, "
+        "another run_dir, or remove the folder\n"
+    )
+    assert (run / "metrics.jsonl").read_text() == '{"iteration": 0}\n'
+    check_run_dir(resolve_config(None, [f"run_dir={run}", "resume=true"]))
+    assert main(["train", "--dry-run", f"run_dir={run}"]) == 0  # a dry run writes nothing
 
 
 # --- the command ---------------------------------------------------------------------------------------------
