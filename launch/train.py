@@ -368,6 +368,10 @@ class Trainer:
         self.history.append(record)
         with open(self.metrics_path, "a") as f:
             f.write(json.dumps(record) + "\n")
+        self._tensorboard(record)
+
+    def _tensorboard(self, record: dict[str, Any]) -> None:
+        """One scalar per numeric metric at step ``iteration``, flushed at once (a killed run keeps its last row)."""
         if self._tb is None:
             try:
                 from torch.utils.tensorboard import SummaryWriter
@@ -381,6 +385,18 @@ class Trainer:
                 if isinstance(v, int | float) and k != "iteration":
                     self._tb.add_scalar(k, v, step)
             self._tb.flush()
+
+    def restart_logs(self) -> None:
+        """Make metrics.jsonl and TensorBoard hold exactly ``self.history``: TensorBoard has no way to drop events,
+        so ``tb/`` is written anew from the history (a resume would otherwise show the rows after the checkpoint
+        twice)."""
+        self.metrics_path.write_text("".join(json.dumps(r) + "\n" for r in self.history))
+        if self._tb:
+            self._tb.close()
+        self._tb = None
+        shutil.rmtree(self.run_dir / "tb", ignore_errors=True)
+        for record in self.history:
+            self._tensorboard(record)
 
     def checkpoint(self, iteration: int, record: dict[str, Any] | None = None) -> None:
         """``checkpoints/iter_<k>``: written to a temporary folder and renamed, so a folder under its final name is
@@ -480,7 +496,7 @@ class Trainer:
             last = state.get("record")
             if last is not None and not any(r.get("iteration") == last["iteration"] for r in self.history):
                 self.history.append(last)  # killed between this checkpoint and its metrics row
-            self.metrics_path.write_text("".join(json.dumps(r) + "\n" for r in self.history))
+        self.restart_logs()
         print(f"[hierarl] resumed from {path} at iteration {self.start_iter}", flush=True)
         return True
 
@@ -490,7 +506,8 @@ class Trainer:
         cfg = self.cfg
         self.train_ids = self.task_ids(cfg.env.train_split)
         if not self.try_resume():
-            self.metrics_path.unlink(missing_ok=True)
+            self.history = []
+            self.restart_logs()
             if cfg.model.init_adapter:
                 self.load_init_adapter(cfg.model.init_adapter)
             self.push_weights()

@@ -1,5 +1,6 @@
 """Driver bookkeeping without Ray: which checkpoints are pruned, and what an iteration without samples does."""
 
+import json
 from types import SimpleNamespace
 
 import pytest
@@ -85,3 +86,25 @@ def test_bc_from_run_must_have_done_the_same_bc(tmp_path):
         check_bc_source(resolve_config("ppo_synthetic_multi", [f"bc.from_run={src}", "bc.epochs=3"]))
     with pytest.raises(ConfigError, match="has no BC checkpoint"):
         check_bc_source(resolve_config(None, [f"bc.from_run={tmp_path / 'none'}"]))
+
+
+def test_resume_rewrites_metrics_and_tensorboard_to_the_checkpoint(tmp_path):
+    """Before: a resume truncated metrics.jsonl but TensorBoard kept the rows logged after the checkpoint, so the
+    re-logged iteration appeared twice there. Now both hold exactly the history, every step once."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    t = Trainer.__new__(Trainer)  # the bookkeeping only: no Ray, no workers
+    t.run_dir, t.metrics_path, t.history, t._tb = tmp_path, tmp_path / "metrics.jsonl", [], None
+    for it in range(3):
+        t.log({"iteration": it, "success": 0.1 * it})
+    t.history = t.history[:2]  # the checkpoint holds iterations 0-1; iteration 2 was killed after its row
+    t.restart_logs()
+    t.log({"iteration": 2, "success": 0.9})
+    t._tb.close()
+    rows = [line for line in t.metrics_path.read_text().splitlines() if line]
+    assert [json.loads(r)["iteration"] for r in rows] == [0, 1, 2]
+    acc = EventAccumulator(str(tmp_path / "tb"))
+    acc.Reload()
+    events = acc.Scalars("success")
+    assert [e.step for e in events] == [0, 1, 2]
+    assert events[-1].value == pytest.approx(0.9)
