@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import ray
+import ray._private.ray_constants as ray_constants
 from ray.util.placement_group import PlacementGroup, placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -25,7 +26,6 @@ WORKER_ENV = {
     "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
     "VLLM_CPU_KVCACHE_SPACE": "1",
     "VLLM_CPU_OMP_THREADS_BIND": "nobind",
-    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
 }
 
 
@@ -43,28 +43,41 @@ def worker_env(device: str) -> dict[str, str]:
 def init_ray(address: str = "", *, num_cpus: int | None = None, device: str = "cpu") -> dict[str, Any]:
     """Start (``address`` "" and no ``RAY_ADDRESS``) or join a Ray cluster; returns its resources.
 
-    A local cluster binds to 127.0.0.1 only. Ray 2.60's token auth is disabled for local clusters
-    (``RAY_AUTH_MODE=disabled``), as ``ray job submit`` to a local head would otherwise fail.
+    A local cluster is local: every Ray server (GCS, raylet, workers, agents, dashboard) listens on 127.0.0.1 only,
+    and the dashboard runs there (its URL and the metrics export port are printed). Ray 2.60's token auth is
+    disabled for local clusters (``RAY_AUTH_MODE=disabled``), as ``ray job submit`` to a local head would otherwise
+    fail.
     """
     if ray.is_initialized():
         return ray.cluster_resources()
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     runtime_env = {"env_vars": worker_env(device)}
     # No address: the cluster ``RAY_ADDRESS`` names (what ``ray job submit`` sets for the job's driver), else a new
     # local one ("local", so a stale head in Ray's current-cluster file is never joined by accident).
     address = address or os.environ.get("RAY_ADDRESS", "")
     if address:
         ray.init(address=address, runtime_env=runtime_env, log_to_driver=True)
-    else:
-        ray.init(
-            address="local",
-            num_cpus=num_cpus,
-            include_dashboard=False,
-            _node_ip_address="127.0.0.1",
-            runtime_env=runtime_env,
-            log_to_driver=True,
-        )
+        return ray.cluster_resources()
+    # Ray turns a node address of 127.0.0.1 into the host's own address (services.resolve_ip_for_localhost), and
+    # its servers then listen on every interface, unless "Ray clusters" are off, as on a laptop: the processes it
+    # starts read the variable; this process imported Ray already, so its copy of the flag is set as well.
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    ctx = ray.init(
+        address="local",
+        num_cpus=num_cpus,
+        include_dashboard=True,
+        dashboard_host="127.0.0.1",
+        _node_ip_address="127.0.0.1",
+        runtime_env=runtime_env,
+        log_to_driver=True,
+    )
+    port = ctx.address_info.get("metrics_export_port")
+    print(
+        f"[hierarl] Ray dashboard: http://{ctx.dashboard_url} · hierarl metrics: http://127.0.0.1:{port}/metrics "
+        "(hierarl_* series; README: Monitoring)",
+        flush=True,
+    )
     return ray.cluster_resources()
 
 

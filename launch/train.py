@@ -36,6 +36,7 @@ from actors.inference import LoraSpec
 from actors.models import resolve_model_path
 from actors.rollout import RolloutWorker, WorkerConfig, read_peft_adapter, unpack_group
 from actors.trajectory import Trajectory
+from cluster.metrics import RunMetrics
 from cluster.ray_cluster import WorkerResources, init_ray
 from envs.random_policy import random_policy_success
 from launch.algos import get_algo
@@ -126,6 +127,7 @@ class Trainer:
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
         self.bc_source = check_bc_source(cfg) if cfg.bc.enabled and cfg.bc.from_run else None
         init_ray(cfg.ray_address, device=self.device)
+        self.metrics = RunMetrics(run=self.run_dir.name, algo=cfg.algo, env=cfg.env.name)
         self.model_path = resolve_model_path(cfg.model.path, cfg.model.cache_dir)
         from transformers import AutoTokenizer
 
@@ -369,6 +371,7 @@ class Trainer:
         with open(self.metrics_path, "a") as f:
             f.write(json.dumps(record) + "\n")
         self._tensorboard(record)
+        self.metrics.record(record)
 
     def _tensorboard(self, record: dict[str, Any]) -> None:
         """One scalar per numeric metric at step ``iteration``, flushed at once (a killed run keeps its last row)."""

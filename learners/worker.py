@@ -17,8 +17,10 @@ The worker knows no algorithm: it receives typed batches (``learners.batch.Seque
 
 from __future__ import annotations
 
+import datetime
 import os
 import random
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -73,6 +75,10 @@ class ValueModel(nn.Module):
         return self.head(hidden.to(self.head.weight.dtype)).float()
 
 
+_STORE: list[Any] = []
+"""(TCPStore, its listening socket) of this process: alive as long as the process group."""
+
+
 def _init_dist(rank: int, world_size: int, port: int, device: str) -> None:
     import deepspeed
     import torch.distributed as dist
@@ -88,7 +94,30 @@ def _init_dist(rank: int, world_size: int, port: int, device: str) -> None:
         "0" if not device.startswith("cuda") else str(rank % max(1, torch.cuda.device_count()))
     )
     os.environ["WORLD_SIZE"] = str(world_size)
-    deepspeed.init_distributed(dist_backend="nccl" if device.startswith("cuda") else "gloo")
+    backend = "nccl" if device.startswith("cuda") else "gloo"
+    # The group is one node (MASTER_ADDR is loopback): keep its sockets there. torch's TCPStore server listens on
+    # every interface, so rank 0 hands it a socket bound to 127.0.0.1 (tests/ray/test_local_cluster.py). gloo's
+    # pairs bind the address the hostname resolves to unless an interface is named; here the hostname resolves to
+    # 127.0.0.1 so the test cannot tell, but on a host whose name resolves to a public address it would.
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    listener = None
+    if rank == 0:
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", port))
+        listener.listen(128)
+    store = dist.TCPStore(
+        "127.0.0.1",
+        port,
+        world_size,
+        is_master=rank == 0,
+        timeout=datetime.timedelta(minutes=10),
+        master_listen_fd=None if listener is None else listener.fileno(),
+        wait_for_workers=False,
+    )
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world_size)
+    _STORE.append((store, listener))  # the store serves the group for the process's lifetime
+    deepspeed.init_distributed(dist_backend=backend)  # adopts the process group above
 
 
 def _ds_config(spec: LearnerSpec, world_size: int, bf16: bool) -> dict[str, Any]:

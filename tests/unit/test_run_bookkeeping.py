@@ -95,6 +95,8 @@ def test_resume_rewrites_metrics_and_tensorboard_to_the_checkpoint(tmp_path):
 
     t = Trainer.__new__(Trainer)  # the bookkeeping only: no Ray, no workers
     t.run_dir, t.metrics_path, t.history, t._tb = tmp_path, tmp_path / "metrics.jsonl", [], None
+    exported: list[dict] = []
+    t.metrics = SimpleNamespace(record=exported.append)  # the Ray gauges (cluster/metrics.py) get every row
     for it in range(3):
         t.log({"iteration": it, "success": 0.1 * it})
     t.history = t.history[:2]  # the checkpoint holds iterations 0-1; iteration 2 was killed after its row
@@ -108,3 +110,9 @@ def test_resume_rewrites_metrics_and_tensorboard_to_the_checkpoint(tmp_path):
     events = acc.Scalars("success")
     assert [e.step for e in events] == [0, 1, 2]
     assert events[-1].value == pytest.approx(0.9)
+    assert [r["iteration"] for r in exported] == [
+        0,
+        1,
+        2,
+        2,
+    ]  # live gauges: the re-logged iteration overwrites
