@@ -7,12 +7,14 @@ resources are (GPUs on a cluster, fractional CPUs on a laptop or CI machine).
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from typing import Any
 
 import ray
 import ray._private.ray_constants as ray_constants
+from ray._private.runtime_env.constants import RAY_JOB_CONFIG_JSON_ENV_VAR
 from ray.util.placement_group import PlacementGroup, placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -40,6 +42,16 @@ def worker_env(device: str) -> dict[str, str]:
     return env
 
 
+def job_env_vars(job_config_json: str) -> dict[str, str]:
+    """The env vars of the runtime env ``ray job submit --runtime-env-json`` gave this job's driver (Ray passes the
+    job config as JSON in ``RAY_JOB_CONFIG_JSON_ENV_VAR``). Ray refuses a driver runtime env that sets any of the
+    same keys, so hierarl leaves those to the job: the user's value wins."""
+    if not job_config_json:
+        return {}
+    runtime_env = json.loads(job_config_json).get("runtime_env") or {}
+    return dict(runtime_env.get("env_vars") or {})
+
+
 def init_ray(address: str = "", *, num_cpus: int | None = None, device: str = "cpu") -> dict[str, Any]:
     """Start (``address`` "" and no ``RAY_ADDRESS``) or join a Ray cluster; returns its resources.
 
@@ -56,6 +68,8 @@ def init_ray(address: str = "", *, num_cpus: int | None = None, device: str = "c
     # local one ("local", so a stale head in Ray's current-cluster file is never joined by accident).
     address = address or os.environ.get("RAY_ADDRESS", "")
     if address:
+        job_vars = job_env_vars(os.environ.get(RAY_JOB_CONFIG_JSON_ENV_VAR, ""))
+        runtime_env["env_vars"] = {k: v for k, v in runtime_env["env_vars"].items() if k not in job_vars}
         ray.init(address=address, runtime_env=runtime_env, log_to_driver=True)
         return ray.cluster_resources()
     # Ray turns a node address of 127.0.0.1 into the host's own address (services.resolve_ip_for_localhost), and

@@ -74,7 +74,11 @@ def test_ray_job_submit_to_a_local_head(tmp_path):
         run_dir = tmp_path / "job"
         args = [*TINY, "iterations=1", "bc.enabled=false", "eval_zero_shot=false", "eval_every=0",
                 f"run_dir={run_dir}", "ray_address=auto"]  # fmt: skip
+        # the user's own runtime env, with a key hierarl also sets for its workers: merged, the user's value wins
+        # (before: "Failed to merge the Job's runtime env")
+        user_env = json.dumps({"env_vars": {"OMP_NUM_THREADS": "1", "HIERARL_PROBE": "from-the-job"}})
         submit = [ray_bin, "job", "submit", f"--address=http://127.0.0.1:{dash}", "--working-dir", str(ROOT),
+                  "--runtime-env-json", user_env,
                   "--", sys.executable, "-m", "launch.cli", "train", *args]  # fmt: skip
         # the head's job agent comes up a few seconds after `ray start` returns (seen once): retry for a minute
         for _ in range(12):

@@ -116,3 +116,14 @@ def test_resume_rewrites_metrics_and_tensorboard_to_the_checkpoint(tmp_path):
         2,
         2,
     ]  # live gauges: the re-logged iteration overwrites
+
+
+def test_a_jobs_own_env_vars_win_over_hierarls():
+    """``ray job submit --runtime-env-json`` env vars: Ray refuses a driver runtime env that repeats a key, so
+    hierarl drops its own value for every key the job sets."""
+    from cluster.ray_cluster import job_env_vars
+
+    job = json.dumps({"runtime_env": {"env_vars": {"OMP_NUM_THREADS": "4"}, "working_dir": "x"}, "other": 1})
+    assert job_env_vars(job) == {"OMP_NUM_THREADS": "4"}
+    assert job_env_vars(json.dumps({"runtime_env": None})) == {}
+    assert job_env_vars("") == {}
