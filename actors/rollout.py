@@ -45,6 +45,7 @@ from actors.agent_loop import ModelCall, make_agent
 from actors.agents.parsing import masks_for_parse, normalize_ws, render_prompt, token_offsets_from_pieces
 from actors.env_pool import EnvPool, EnvResult, _build_env
 from actors.inference import GenerationRequest, InferenceEngine, LoraSpec, SamplingParams
+from actors.progress import Ticker
 from actors.trajectory import Trajectory, TrajectoryGroup, Turn, from_numpy_dict, to_jsonl, to_numpy_dict
 
 
@@ -533,6 +534,8 @@ class RolloutWorker:
 
         for task_id in task_ids:
             submit(task_id, 0)
+        ticker = Ticker("rollout", len(queue), "episodes")
+        steps = 0
         with self._lock:
             self._collecting = True
         try:
@@ -552,6 +555,8 @@ class RolloutWorker:
                 before_generate=self._apply_staged,
             ):
                 self.stats["episodes"] += 1
+                steps += len(traj.turns)
+                ticker.advance(1, f"{steps / max(ticker.elapsed, 1e-9):.1f} env steps/s")
                 g = pending[traj.group_id]
                 g["trajs"].append(traj)
                 if len(g["trajs"]) < group_size:
@@ -561,6 +566,7 @@ class RolloutWorker:
                     if g["attempt"] < self.config.max_group_retries:
                         self.stats["group_retries"] += 1
                         submit(g["task_id"], g["attempt"] + 1)
+                        ticker.total += group_size
                     else:
                         self.stats["groups_dropped"] += 1
                     continue
@@ -569,6 +575,7 @@ class RolloutWorker:
                 self.stats["groups"] += 1
                 yield pack_group(group, seed=seed, attempts=g["attempt"] + 1) if packed else group
         finally:
+            ticker.close(f"{steps} env steps")
             with self._lock:
                 self._collecting = False
             self._apply_staged()

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import socket
-import time
 from typing import Any
 
 import numpy as np
 import ray
 from ray.util.placement_group import remove_placement_group
 
+from actors.progress import Ticker
 from cluster.ray_cluster import WorkerResources, place_workers
 from learners.algorithm import PolicyLossFn, ValueLossFn
 from learners.batch import LearnerBatch, Sequences
@@ -52,35 +52,6 @@ def _loss_note(sums: dict[str, float], steps: int) -> str:
     return f"{key} {sums[key] / steps:.3f}" if key and steps else ""
 
 
-class _Ticker:
-    """Live progress of a long learner phase: a line at most every ``every`` seconds (so no phase is silent for
-    longer), and a closing line if any was printed."""
-
-    def __init__(self, what: str, total: int, unit: str, every: float = 10.0) -> None:
-        self.what, self.total, self.unit, self.every = what, total, unit, every
-        self.done, self.t0 = 0, time.perf_counter()
-        self.last, self.printed = self.t0, False
-
-    def advance(self, n: int, note: str = "") -> None:
-        self.done += n
-        now = time.perf_counter()
-        if now - self.last >= self.every and self.done < self.total:
-            self._print(note)
-            self.last = now
-
-    def close(self, note: str = "") -> None:
-        if self.printed:
-            self._print(note)
-
-    def _print(self, note: str) -> None:
-        self.printed = True
-        elapsed = time.perf_counter() - self.t0
-        print(
-            f"[hierarl]   {self.what}: {self.done}/{self.total} {self.unit} ({elapsed:.0f}s){' ' + note if note else ''}",
-            flush=True,
-        )
-
-
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -101,7 +72,7 @@ class LearnerGroup:
         """``method`` over all rows, split across the workers, in chunks of a few micro-batches per worker so that
         progress can be shown (the workers run their micro-batches either way)."""
         chunk = 4 * self.spec.micro_batch_size * len(self.workers)
-        ticker = _Ticker(label, len(seqs), "rows")
+        ticker = Ticker(label, len(seqs), "rows")
         outs = []
         for start in range(0, len(seqs), chunk):
             part = seqs.rows(np.arange(start, min(len(seqs), start + chunk)))
@@ -141,7 +112,7 @@ class LearnerGroup:
         rng = np.random.default_rng(seed)
         sums: dict[str, float] = {}
         steps = 0
-        ticker = _Ticker("update", epochs * -(-n // mini_batch_size), "optimizer steps")
+        ticker = Ticker("update", epochs * -(-n // mini_batch_size), "optimizer steps")
         for _ in range(epochs):
             order = rng.permutation(n)
             for start in range(0, n, mini_batch_size):

@@ -50,9 +50,10 @@ def test_iterations_without_samples_warn_then_fail(capsys):
 def test_progress_lines_for_long_learner_phases(capsys):
     """A line per advance once ``every`` seconds passed (here 0: every advance but the last), a closing line if any
     was printed; a phase that finishes within ``every`` prints nothing."""
-    from learners.group import _loss_note, _Ticker
+    from actors.progress import Ticker
+    from learners.group import _loss_note
 
-    t = _Ticker("update", 3, "optimizer steps", every=0.0)
+    t = Ticker("update", 3, "optimizer steps", every=0.0)
     t.advance(1, _loss_note({"nll": 1.0}, 1))
     t.advance(1)
     t.advance(1)
@@ -64,7 +65,7 @@ def test_progress_lines_for_long_learner_phases(capsys):
         "[hierarl]   update: 3/3 optimizer steps",
     ]
     assert lines[0].endswith("nll 1.000") and lines[-1].endswith("nll 0.500")
-    quick = _Ticker("log-probs", 8, "rows", every=60.0)
+    quick = Ticker("log-probs", 8, "rows", every=60.0)
     quick.advance(8)
     quick.close()
     assert capsys.readouterr().out == ""
