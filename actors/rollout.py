@@ -415,13 +415,22 @@ def zero_lora_weights(model_path: str, spec: LoraSpec) -> dict[str, np.ndarray]:
 class RolloutWorker:
     """Owns an inference engine and the env slots; collects whole groups (module docstring for streaming)."""
 
-    def __init__(self, config: WorkerConfig, engine: InferenceEngine | None = None) -> None:
+    def __init__(
+        self,
+        config: WorkerConfig,
+        engine: InferenceEngine | None = None,
+        *,
+        rank: int = 0,
+        world_size: int = 1,
+    ) -> None:
         """``engine``: an already built engine to use instead of building one from ``config`` (tests, or an
-        engine shared with an evaluator); its ``tokenizer`` then renders the prompts."""
+        engine shared with an evaluator); its ``tokenizer`` then renders the prompts. ``rank`` of ``world_size``
+        rollout workers names this one in its progress lines."""
         from actors.inference import make_engine
         from actors.models import resolve_model_path
 
         self.config = config
+        self.name = "rollout" if world_size == 1 else f"rollout {rank + 1}/{world_size}"
         self.model_path = resolve_model_path(config.model_path)
         lora, initial = config.lora, None
         if config.adapter_path:
@@ -534,7 +543,7 @@ class RolloutWorker:
 
         for task_id in task_ids:
             submit(task_id, 0)
-        ticker = Ticker("rollout", len(queue), "episodes")
+        ticker = Ticker(self.name, len(queue), "episodes")
         steps = 0
         with self._lock:
             self._collecting = True

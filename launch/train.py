@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import ray
 import torch
+from ray.util.placement_group import remove_placement_group
 
 from actors.demos import collect_demonstrations
 from actors.inference import LoraSpec
@@ -37,7 +38,7 @@ from actors.models import resolve_model_path
 from actors.rollout import RolloutWorker, WorkerConfig, read_peft_adapter, unpack_group
 from actors.trajectory import Trajectory
 from cluster.metrics import RunMetrics
-from cluster.ray_cluster import WorkerResources, init_ray
+from cluster.ray_cluster import WorkerResources, init_ray, place_workers
 from envs.random_policy import random_policy_success
 from launch.algos import get_algo
 from launch.config import TrainConfig, check_bc_source, resolve_algo_config, resolved_text
@@ -136,11 +137,12 @@ class Trainer:
         self.lora = lora_spec(cfg)
         gpu = 1.0 if self.device == "cuda" else 0.0
         self.rollout_cfg = rollout_worker_config(cfg, self.model_path, self.device)
-        actor_cls = ray.remote(RolloutWorker)
-        self.rollout = [
-            actor_cls.options(num_cpus=cfg.rollout.cpus_per_worker, num_gpus=gpu).remote(self.rollout_cfg)
-            for _ in range(cfg.rollout.num_workers)
-        ]
+        self.rollout, self.rollout_pg = place_workers(
+            RolloutWorker,
+            cfg.rollout.num_workers,
+            WorkerResources(cfg.rollout.cpus_per_worker, gpu),
+            self.rollout_cfg,
+        )
         self.learner_spec = LearnerSpec(
             model_path=self.model_path,
             lora=self.lora,
@@ -625,6 +627,7 @@ class Trainer:
                 print(f"[hierarl] rollout worker close failed: {e}")
             ray.kill(w)
         self.rollout = []
+        remove_placement_group(self.rollout_pg)
         self.learner.shutdown()
         if self._tb:
             self._tb.close()
