@@ -4,6 +4,7 @@ hierarl train [PRESET] [key=value ...]   the main job (no preset: hiper_textcraf
                                          --dry-run: print the resolved config and exit; --help: every key
 hierarl eval RUN_DIR [--episodes N]      success per task type of a run's latest checkpoint
 hierarl rollout [options]                play episodes, write trajectories as JSONL (+ summary)
+hierarl sweep [--dry-run] SPEC.yaml      a grid of runs on one Ray cluster, resumable; a results table + curves
 hierarl download-alfworld [DEST]         the official ALFWorld data download (needs the internet)
 hierarl presets                          list the YAML presets
 """
@@ -177,10 +178,35 @@ def cmd_presets(args: Sequence[str]) -> int:
     return 0
 
 
+def cmd_sweep(args: Sequence[str]) -> int:
+    """``hierarl sweep [--dry-run] SPEC.yaml`` (launch/sweep.py): every cell validated first, then run on one Ray
+    cluster, as many at once as it has room for; finished cells are skipped, killed ones resume."""
+    from launch.sweep import cells, load_spec, needs, run_sweep
+
+    dry_run = "--dry-run" in args
+    rest = [a for a in args if a != "--dry-run"]
+    if len(rest) != 1 or rest[0].startswith("-"):
+        print("usage: hierarl sweep [--dry-run] SPEC.yaml", file=sys.stderr)
+        return 2
+    try:
+        spec = load_spec(rest[0])
+        grid = cells(spec)
+    except (ConfigError, ValueError) as e:
+        print(f"hierarl sweep: {_one_line(e)}", file=sys.stderr)
+        return 2
+    print(f"[hierarl] sweep {rest[0]}: {len(grid)} cells in {spec.out}", flush=True)
+    if dry_run:
+        for cell in grid:
+            print(f"  {cell.name}: {needs(cell.cfg, gpu=False)['CPU']:g} CPU")
+        return 0
+    return run_sweep(spec, grid)
+
+
 COMMANDS = {
     "train": cmd_train,
     "eval": cmd_eval,
     "rollout": cmd_rollout,
+    "sweep": cmd_sweep,
     "download-alfworld": cmd_download_alfworld,
     "presets": cmd_presets,
 }

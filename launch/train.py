@@ -113,7 +113,9 @@ def rollout_worker_config(cfg: TrainConfig, model_path: str, device: str, **over
 class Trainer:
     """Holds the workers of one run; ``run()`` is the loop in the module docstring."""
 
-    def __init__(self, cfg: TrainConfig) -> None:
+    def __init__(self, cfg: TrainConfig, device: str | None = None) -> None:
+        """``device``: "cuda" or "cpu" for the workers (default: what this process sees; a sweep's cells run in Ray
+        tasks without a GPU of their own and are told)."""
         self.cfg = cfg
         self.run_dir = Path(cfg.run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -125,7 +127,7 @@ class Trainer:
         random.seed(cfg.seed)
         np.random.seed(cfg.seed)
         torch.manual_seed(cfg.seed)
-        self.device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.bc_source = check_bc_source(cfg) if cfg.bc.enabled and cfg.bc.from_run else None
         init_ray(cfg.ray_address, device=self.device)
         self.metrics = RunMetrics(run=self.run_dir.name, algo=cfg.algo, env=cfg.env.name)

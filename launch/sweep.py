@@ -1,0 +1,324 @@
+"""``hierarl sweep SPEC.yaml``: a grid of training runs (algorithm × preset × seed × any config key) scheduled on
+one Ray cluster, resumable, summarised in one table and one figure.
+
+A spec::
+
+    out: runs/sweep_demo                      # cells, results.md / results.csv and curves.png go here
+    preset: hiper_synthetic_small             # optional: the base preset of every cell (or a grid axis)
+    set: [iterations=2, eval_every=1]         # optional: overrides shared by every cell
+    grid:                                     # the axes, in this order; every combination is one cell
+      algo: [hiper, ppo]
+      seed: [0, 1, 2]
+      rollout.num_workers: [1, 2]
+
+Every cell is validated before Ray starts. A cell is one ``Trainer`` run in ``<out>/<cell>`` executed as a Ray task;
+its rollout and learner workers reserve what they need in placement groups, and the sweep starts a cell only while
+the cluster has room for all of them (cells run concurrently as far as the cluster allows; ``rollout.num_workers`` is
+an axis like any other). Re-running a sweep skips finished cells and resumes killed ones from their checkpoints.
+Works the same under ``ray job submit -- hierarl sweep SPEC.yaml`` (the driver joins the job's cluster).
+
+The table (Markdown and CSV): per cell without its seed, over seeds, the final and best eval success (mean ± std), the
+random policy's success on the same eval tasks, wall time and RL samples (episodes). ``curves.png``: eval success
+against RL samples and against wall time.
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import re
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from launch.config import ConfigError, TrainConfig, parse_cli_overrides, resolve_config, validate
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    out: str
+    grid: dict[str, list[Any]]
+    preset: str | None = None
+    set: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One run of the grid: its axis values (``preset`` among them when it is an axis) and resolved config."""
+
+    values: dict[str, Any]
+    cfg: TrainConfig
+    name: str = field(default="")
+
+    @property
+    def group(self) -> str:
+        """The cell without its seed: cells of one group differ only in the seed."""
+        return ",".join(f"{k}={v}" for k, v in self.values.items() if k != "seed") or "all"
+
+
+def load_spec(path: str | Path) -> SweepSpec:
+    """Read and check a spec file (one-line ``ConfigError`` on anything wrong)."""
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise ConfigError(f"sweep spec {path}: {' '.join(str(e).split())}") from e
+    if not isinstance(data, dict):
+        raise ConfigError(f"sweep spec {path}: expected a mapping with out, grid (and preset, set)")
+    unknown = sorted(set(data) - {"out", "grid", "preset", "set"})
+    if unknown:
+        raise ConfigError(f"sweep spec {path}: unknown key {unknown[0]!r}; allowed: out, grid, preset, set")
+    grid = data.get("grid") or {}
+    if not isinstance(grid, dict) or not grid:
+        raise ConfigError(f"sweep spec {path}: grid must map config keys to lists of values")
+    for key, values in grid.items():
+        if not isinstance(values, list) or not values:
+            raise ConfigError(f"sweep spec {path}: grid.{key} must be a non-empty list")
+    if not data.get("out"):
+        raise ConfigError(f"sweep spec {path}: out (the sweep's folder) is required")
+    fixed = data.get("set") or []
+    if isinstance(fixed, str) or not all(isinstance(s, str) for s in fixed):
+        raise ConfigError(f"sweep spec {path}: set must be a list of key=value strings")
+    return SweepSpec(out=str(data["out"]), grid=dict(grid), preset=data.get("preset"), set=tuple(fixed))
+
+
+def _cell_name(values: dict[str, Any]) -> str:
+    text = "_".join(f"{k}-{v}" for k, v in values.items())
+    return re.sub(r"[^A-Za-z0-9_.=-]", "", text.replace("/", "-"))
+
+
+def cells(spec: SweepSpec) -> list[Cell]:
+    """Every combination of the grid, resolved and validated (before anything starts)."""
+    axes = list(spec.grid)
+    out = []
+    for combo in itertools.product(*(spec.grid[a] for a in axes)):
+        values = dict(zip(axes, combo, strict=True))
+        preset = values.get("preset", spec.preset)
+        name = _cell_name(values)
+        overrides = [*spec.set, *(f"{k}={_text(v)}" for k, v in values.items() if k != "preset")]
+        parse_cli_overrides(overrides)  # key=value syntax
+        try:
+            cfg = resolve_config(preset, [*overrides, f"run_dir={Path(spec.out) / name}"])
+            validate(cfg)
+        except ConfigError as e:
+            raise ConfigError(f"sweep cell {name}: {e}") from e
+        out.append(Cell(values, cfg, name))
+    return out
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, dict | list):
+        return yaml.safe_dump(value, default_flow_style=True).strip()
+    return str(value)
+
+
+def needs(cfg: TrainConfig, gpu: bool) -> dict[str, float]:
+    """What a cell's workers reserve: its rollout and learner bundles (one GPU each on a GPU cluster)."""
+    need = {
+        "CPU": cfg.rollout.num_workers * cfg.rollout.cpus_per_worker
+        + cfg.learner.num_workers * cfg.learner.cpus_per_worker
+    }
+    if gpu:
+        need["GPU"] = float(cfg.rollout.num_workers + cfg.learner.num_workers)
+    return need
+
+
+def finished(history: Sequence[dict[str, Any]], cfg: TrainConfig) -> bool:
+    if cfg.iterations == 0:
+        return any(r.get("phase") == "bc" for r in history)
+    return any(r.get("phase") == "rl" and r.get("iteration") == cfg.iterations for r in history)
+
+
+def curve(history: Sequence[dict[str, Any]], cfg: TrainConfig) -> list[dict[str, float]]:
+    """The eval points of one run: RL samples (episodes) and wall seconds so far, eval and random success."""
+    per_iter = cfg.rollout.group_size * cfg.rollout.groups_per_iter
+    wall = 0.0
+    points = []
+    for r in history:
+        wall += float(r.get("wall_s", 0.0) if r.get("phase") == "bc" else r.get("time_iteration", 0.0))
+        if "eval_success" in r:
+            samples = per_iter * max(int(r.get("iteration", 0)), 0)
+            points.append(
+                {
+                    "samples": samples,
+                    "wall_s": wall,
+                    "eval": float(r["eval_success"]),
+                    "random": float(r.get("eval_random", float("nan"))),
+                }
+            )
+    return points
+
+
+def _mean_std(xs: Sequence[float]) -> tuple[float, float]:
+    if not xs:
+        return float("nan"), float("nan")
+    return statistics.fmean(xs), statistics.stdev(xs) if len(xs) > 1 else 0.0
+
+
+def summarize(results: Sequence[tuple[Cell, list[dict[str, Any]]]]) -> list[dict[str, Any]]:
+    """One row per cell group (mean ± std over its seeds' runs)."""
+    groups: dict[str, list[tuple[Cell, list[dict[str, Any]]]]] = {}
+    for cell, history in results:
+        groups.setdefault(cell.group, []).append((cell, history))
+    rows = []
+    for group, members in groups.items():
+        finals, bests, randoms, walls, samples, done = [], [], [], [], [], 0
+        for cell, history in members:
+            points = curve(history, cell.cfg)
+            if not points:
+                continue
+            done += finished(history, cell.cfg)
+            finals.append(points[-1]["eval"])
+            bests.append(max(p["eval"] for p in points))
+            randoms.append(points[-1]["random"])
+            walls.append(points[-1]["wall_s"])
+            samples.append(points[-1]["samples"])
+        final, final_sd = _mean_std(finals)
+        best, best_sd = _mean_std(bests)
+        rows.append(
+            {
+                "cell": group,
+                "seeds": len(members),
+                "finished": done,
+                "final_eval": final,
+                "final_eval_std": final_sd,
+                "best_eval": best,
+                "best_eval_std": best_sd,
+                "random": _mean_std([r for r in randoms if r == r])[0],
+                "wall_s": _mean_std(walls)[0],
+                "samples": _mean_std(samples)[0],
+            }
+        )
+    return rows
+
+
+def write_table(rows: Sequence[dict[str, Any]], out: Path) -> str:
+    """``results.csv`` and ``results.md`` in ``out``; returns the Markdown."""
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "results.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["cell"])
+        writer.writeheader()
+        writer.writerows(rows)
+    lines = [
+        "| cell | seeds (finished) | final eval | best eval | random policy | wall time | RL samples |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['cell']} | {r['seeds']} ({r['finished']}) | {r['final_eval']:.3f} ± {r['final_eval_std']:.3f} | "
+            f"{r['best_eval']:.3f} ± {r['best_eval_std']:.3f} | {r['random']:.3f} | {r['wall_s']:.0f} s | "
+            f"{r['samples']:.0f} |"
+        )
+    text = "\n".join(lines) + "\n"
+    (out / "results.md").write_text(text)
+    return text
+
+
+def plot(results: Sequence[tuple[Cell, list[dict[str, Any]]]], path: Path) -> None:
+    """Eval success vs RL samples and vs wall time, one line per cell group (mean over seeds at each point)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax_s, ax_t) = plt.subplots(1, 2, figsize=(11, 4))
+    groups: dict[str, list[list[dict[str, float]]]] = {}
+    for cell, history in results:
+        groups.setdefault(cell.group, []).append(curve(history, cell.cfg))
+    for group, runs in groups.items():
+        n = min((len(c) for c in runs), default=0)
+        if n == 0:
+            continue
+        mean = [statistics.fmean(c[i]["eval"] for c in runs) for i in range(n)]
+        ax_s.plot([runs[0][i]["samples"] for i in range(n)], mean, marker="o", label=group)
+        ax_t.plot([statistics.fmean(c[i]["wall_s"] for c in runs) for i in range(n)], mean, marker="o")
+    ax_s.set(xlabel="RL samples (episodes)", ylabel="eval success", ylim=(-0.02, 1.02))
+    ax_t.set(xlabel="wall time (s)", ylim=(-0.02, 1.02))
+    ax_s.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def read_history(run_dir: Path) -> list[dict[str, Any]]:
+    path = run_dir / "metrics.jsonl"
+    if not path.exists():
+        return []
+    import json
+
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _run_cell(cfg: TrainConfig, device: str) -> None:
+    """One cell, inside a Ray task: the same ``Trainer`` as ``hierarl train`` (it joins the sweep's cluster)."""
+    from launch.train import Trainer
+
+    trainer = Trainer(cfg, device=device)
+    try:
+        trainer.run()
+    finally:
+        trainer.close()
+
+
+def _fits(need: dict[str, float], used: dict[str, float], total: dict[str, float]) -> bool:
+    return all(used.get(k, 0.0) + v <= total.get(k, 0.0) + 1e-9 for k, v in need.items())
+
+
+def run_sweep(spec: SweepSpec, grid: Sequence[Cell], ray_address: str = "") -> int:
+    """Run the unfinished cells on one Ray cluster, as many at once as its resources allow; then write the table
+    and the curves. Returns 0 when every cell finished, 1 otherwise (the failures are printed)."""
+    import dataclasses
+
+    import ray
+
+    from cluster.ray_cluster import init_ray
+
+    total = init_ray(ray_address)
+    device = "cuda" if total.get("GPU", 0) > 0 else "cpu"
+    out = Path(spec.out)
+    todo = []
+    for cell in grid:
+        history = read_history(Path(cell.cfg.run_dir))
+        if finished(history, cell.cfg):
+            print(f"[hierarl] sweep: {cell.name} finished before, skipped", flush=True)
+            continue
+        cfg = dataclasses.replace(cell.cfg, resume=Path(cell.cfg.run_dir).exists())
+        need = needs(cfg, device == "cuda")
+        if not _fits(need, {}, total):
+            raise ConfigError(f"sweep cell {cell.name} needs {need}, more than the cluster has ({total})")
+        todo.append((cell, cfg, need))
+    task = ray.remote(num_cpus=0, max_retries=0)(_run_cell)
+    running: dict[Any, tuple[Cell, dict[str, float]]] = {}
+    used: dict[str, float] = {}
+    failures = []
+    while todo or running:
+        while todo and _fits(todo[0][2], used, total):
+            cell, cfg, need = todo.pop(0)
+            verb = "resumes" if cfg.resume else "starts"
+            print(f"[hierarl] sweep: {cell.name} {verb} ({len(running) + 1} running)", flush=True)
+            running[task.remote(cfg, device)] = (cell, need)
+            for k, v in need.items():
+                used[k] = used.get(k, 0.0) + v
+        ready, _ = ray.wait(list(running), num_returns=1)
+        for ref in ready:
+            cell, need = running.pop(ref)
+            for k, v in need.items():
+                used[k] -= v
+            try:
+                ray.get(ref)
+                print(f"[hierarl] sweep: {cell.name} done", flush=True)
+            except Exception as e:  # one cell's failure must not end the others
+                failures.append(cell.name)
+                print(f"[hierarl] sweep: {cell.name} FAILED: {' '.join(str(e).split())[:500]}", flush=True)
+    results = [(cell, read_history(Path(cell.cfg.run_dir))) for cell in grid]
+    table = write_table(summarize(results), out)
+    plot(results, out / "curves.png")
+    print(f"[hierarl] sweep results ({out / 'results.md'}, results.csv, curves.png):\n{table}", flush=True)
+    if failures:
+        print(f"[hierarl] sweep: {len(failures)} cell(s) failed: {', '.join(failures)}", flush=True)
+    return 1 if failures else 0
