@@ -104,10 +104,20 @@ def cmd_train(args: Sequence[str]) -> int:
 
 
 def cmd_eval(args: Sequence[str]) -> int:
-    p = argparse.ArgumentParser(prog="hierarl eval", description="Evaluate a run's latest checkpoint.")
+    p = argparse.ArgumentParser(
+        prog="hierarl eval",
+        description="Evaluate a run's latest checkpoint: the paper-style table per task type, beside the random "
+        "policy on the same tasks; written to <run>/eval_<split>.md and .csv.",
+    )
     p.add_argument("run_dir")
     p.add_argument("--episodes", type=int, default=0, help="0: the whole eval split")
-    p.add_argument("--split", default=None)
+    p.add_argument(
+        "--split",
+        default=None,
+        help="comma-separated splits, e.g. ALFWorld's eval_in_distribution,eval_out_of_distribution (seen / "
+        "unseen); default: the run's env.eval_split",
+    )
+    p.add_argument("--no-random", action="store_true", help="skip the random-policy column (slow envs)")
     a = p.parse_args(args)
     run = Path(a.run_dir)
     latest = run / "checkpoints" / "latest"
@@ -122,13 +132,10 @@ def cmd_eval(args: Sequence[str]) -> int:
     import envs
     from actors.models import resolve_model_path
     from actors.rollout import RolloutWorker
+    from envs.random_policy import random_policy_success
+    from launch.report import eval_markdown, eval_rows, task_type, write_eval
     from launch.train import rollout_worker_config
 
-    probe = envs.make(cfg.env.name, **dict(cfg.env.options))
-    tasks = probe.task_ids(a.split or cfg.env.eval_split)
-    probe.close()
-    if a.episodes:
-        tasks = tasks[: a.episodes]
     m_path = resolve_model_path(cfg.model.path, cfg.model.cache_dir)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     worker = RolloutWorker(
@@ -136,22 +143,33 @@ def cmd_eval(args: Sequence[str]) -> int:
             cfg, m_path, device, adapter_path=str(adapter), temperature=cfg.rollout.eval_temperature
         )
     )
-    t0 = time.perf_counter()
     try:
-        groups = worker.collect(tasks, 1, cfg.seed, packed=False)
+        for split in (a.split or cfg.env.eval_split).split(","):
+            probe = envs.make(cfg.env.name, **dict(cfg.env.options))
+            tasks = probe.task_ids(split)
+            tasks = tasks[: a.episodes] if a.episodes else tasks
+            t0 = time.perf_counter()
+            groups = worker.collect(tasks, 1, cfg.seed, packed=False)
+            trajs = [t for g in groups for t in g.trajectories]  # type: ignore[union-attr]
+            chance: dict[str, float] = {}
+            if not a.no_random:
+                by_type: dict[str, list[str]] = {}
+                for t in trajs:
+                    by_type.setdefault(task_type(t), []).append(t.task_id)
+                for name, ids in by_type.items():
+                    base = random_policy_success(probe, ids, max_steps=cfg.env.max_steps, seed=cfg.seed)
+                    chance[name] = float("nan") if base is None else base.success
+            probe.close()
+            rows = eval_rows(trajs, chance)
+            title = (
+                f"{cfg.algo} / {cfg.rollout.agent} on {cfg.env.name} {split} ({len(trajs)} episodes, "
+                f"{time.perf_counter() - t0:.0f}s; checkpoint {adapter.parent.name})"
+            )
+            text = eval_markdown(rows, title)
+            write_eval(rows, text, run / f"eval_{split}")
+            print(text, flush=True)
     finally:
         worker.close()
-    trajs = [t for g in groups for t in g.trajectories]  # type: ignore[union-attr]
-    per_type: dict[str, list[bool]] = {}
-    for t in trajs:
-        per_type.setdefault(str(t.info.get("task_type", "all")), []).append(t.won)
-    print(
-        f"{cfg.algo} / {cfg.rollout.agent} on {cfg.env.name} ({len(trajs)} episodes, {time.perf_counter() - t0:.0f}s)"
-    )
-    print(f"  {'task type':<28} {'n':>4} {'success':>8}")
-    for k, v in sorted(per_type.items()):
-        print(f"  {k:<28} {len(v):>4} {sum(v) / len(v):>8.3f}")
-    print(f"  {'all':<28} {len(trajs):>4} {sum(t.won for t in trajs) / max(1, len(trajs)):>8.3f}")
     return 0
 
 

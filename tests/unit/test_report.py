@@ -1,0 +1,36 @@
+"""The paper-style eval table (launch/report.py): rows per task type and ``all``, beside the random policy."""
+
+import math
+
+import pytest
+
+from actors.trajectory import Decision, Trajectory, Turn
+from launch.report import eval_markdown, eval_rows
+
+
+def _traj(task_type: str, won: bool, score: float, valid: list[bool]) -> Trajectory:
+    turns = [Turn([1], [2], [0.0], decision=Decision(action="a", valid=v)) for v in valid]
+    return Trajectory("t", "g", "task", "alfworld", turns, won=won, score=score, info={"task_type": task_type})
+
+
+def test_rows_per_type_and_all_weighted_by_episodes():
+    trajs = [
+        _traj("pick", True, 1.0, [True, True]),
+        _traj("pick", False, 0.0, [True, False]),
+        _traj("clean", True, 1.0, [True]),
+    ]
+    rows = eval_rows(trajs, {"pick": 0.25, "clean": 0.1})
+    assert [r["task_type"] for r in rows] == ["clean", "pick", "all"]
+    clean, pick, total = rows
+    assert (clean["episodes"], clean["success"], clean["random"]) == (1, 1.0, 0.1)
+    assert (pick["episodes"], pick["success"], pick["valid_format"]) == (2, 0.5, 0.75)  # 3 of 4 turns well-formed
+    # all: 2 of 3 won; valid 4 of 5 turns; random weighted by episodes: (0.1 * 1 + 0.25 * 2) / 3 = 0.2
+    assert total["success"] == pytest.approx(2 / 3) and total["valid_format"] == pytest.approx(0.8)
+    assert total["random"] == pytest.approx(0.2) and total["score"] == pytest.approx(2 / 3)
+    text = eval_markdown(rows, "title")
+    assert "| pick | 2 | 0.500 | 0.500 | 0.75 | 0.250 |" in text
+
+
+def test_one_type_has_no_separate_all_row_and_unknown_chance_is_nan():
+    rows = eval_rows([_traj("", True, 1.0, [True])], {})
+    assert [r["task_type"] for r in rows] == ["all"] and math.isnan(rows[0]["random"])
