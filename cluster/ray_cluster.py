@@ -114,13 +114,21 @@ def place_workers(
         bundle["GPU"] = resources.num_gpus
     pg: PlacementGroup = placement_group([bundle] * n, strategy="PACK")
     ray.get(pg.ready(), timeout=300)
-    remote_cls = ray.remote(cls)
-    actors = [
-        remote_cls.options(
+    actors = [spawn_in_bundle(cls, pg, i, n, resources, *args, **kwargs) for i in range(n)]
+    return actors, pg
+
+
+def spawn_in_bundle(
+    cls: type, pg: PlacementGroup, index: int, n: int, resources: WorkerResources, *args: Any, **kwargs: Any
+) -> Any:
+    """Actor ``index`` of ``n`` in bundle ``index`` of ``pg``: how ``place_workers`` creates them, and how a dead
+    one is replaced in the place it held."""
+    return (
+        ray.remote(cls)
+        .options(
             num_cpus=resources.num_cpus,
             num_gpus=resources.num_gpus,
-            scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i),
-        ).remote(*args, rank=i, world_size=n, **kwargs)
-        for i in range(n)
-    ]
-    return actors, pg
+            scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=index),
+        )
+        .remote(*args, rank=index, world_size=n, **kwargs)
+    )

@@ -119,6 +119,10 @@ class RolloutConfig:
     """HiPER C.1 validation temperature."""
     max_group_retries: int = 2
     """Times a group with a crashed/hung env is replayed whole before it is dropped."""
+    max_restarts: int = 3
+    """Rollout workers that die (process killed, node lost) are replaced in their placement-group bundle and their
+    in-flight groups re-collected whole, up to this many times per run (a resumed run counts afresh); then the
+    run ends with an error. Logged as a line and as ``total_rollout_restarts``."""
     max_empty_iterations: int = 3
     """An iteration whose groups were all dropped trains on nothing: it is skipped with a warning (not
     checkpointed), and this many in a row end the run with an error."""
@@ -547,6 +551,7 @@ def _check_ranges(cfg: TrainConfig) -> None:
             "a number >= 0 (0: greedy)",
         ),
         (r.max_group_retries >= 0, "rollout.max_group_retries", r.max_group_retries, "an integer >= 0"),
+        (r.max_restarts >= 0, "rollout.max_restarts", r.max_restarts, "an integer >= 0"),
         (
             r.max_empty_iterations >= 1,
             "rollout.max_empty_iterations",

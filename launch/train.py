@@ -24,12 +24,14 @@ import shutil
 import time
 from collections.abc import Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import ray
 import torch
+from ray.exceptions import RayActorError
 from ray.util.placement_group import remove_placement_group
 
 from actors.demos import collect_demonstrations
@@ -38,7 +40,7 @@ from actors.models import resolve_model_path
 from actors.rollout import RolloutWorker, WorkerConfig, read_peft_adapter, unpack_group
 from actors.trajectory import Trajectory
 from cluster.metrics import RunMetrics
-from cluster.ray_cluster import WorkerResources, init_ray, place_workers
+from cluster.ray_cluster import WorkerResources, init_ray, place_workers, spawn_in_bundle
 from envs.random_policy import random_policy_success
 from launch.algos import get_algo
 from launch.config import TrainConfig, check_bc_source, resolve_algo_config, resolved_text
@@ -110,6 +112,17 @@ def rollout_worker_config(cfg: TrainConfig, model_path: str, device: str, **over
     return WorkerConfig(**{**fields, **overrides})
 
 
+@dataclass
+class Collection:
+    """One rollout worker's share of a collection: which worker, the call (to replay on a replacement) and its
+    result's object ref."""
+
+    worker: int
+    ref: Any
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+
+
 class Trainer:
     """Holds the workers of one run; ``run()`` is the loop in the module docstring."""
 
@@ -137,7 +150,7 @@ class Trainer:
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         self.pad_id = self.tokenizer.pad_token_id or self.tokenizer.eos_token_id
         self.lora = lora_spec(cfg)
-        gpu = 1.0 if self.device == "cuda" else 0.0
+        gpu = self.gpu = 1.0 if self.device == "cuda" else 0.0
         self.rollout_cfg = rollout_worker_config(cfg, self.model_path, self.device)
         self.rollout, self.rollout_pg = place_workers(
             RolloutWorker,
@@ -164,7 +177,8 @@ class Trainer:
         self.version = 0
         # the last two adapters pushed: a one-step-off checkpoint saves the older (its in-flight rollouts' adapter)
         self._pushed: list[dict[str, np.ndarray]] = []
-        self._pending: list[ray.ObjectRef] = []  # the next iteration's rollouts, in flight (one-step-off)
+        self._pending: list[Collection] = []  # the next iteration's rollouts, in flight (one-step-off)
+        self.rollout_restarts = 0  # rollout workers replaced after dying (``rollout.max_restarts``)
         self._empty_in_a_row = 0  # consecutive iterations without samples
         self._counters: dict[str, float] = {}  # the rollout workers' cumulative fault counters, last seen
         self.train_ids: list[str] = []
@@ -193,33 +207,87 @@ class Trainer:
         weights = self.learner.adapter_weights() if weights is None else weights
         self._pushed = [*self._pushed[-1:], weights]
         ref = ray.put(weights)
-        ok = ray.get([w.set_weights.remote(ref, self.version) for w in self.rollout])
+        ok = []
+        for i in range(len(self.rollout)):
+            try:
+                ok.append(ray.get(self.rollout[i].set_weights.remote(ref, self.version)))
+            except RayActorError as e:  # a dead worker is replaced with these weights
+                self.replace_rollout_worker(i, e)
+                ok.append(True)
         if not all(ok):
             print(f"[hierarl] warning: {ok.count(False)} rollout worker(s) kept the old adapter", flush=True)
         return time.perf_counter() - t0
 
     def start_collect(
         self, task_ids: Sequence[str], group_size: int, seed: int, *, temperature: float
-    ) -> list[ray.ObjectRef]:
+    ) -> list[Collection]:
         """Split the tasks over the rollout workers; whole groups only (failed groups are retried by the worker)."""
         shards = [list(task_ids[i :: len(self.rollout)]) for i in range(len(self.rollout))]
-        return [
-            w.collect.remote(s, group_size, seed + k, temperature=temperature, sample_seed=seed + k)
-            for k, (w, s) in enumerate(zip(self.rollout, shards, strict=True))
-            if s
-        ]
+        out = []
+        for k, shard in enumerate(shards):
+            if shard:
+                c = Collection(
+                    k,
+                    None,
+                    (shard, group_size, seed + k),
+                    {"temperature": temperature, "sample_seed": seed + k},
+                )
+                out.append(self.submit(c))
+        return out
 
-    @staticmethod
-    def gather(refs: list[ray.ObjectRef]) -> list[Trajectory]:
-        groups = [unpack_group(g) for gs in ray.get(refs) for g in gs]
+    def submit(self, c: Collection) -> Collection:
+        c.ref = self.rollout[c.worker].collect.remote(*c.args, **c.kwargs)
+        return c
+
+    def gather(self, collections: list[Collection]) -> list[Trajectory]:
+        """The groups of every collection; one whose worker died is re-collected whole by its replacement (the
+        dead worker's partial groups are never used)."""
+        packed = []
+        for c in collections:
+            while True:
+                try:
+                    packed.extend(ray.get(c.ref))
+                    break
+                except RayActorError as e:
+                    self.replace_rollout_worker(c.worker, e)
+                    self.submit(c)
+        groups = [unpack_group(g) for g in packed]
         return [t for g in groups for t in g.trajectories]
+
+    def replace_rollout_worker(self, index: int, error: Exception) -> None:
+        """A new rollout worker in the dead one's placement-group bundle, with the newest adapter pushed."""
+        if self.rollout_restarts >= self.cfg.rollout.max_restarts:
+            raise RuntimeError(
+                f"rollout worker {index} died ({type(error).__name__}) and rollout.max_restarts "
+                f"({self.cfg.rollout.max_restarts}) replacements were used up"
+            ) from error
+        self.rollout_restarts += 1
+        t0 = time.perf_counter()
+        ray.kill(self.rollout[index])
+        n = len(self.rollout)
+        self.rollout[index] = spawn_in_bundle(
+            RolloutWorker,
+            self.rollout_pg,
+            index,
+            n,
+            WorkerResources(self.cfg.rollout.cpus_per_worker, self.gpu),
+            self.rollout_cfg,
+        )
+        if self._pushed:
+            ray.get(self.rollout[index].set_weights.remote(ray.put(self._pushed[-1]), self.version))
+        print(
+            f"[hierarl] rollout worker {index} died ({type(error).__name__}); replaced in "
+            f"{time.perf_counter() - t0:.1f}s with adapter v{self.version} "
+            f"({self.rollout_restarts}/{self.cfg.rollout.max_restarts} restarts); its groups are re-collected",
+            flush=True,
+        )
 
     def collect(
         self, task_ids: Sequence[str], group_size: int, seed: int, *, temperature: float
     ) -> list[Trajectory]:
         return self.gather(self.start_collect(task_ids, group_size, seed, temperature=temperature))
 
-    def start_rl_rollouts(self, iteration: int) -> list[ray.ObjectRef]:
+    def start_rl_rollouts(self, iteration: int) -> list[Collection]:
         """Iteration ``iteration``'s training groups: tasks and sampling seeds depend on (seed, iteration) only,
         so a resumed or one-step-off run draws exactly what the uninterrupted synchronous one draws."""
         cfg = self.cfg
@@ -557,7 +625,8 @@ class Trainer:
             if self._pending:
                 # timed apart: the push below would otherwise queue behind these rollouts in the actors
                 with timed(timings, "rollout_wait"):
-                    ray.wait(self._pending, num_returns=len(self._pending))
+                    refs = [c.ref for c in self._pending]
+                    ray.wait(refs, num_returns=len(refs))
             with timed(timings, "push"):
                 self.push_weights()
             record: dict[str, Any] = {
@@ -591,6 +660,7 @@ class Trainer:
         for c in ray.get([w.counters.remote() for w in self.rollout]):
             for k, v in c.items():
                 totals[k] = totals.get(k, 0) + v
+        totals["rollout_restarts"] = self.rollout_restarts  # a replaced worker's own counters start again at 0
         grew = {
             k: v - self._counters.get(k, 0)
             for k, v in totals.items()
