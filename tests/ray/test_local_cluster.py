@@ -19,25 +19,14 @@ from pathlib import Path
 
 import pytest
 
-TINY = [
-    "model.path=tiny",
-    "model.dtype=float32",
-    "model.lora_rank=4",
-    "model.lora_alpha=8",
-    "model.max_model_len=512",
-    "env.name=synthetic",
-    "env.max_steps=3",
-    "env.workers_per_rollout=4",
-    'env.options={"stages": [2], "actions_per_stage": 1, "distractors": 1}',
-    "rollout.engine=hf",
+from tests.ray.test_train import TINY
+
+RUN = [
+    *TINY,
     "rollout.agent=react",
-    "rollout.group_size=2",
-    "rollout.groups_per_iter=2",
     "rollout.max_new_tokens=8",
-    "learner.dtype=float32",
     "learner.num_workers=2",  # two ranks: the rendezvous store and gloo's pairs are listeners too
     "learner.micro_batch_size=4",
-    "learner.mini_batch_size=8",
     "bc.enabled=false",
     "eval_every=0",
     "iterations=1",
@@ -85,7 +74,7 @@ def _child(run_dir: str) -> None:
     from launch.config import resolve_config
     from launch.train import Trainer
 
-    trainer = Trainer(resolve_config(None, [*TINY, f"run_dir={run_dir}"]))
+    trainer = Trainer(resolve_config(None, [*RUN, f"run_dir={run_dir}"]))
     try:
         trainer.run()
         node = ray._private.worker.global_worker.node  # the ports this run's cluster chose

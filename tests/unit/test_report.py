@@ -10,7 +10,9 @@ from launch.report import eval_markdown, eval_rows
 
 def _traj(task_type: str, won: bool, score: float, valid: list[bool]) -> Trajectory:
     turns = [Turn([1], [2], [0.0], decision=Decision(action="a", valid=v)) for v in valid]
-    return Trajectory("t", "g", "task", "alfworld", turns, won=won, score=score, info={"task_type": task_type})
+    return Trajectory(
+        "t", "g", "task", "alfworld", turns, won=won, score=score, info={"task_type": task_type}
+    )
 
 
 def test_rows_per_type_and_all_weighted_by_episodes():
@@ -23,7 +25,11 @@ def test_rows_per_type_and_all_weighted_by_episodes():
     assert [r["task_type"] for r in rows] == ["clean", "pick", "all"]
     clean, pick, total = rows
     assert (clean["episodes"], clean["success"], clean["random"]) == (1, 1.0, 0.1)
-    assert (pick["episodes"], pick["success"], pick["valid_format"]) == (2, 0.5, 0.75)  # 3 of 4 turns well-formed
+    assert (pick["episodes"], pick["success"], pick["valid_format"]) == (
+        2,
+        0.5,
+        0.75,
+    )  # 3 of 4 turns well-formed
     # all: 2 of 3 won; valid 4 of 5 turns; random weighted by episodes: (0.1 * 1 + 0.25 * 2) / 3 = 0.2
     assert total["success"] == pytest.approx(2 / 3) and total["valid_format"] == pytest.approx(0.8)
     assert total["random"] == pytest.approx(0.2) and total["score"] == pytest.approx(2 / 3)
