@@ -149,6 +149,10 @@ class LearnerConfig:
     max_grad_norm: float = 1.0
     max_seq_len: int = 1024
     """Training rows are cut to this many tokens (prompt + response)."""
+    max_restarts: int = 2
+    """A learner worker that dies ends its DeepSpeed group: the group is rebuilt, reloads the newest readable
+    checkpoint and redoes the update on the iteration's rollouts (kept), up to this many times per run; then the
+    run ends with an error. Logged as a line and as ``total_learner_restarts``."""
     negate_advantages: bool = False
     """Negative control for benchmarks only: train on −A (every advantage the algorithm computed, after
     normalisation). A run with it on must not gain over its start (``bench/bench_learning.py --negative-control``)."""
@@ -573,6 +577,7 @@ def _check_ranges(cfg: TrainConfig) -> None:
         ),
         (lr.ppo_epochs >= 1, "learner.ppo_epochs", lr.ppo_epochs, ge1),
         (lr.max_grad_norm > 0, "learner.max_grad_norm", lr.max_grad_norm, gt0),
+        (lr.max_restarts >= 0, "learner.max_restarts", lr.max_restarts, "an integer >= 0"),
         (lr.max_seq_len >= 1, "learner.max_seq_len", lr.max_seq_len, ge1),
         (bc.episodes >= 1, "bc.episodes", bc.episodes, ge1),
         (bc.epochs >= 0, "bc.epochs", bc.epochs, "an integer >= 0"),

@@ -179,6 +179,7 @@ class Trainer:
         self._pushed: list[dict[str, np.ndarray]] = []
         self._pending: list[Collection] = []  # the next iteration's rollouts, in flight (one-step-off)
         self.rollout_restarts = 0  # rollout workers replaced after dying (``rollout.max_restarts``)
+        self.learner_restarts = 0  # learner groups rebuilt after a worker died (``learner.max_restarts``)
         self._empty_in_a_row = 0  # consecutive iterations without samples
         self._counters: dict[str, float] = {}  # the rollout workers' cumulative fault counters, last seen
         self.train_ids: list[str] = []
@@ -253,6 +254,50 @@ class Trainer:
                     self.submit(c)
         groups = [unpack_group(g) for g in packed]
         return [t for g in groups for t in g.trajectories]
+
+    def update_recovering(self, trajs: list[Trajectory], it: int) -> tuple[dict[str, Any], dict[str, float]]:
+        """``update`` on iteration ``it``'s rollouts; if a learner worker dies, the group is rebuilt from the newest
+        readable checkpoint and the update redone on the same rollouts."""
+        while True:
+            try:
+                return self.update(trajs, self.algo, self.algo_cfg, seed=self.cfg.seed + it)
+            except RayActorError as e:
+                self.rebuild_learner(e)
+
+    def rebuild_learner(self, error: Exception) -> None:
+        """A new learner group (new placement group and rendezvous) loaded from the newest readable checkpoint."""
+        limit = self.cfg.learner.max_restarts
+        if self.learner_restarts >= limit:
+            raise RuntimeError(
+                f"a learner worker died ({type(error).__name__}) and learner.max_restarts ({limit}) rebuilds were "
+                "used up"
+            ) from error
+        t0 = time.perf_counter()
+        self.learner.shutdown()
+        self.learner = LearnerGroup(
+            self.learner_spec,
+            self.cfg.learner.num_workers,
+            WorkerResources(self.cfg.learner.cpus_per_worker, self.gpu),
+        )
+        for path in checkpoint_candidates(self.run_dir / "checkpoints"):
+            try:
+                self.learner.load_checkpoint(str(path))
+                break
+            except Exception as e:  # unreadable: the previous one
+                print(
+                    f"[hierarl] checkpoint {path} is unreadable ({type(e).__name__}: {e}); trying an older one"
+                )
+        else:
+            raise RuntimeError(
+                f"a learner worker died ({type(error).__name__}) and there is no checkpoint to rebuild from"
+            ) from error
+        self.learner_restarts += 1
+        print(
+            f"[hierarl] a learner worker died ({type(error).__name__}); group rebuilt from {path} in "
+            f"{time.perf_counter() - t0:.1f}s ({self.learner_restarts}/{limit}); the update is redone on the "
+            "iteration's rollouts",
+            flush=True,
+        )
 
     def replace_rollout_worker(self, index: int, error: Exception) -> None:
         """A new rollout worker in the dead one's placement-group bundle, with the newest adapter pushed."""
@@ -533,10 +578,7 @@ class Trainer:
         latest = root / "latest"
         if not (self.cfg.resume and latest.exists()):
             return False
-        first = latest.read_text().strip()
-        candidates = [first] + [f"iter_{k}" for k in sorted(_checkpoint_iterations(root), reverse=True)]
-        for name in dict.fromkeys(candidates):
-            path = root / name
+        for path in checkpoint_candidates(root):
             try:
                 self.learner.load_checkpoint(str(path))
                 state = torch.load(path / "driver.pt", weights_only=False)
@@ -620,7 +662,7 @@ class Trainer:
             stats["policy_lag"] = self.version - min(
                 (turn.policy_version for t in trajs for turn in t.turns), default=self.version
             )
-            metrics, t_upd = self.update(trajs, self.algo, self.algo_cfg, seed=cfg.seed + it)
+            metrics, t_upd = self.update_recovering(trajs, it)
             timings.update(t_upd)
             if self._pending:
                 # timed apart: the push below would otherwise queue behind these rollouts in the actors
@@ -660,7 +702,10 @@ class Trainer:
         for c in ray.get([w.counters.remote() for w in self.rollout]):
             for k, v in c.items():
                 totals[k] = totals.get(k, 0) + v
-        totals["rollout_restarts"] = self.rollout_restarts  # a replaced worker's own counters start again at 0
+        totals["rollout_restarts"] = (
+            self.rollout_restarts
+        )  # a replaced worker's own counters start again at 0
+        totals["learner_restarts"] = self.learner_restarts
         grew = {
             k: v - self._counters.get(k, 0)
             for k, v in totals.items()
@@ -708,6 +753,14 @@ class Trainer:
 def _checkpoint_iterations(root: Path) -> list[int]:
     """Iterations with a complete checkpoint folder (``iter_<k>``; temporary ``.iter_<k>.tmp`` ones are not)."""
     return sorted(int(p.name[5:]) for p in root.glob("iter_*") if p.is_dir() and p.name[5:].isdigit())
+
+
+def checkpoint_candidates(root: Path) -> list[Path]:
+    """The checkpoints to try, newest first: ``latest``'s target, then every complete ``iter_<k>`` downwards."""
+    latest = root / "latest"
+    first = [latest.read_text().strip()] if latest.exists() else []
+    names = first + [f"iter_{k}" for k in sorted(_checkpoint_iterations(root), reverse=True)]
+    return [root / name for name in dict.fromkeys(names)]
 
 
 def checkpoints_to_prune(iterations: Sequence[int], keep_last: int) -> list[int]:
