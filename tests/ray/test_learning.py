@@ -15,7 +15,7 @@ episode-level advantage, so the swap mirrors it exactly; HiPER's and PPO's credi
 truncated last step, so their swap is not a mirror image). No sampling happens anywhere (stand-in engines, float32
 pinned), so the direction and size do not depend on the CPU kind. Measured on an AMD EPYC (AVX2, fp32): gap +0.178
 before; after 3 updates HiPER +0.595 (+0.42; +0.48 while β_t still read the engine's log-probs), PPO +1.155
-(+0.98), GRPO +1.278 (+1.10), GRPO with swapped rewards -0.724 (-0.90), HiPER with ``learner.negate_advantages``
+(+0.98), GRPO +1.278 (+1.10), HIPIF +1.239 (+1.07; its own folded-history protocol), HIPIF+GiGPO +1.225 (+1.06), GRPO with swapped rewards -0.724 (-0.90), HiPER with ``learner.negate_advantages``
 -0.135 (-0.31); with the driver's advantages negated as a code mutation PPO went to -0.607 and the test failed. The SmolLM2 version of this test asserted a success rate over 24 sampled episodes after one RL
 iteration: it passed on AMX/bf16 machines and failed on AVX2/fp32 ones (issue 16), and its bar was below a random
 policy's success on its tasks (0.58).
@@ -121,6 +121,7 @@ def gap(trainer: Trainer, won: list, lost: list) -> float:
         ("ppo", ""),
         ("grpo", ""),
         ("hipif", ""),
+        ("hipif_gigpo", ""),
         ("grpo", "swap_rewards"),
         ("hiper", "negate_advantages"),
     ],
@@ -129,7 +130,9 @@ def test_updates_move_probability_to_the_rewarded_episodes(ray_local, tmp_path, 
     """``control``: a negative control that must reverse the direction — the environment's verdict swapped, or the
     run config's ``learner.negate_advantages`` (the benchmark negative control, through the driver)."""
     negate = [f"learner.negate_advantages={control == 'negate_advantages'}"]
-    agent = ["rollout.agent=hipif"] if algo == "hipif" else []  # HIPIF is defined with its own protocol
+    agent = (
+        ["rollout.agent=hipif"] if algo.startswith("hipif") else []
+    )  # HIPIF is defined with its own protocol
     cfg = resolve_config(None, [*SETTING, *negate, *agent, f"algo={algo}", f"run_dir={tmp_path}"])
     trainer = Trainer(cfg)
     try:
