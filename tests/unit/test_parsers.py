@@ -415,6 +415,24 @@ _TAGGY = st.lists(
 @settings(max_examples=150, deadline=None)
 @given(text=st.one_of(st.text(max_size=80), _TAGGY), name=st.sampled_from(sorted(PARSERS)))
 def test_parsers_never_raise_and_spans_are_sane(text, name):
+    _check_parse(name, text)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(PARSERS))
+def test_parsers_never_raise_on_ten_thousand_outputs_each(name):
+    """The same property at 10,000 examples per protocol (issue 15): malformed model output is an invalid turn,
+    never a crash."""
+
+    @settings(max_examples=10_000, deadline=None, database=None)
+    @given(text=st.one_of(st.text(max_size=120), _TAGGY))
+    def check(text):
+        _check_parse(name, text)
+
+    check()
+
+
+def _check_parse(name: str, text: str) -> None:
     res = PARSERS[name](text)
     assert res.valid == (not res.errors)
     for s, e in res.spans.values():
