@@ -565,7 +565,7 @@ class RolloutWorker:
             ):
                 self.stats["episodes"] += 1
                 steps += len(traj.turns)
-                ticker.advance(1, f"{steps / max(ticker.elapsed, 1e-9):.1f} env steps/s")
+                ticker.advance(1, f"{steps} env steps in finished episodes")
                 g = pending[traj.group_id]
                 g["trajs"].append(traj)
                 if len(g["trajs"]) < group_size:
@@ -584,7 +584,7 @@ class RolloutWorker:
                 self.stats["groups"] += 1
                 yield pack_group(group, seed=seed, attempts=g["attempt"] + 1) if packed else group
         finally:
-            ticker.close(f"{steps} env steps")
+            ticker.close(f"{steps} env steps, {steps / max(ticker.elapsed, 1e-9):.1f}/s")
             with self._lock:
                 self._collecting = False
             self._apply_staged()
