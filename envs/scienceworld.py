@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+from collections.abc import Sequence
 from typing import Any
 
 DEFAULT_JAVA_OPTIONS = "-Xmx256m -XX:+UseSerialGC"
@@ -59,6 +60,22 @@ SPLIT_SIZES: dict[str, tuple[int, int, int]] = {
     "test-conductivity-of-unknown-substances": (300, 150, 150),
     "use-thermometer": (270, 135, 135),
 }
+
+
+MOVE_PREFIXES: tuple[str, ...] = ("teleport to ", "go to ")
+
+
+def split_at_moves(actions: Sequence[str]) -> list[tuple[str, list[str]]]:
+    """Cut a gold action sequence into subgoals: a new one starts at every move to another location; each is named
+    "<move>, then <its last action>" (or the single action). Deviation, labelled: ScienceWorld's gold paths carry no
+    subgoal annotations (STEP-HRL had GPT-4 annotate them); cutting where the agent changes location is our offline
+    stand-in, so subgoals read like "go to kitchen, then pick up thermometer"."""
+    segments: list[list[str]] = []
+    for action in actions:
+        if not segments or action.startswith(MOVE_PREFIXES):
+            segments.append([])
+        segments[-1].append(action)
+    return [(seg[0] if len(seg) == 1 else f"{seg[0]}, then {seg[-1]}", seg) for seg in segments]
 
 
 def split_variations(family: str, split: str) -> range:
@@ -220,6 +237,18 @@ class ScienceWorldEnv:
         if self._gold[:k] != self._valid_history or k >= len(self._gold):
             return None
         return self._gold[k]
+
+    def expert_plan(self) -> list[tuple[str, list[str]]]:
+        """The rest of the gold action sequence as (subgoal, actions), cut at every move (``split_at_moves``): the
+        behaviour-cloning demonstrations of every protocol (``actors.demos``). Empty off the gold path."""
+        if self._done or self._variation < 0:
+            return []
+        if self._gold is None:
+            self._gold = self._generate_gold()
+        k = len(self._valid_history)
+        if self._gold[:k] != self._valid_history:
+            return []
+        return split_at_moves(self._gold[k:])
 
     def close(self) -> None:
         sim, self._sim = self._sim, None

@@ -14,8 +14,10 @@ pytest.importorskip("scienceworld", reason="needs `pip install 'hierarl[sciencew
 from envs.scienceworld import (
     ENDED_OBSERVATION,
     INVALID_OBSERVATION,
+    MOVE_PREFIXES,
     SPLIT_SIZES,
     parse_task_id,
+    split_at_moves,
     split_variations,
 )
 
@@ -140,10 +142,36 @@ def test_gold_path_reaches_100(env, task_id):
     assert env.expert_action() is None
 
 
+def test_expert_plan_is_the_gold_path_cut_at_moves(env):
+    """BC on ScienceWorld crashed in actors/demos.py (no expert plan); the plan flattens to the gold path."""
+    env.reset(task_id="find-plant:0")
+    plan = env.expert_plan()
+    flat = [a for _, acts in plan for a in acts]
+    assert flat and flat[0] == env.expert_action()
+    for action in flat:
+        _, _, terminated, _, info = env.step(action)
+    assert terminated and info["won"]
+    assert all(acts[0].startswith(MOVE_PREFIXES) for _, acts in plan[1:])
+
+
+def test_split_at_moves():
+    plan = split_at_moves(
+        ["look around", "teleport to kitchen", "pick up apple", "focus on apple", "go to hallway"]
+    )
+    assert plan == [
+        ("look around", ["look around"]),
+        (
+            "teleport to kitchen, then focus on apple",
+            ["teleport to kitchen", "pick up apple", "focus on apple"],
+        ),
+        ("go to hallway", ["go to hallway"]),
+    ]
+
+
 def test_expert_returns_none_off_the_gold_path(env):
     env.reset(task_id="power-component:0")
     env.step("look at agent")  # valid but not on the gold path
-    assert env.expert_action() is None
+    assert env.expert_action() is None and env.expert_plan() == []
 
 
 def test_jvm_heap_bounded_and_env_untouched(env):
