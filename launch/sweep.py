@@ -134,13 +134,18 @@ def finished(history: Sequence[dict[str, Any]], cfg: TrainConfig) -> bool:
     return any(r.get("phase") == "rl" and r.get("iteration") == cfg.iterations for r in history)
 
 
+def _wall(row: dict[str, Any]) -> float:
+    """Seconds a metrics row accounts for: BC's wall time, an RL iteration's (eval and checkpoint included)."""
+    return float(row.get("wall_s", 0.0) if row.get("phase") == "bc" else row.get("time_iteration", 0.0))
+
+
 def curve(history: Sequence[dict[str, Any]], cfg: TrainConfig) -> list[dict[str, float]]:
     """The eval points of one run: RL samples (episodes) and wall seconds so far, eval and random success."""
     per_iter = cfg.rollout.group_size * cfg.rollout.groups_per_iter
     wall = 0.0
     points = []
     for r in history:
-        wall += float(r.get("wall_s", 0.0) if r.get("phase") == "bc" else r.get("time_iteration", 0.0))
+        wall += _wall(r)
         if "eval_success" in r:
             samples = per_iter * max(int(r.get("iteration", 0)), 0)
             points.append(
@@ -169,15 +174,15 @@ def summarize(results: Sequence[tuple[Cell, list[dict[str, Any]]]]) -> list[dict
     for group, members in groups.items():
         finals, bests, randoms, walls, samples, done = [], [], [], [], [], 0
         for cell, history in members:
-            points = curve(history, cell.cfg)
-            if not points:
-                continue
             done += finished(history, cell.cfg)
-            finals.append(points[-1]["eval"])
-            bests.append(max(p["eval"] for p in points))
-            randoms.append(points[-1]["random"])
-            walls.append(points[-1]["wall_s"])
-            samples.append(points[-1]["samples"])
+            rl = [r for r in history if r.get("phase") == "rl"]
+            walls.append(sum(_wall(r) for r in history))
+            samples.append(cell.cfg.rollout.group_size * cell.cfg.rollout.groups_per_iter * len(rl))
+            points = curve(history, cell.cfg)
+            if points:  # runs without eval (eval_every=0) have no success figures
+                finals.append(points[-1]["eval"])
+                bests.append(max(p["eval"] for p in points))
+                randoms.append(points[-1]["random"])
         final, final_sd = _mean_std(finals)
         best, best_sd = _mean_std(bests)
         rows.append(

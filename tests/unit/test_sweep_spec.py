@@ -1,0 +1,43 @@
+"""``hierarl sweep``'s pure half (launch/sweep.py): the grid, and the table from the cells' metrics rows."""
+
+import pytest
+
+from launch.config import ConfigError
+from launch.sweep import SweepSpec, cells, summarize
+
+
+def test_grid_cells_and_groups(tmp_path):
+    spec = SweepSpec(
+        out=str(tmp_path), grid={"algo": ["hiper", "ppo"], "seed": [0, 1]}, set=("iterations=2",)
+    )
+    grid = cells(spec)
+    assert [c.name for c in grid] == [
+        "algo-hiper_seed-0",
+        "algo-hiper_seed-1",
+        "algo-ppo_seed-0",
+        "algo-ppo_seed-1",
+    ]
+    assert grid[3].cfg.algo == "ppo" and grid[3].cfg.seed == 1 and grid[3].cfg.iterations == 2
+    assert grid[3].cfg.run_dir == str(tmp_path / "algo-ppo_seed-1") and grid[3].group == "algo=ppo"
+    with pytest.raises(ConfigError, match="sweep cell algo-nope: algo"):
+        cells(SweepSpec(out=str(tmp_path), grid={"algo": ["nope"]}))
+
+
+def test_table_over_seeds_with_and_without_eval(tmp_path):
+    spec = SweepSpec(out=str(tmp_path), grid={"seed": [0, 1]}, set=("iterations=2",))
+    a, b = cells(spec)
+    # RL samples: group_size * groups_per_iter episodes per logged RL iteration
+    per_iter = a.cfg.rollout.group_size * a.cfg.rollout.groups_per_iter
+    bc = {"iteration": 0, "phase": "bc", "wall_s": 10.0, "eval_success": 0.25, "eval_random": 0.1}
+    rl = [{"iteration": k, "phase": "rl", "time_iteration": 5.0} for k in (1, 2)]
+    (row,) = summarize([(a, [bc, rl[0], {**rl[1], "eval_success": 0.5, "eval_random": 0.1}]), (b, [bc, *rl])])
+    # a: final 0.5, best 0.5; b: final 0.25 (its BC eval), best 0.25 -> mean 0.375, sample std 0.1767767
+    assert row["finished"] == 2 and row["final_eval"] == pytest.approx(0.375)
+    assert row["final_eval_std"] == pytest.approx(0.1767767, abs=1e-6) and row["random"] == pytest.approx(0.1)
+    assert row["wall_s"] == pytest.approx(20.0) and row["samples"] == 2 * per_iter
+    (bare,) = summarize([(a, rl)])  # eval_every=0: no success figures, but time and samples
+    assert (
+        bare["finished"] == 1
+        and bare["wall_s"] == pytest.approx(10.0)
+        and bare["final_eval"] != bare["final_eval"]
+    )
