@@ -87,8 +87,9 @@ def init_ray(address: str = "", *, num_cpus: int | None = None, device: str = "c
         log_to_driver=True,
     )
     port = ctx.address_info.get("metrics_export_port")
+    dashboard = f"http://{ctx.dashboard_url}" if ctx.dashboard_url else "did not start (see Ray's logs)"
     print(
-        f"[hierarl] Ray dashboard: http://{ctx.dashboard_url} · hierarl metrics: http://127.0.0.1:{port}/metrics "
+        f"[hierarl] Ray dashboard: {dashboard} · hierarl metrics: http://127.0.0.1:{port}/metrics "
         "(hierarl_* series; README: Monitoring)",
         flush=True,
     )
