@@ -279,18 +279,12 @@ class Trainer:
             self.cfg.learner.num_workers,
             WorkerResources(self.cfg.learner.cpus_per_worker, self.gpu),
         )
-        for path in checkpoint_candidates(self.run_dir / "checkpoints"):
-            try:
-                self.learner.load_checkpoint(str(path))
-                break
-            except Exception as e:  # unreadable: the previous one
-                print(
-                    f"[hierarl] checkpoint {path} is unreadable ({type(e).__name__}: {e}); trying an older one"
-                )
-        else:
+        loaded = self.load_newest_checkpoint()
+        if loaded is None:
             raise RuntimeError(
                 f"a learner worker died ({type(error).__name__}) and there is no checkpoint to rebuild from"
             ) from error
+        path = loaded[0]
         self.learner_restarts += 1
         print(
             f"[hierarl] a learner worker died ({type(error).__name__}); group rebuilt from {path} in "
@@ -572,23 +566,29 @@ class Trainer:
         self.learner.load_adapter_weights(weights)
         print(f"[hierarl] policy initialised from {path}", flush=True)
 
+    def load_newest_checkpoint(self) -> tuple[Path, dict[str, Any]] | None:
+        """Load the learner state of the newest readable checkpoint and return (its folder, its driver state); an
+        unreadable one (truncated, corrupted) is named in one line and the previous one tried. None: none readable."""
+        for path in checkpoint_candidates(self.run_dir / "checkpoints"):
+            try:
+                self.learner.load_checkpoint(str(path))
+                return path, torch.load(path / "driver.pt", weights_only=False)
+            except Exception as e:
+                print(
+                    f"[hierarl] checkpoint {path} is unreadable ({type(e).__name__}: {e}); trying an older one"
+                )
+        return None
+
     def try_resume(self) -> bool:
         """Load ``latest``; if it is unreadable, say so in one line and fall back to the next older checkpoint."""
         root = self.run_dir / "checkpoints"
         latest = root / "latest"
         if not (self.cfg.resume and latest.exists()):
             return False
-        for path in checkpoint_candidates(root):
-            try:
-                self.learner.load_checkpoint(str(path))
-                state = torch.load(path / "driver.pt", weights_only=False)
-                break
-            except Exception as e:  # a truncated or corrupted file: try the previous checkpoint
-                print(
-                    f"[hierarl] checkpoint {path} is unreadable ({type(e).__name__}: {e}); trying an older one"
-                )
-        else:
+        loaded = self.load_newest_checkpoint()
+        if loaded is None:
             raise RuntimeError(f"resume=true but no readable checkpoint under {root}")
+        path, state = loaded
         random.setstate(state["python_rng"])
         np.random.set_state(state["numpy_rng"])
         torch.set_rng_state(state["torch_rng"])
