@@ -5,7 +5,7 @@ it needs the reference policy, the smallest group it works with)."""
 from __future__ import annotations
 
 from learners.algorithm import Algorithm
-from learners.algos import gigpo, grpo, hiper, hipif, hipif_gigpo, ppo, rloo, sft
+from learners.algos import gigpo, grpo, hiper, hipif, hipif_gigpo, hisr, ppo, rloo, sft
 
 ALGOS: dict[str, Algorithm] = {
     a.name: a
@@ -17,6 +17,7 @@ ALGOS: dict[str, Algorithm] = {
         hiper.ALGORITHM,
         hipif.ALGORITHM,
         hipif_gigpo.ALGORITHM,
+        hisr.ALGORITHM,
         sft.ALGORITHM,
     )
 }

@@ -647,6 +647,17 @@ def _check_algo(cfg: TrainConfig) -> Any:
         "value_clip": (lambda v: v >= 0, "a number >= 0"),
         "step_weight": (lambda v: v >= 0, "a number >= 0"),
         "eps": (lambda v: v >= 0, "a number >= 0"),
+        "beta": (lambda v: v > 0, "a number > 0"),
+        "entropy_jump": (lambda v: v >= 0, "a number >= 0"),
+        "collect_per_task": (lambda v: v >= 1, "an integer >= 1"),
+        "collect_tasks": (lambda v: v >= 0, "an integer >= 0 (0: every training task)"),
+        "collect_temperature": (lambda v: v >= 0, "a number >= 0"),
+        "sprm_epochs": (lambda v: v >= 1, "an integer >= 1"),
+        "hindsight_epochs": (lambda v: v >= 1, "an integer >= 1"),
+        "sprm_batch": (lambda v: v >= 1, "an integer >= 1"),
+        "hindsight_batch": (lambda v: v >= 1, "an integer >= 1"),
+        "sprm_lr": (lambda v: v > 0, "a number > 0"),
+        "hindsight_lr": (lambda v: v > 0, "a number > 0"),
     }
     for name, (ok, allowed) in ranges.items():
         if hasattr(algo_cfg, name):
@@ -675,6 +686,16 @@ def _check_algo(cfg: TrainConfig) -> Any:
             f"ablation on another agent: a baseline algorithm with algo.reward_terms); allowed: "
             f"{', '.join(algo.agents)}"
         )
+    if hasattr(algo_cfg, "segmentation"):
+        from reward.segments import SEGMENTATIONS, SUBGOAL_AGENTS
+
+        _choice("algo.segmentation", algo_cfg.segmentation, ["auto", *SEGMENTATIONS])
+        if algo_cfg.segmentation == "subgoal" and cfg.rollout.agent not in SUBGOAL_AGENTS:
+            raise ConfigError(
+                f"algo.segmentation: 'subgoal' needs a protocol that states subgoals, not rollout.agent="
+                f"{cfg.rollout.agent!r}; allowed: rollout.agent in {', '.join(SUBGOAL_AGENTS)}, or segmentation "
+                "entropy / turn / auto"
+            )
     need = algo.min_group_size
     if cfg.rollout.group_size < need:
         raise ConfigError(

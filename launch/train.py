@@ -44,6 +44,7 @@ from cluster.ray_cluster import WorkerResources, init_ray, place_workers, spawn_
 from envs.random_policy import random_policy_success
 from launch.algos import get_algo
 from launch.config import TrainConfig, check_bc_source, resolve_algo_config, resolved_text
+from launch.hisr import RewardModels
 from learners.algorithm import Algorithm
 from learners.group import LearnerGroup
 from learners.prepare import learner_batch, shaped_turns
@@ -188,6 +189,9 @@ class Trainer:
         self._chance: dict[tuple[str, ...], float] = {}
         self.metrics_path = self.run_dir / "metrics.jsonl"
         self._tb = None
+        self.resumed_from: Path | None = None
+        # HISR's segment reward model and hindsight model: a second learner group, trained before RL
+        self.hisr = RewardModels(self) if self.algo.reward_models else None
 
     # -- pieces ----------------------------------------------------------------------------------------------
 
@@ -393,6 +397,11 @@ class Trainer:
                 else np.zeros(seqs.input_ids.shape, np.float32)
             )
             ref = self.learner.logprobs(seqs, reference=True) if algo.uses_reference(algo_cfg) else None
+        model_stats: dict[str, float] = {}
+        if algo.reward_models:
+            assert self.hisr is not None
+            with timed(timings, "reward_models"):
+                model_stats = self.hisr.annotate(trajs, turns, logprobs)
         values = None
         if algo.value_slots:
             with timed(timings, "values"):
@@ -409,6 +418,7 @@ class Trainer:
                 values,
                 negate_advantages=self.cfg.learner.negate_advantages,
             )
+            metrics.update(model_stats)
         with timed(timings, "update"):
             if lr is not None:
                 self.learner.set_lr(lr)
@@ -532,6 +542,8 @@ class Trainer:
                 "record": record,
             }
             torch.save(state, tmp / "driver.pt")
+            if self.hisr is not None and self.algo_cfg.online_hindsight:
+                self.hisr.save(tmp / "reward_models")  # they change every iteration
             if self.cfg.one_step_off and len(self._pushed) == 2:
                 # the adapter the next iteration's in-flight rollouts come from: an exact resume regenerates them
                 np.savez(tmp / "behaviour_adapter.npz", **self._pushed[0])
@@ -589,6 +601,7 @@ class Trainer:
         if loaded is None:
             raise RuntimeError(f"resume=true but no readable checkpoint under {root}")
         path, state = loaded
+        self.resumed_from = path
         random.setstate(state["python_rng"])
         np.random.set_state(state["numpy_rng"])
         torch.set_rng_state(state["torch_rng"])
@@ -645,6 +658,8 @@ class Trainer:
                 )
             self.checkpoint(0)
             self.start_iter = 1
+        if self.hisr is not None:
+            self.hisr.prepare(self.resumed_from)
         for it in range(self.start_iter, cfg.iterations + 1):
             timings: dict[str, float] = {}
             t_iter = time.perf_counter()
@@ -746,6 +761,8 @@ class Trainer:
         self.rollout = []
         remove_placement_group(self.rollout_pg)
         self.learner.shutdown()
+        if self.hisr is not None:
+            self.hisr.close()
         if self._tb:
             self._tb.close()
 

@@ -58,6 +58,8 @@ class Algorithm:
     ``min_group_size``: smallest ``rollout.group_size`` it works with (group-relative baselines need 2).
     ``agents``: the agent protocols (``rollout.agent``) the method is defined with; empty: any. HIPIF is its
     folded-history protocol as much as its advantage, so ``algo=hipif`` with another agent is refused at start.
+    ``reward_models``: the run trains HISR's segment reward model and hindsight model before RL and annotates every
+    iteration's trajectories with them (``launch.hisr``) before ``compute_targets``.
     """
 
     name: str
@@ -70,6 +72,7 @@ class Algorithm:
     uses_old_logprobs: bool = True
     min_group_size: int = 1
     agents: tuple[str, ...] = ()
+    reward_models: bool = False
 
     def __post_init__(self) -> None:
         if bool(self.value_slots) != (self.value_loss is not None):

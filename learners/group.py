@@ -94,11 +94,14 @@ class LearnerGroup:
     def values(self, seqs: Sequences) -> np.ndarray:
         return self._map_rows("values", seqs, "values")
 
+    def entropies(self, seqs: Sequences) -> np.ndarray:
+        return self._map_rows("entropies", seqs, "entropies")
+
     def update(
         self,
         batch: LearnerBatch,
         *,
-        policy_loss: PolicyLossFn,
+        policy_loss: PolicyLossFn | None,
         value_loss: ValueLossFn | None,
         loss_cfg: Any,
         agg: str,
@@ -106,8 +109,11 @@ class LearnerGroup:
         epochs: int,
         seed: int,
     ) -> dict[str, float]:
-        """``epochs`` passes over ``batch`` in shuffled mini-batches; the critic takes a step on each mini-batch
-        too when ``value_loss`` is given. Returns mean metrics over the steps."""
+        """``epochs`` passes over ``batch`` in shuffled mini-batches; the policy takes a step on each mini-batch
+        when ``policy_loss`` is given, the critic when ``value_loss`` is (HISR's SPRM trains its critic alone).
+        Returns mean metrics over the steps."""
+        if policy_loss is None and value_loss is None:
+            raise ValueError("an update needs a policy loss, a value loss or both")
         n = len(batch)
         rng = np.random.default_rng(seed)
         sums: dict[str, float] = {}
@@ -118,10 +124,15 @@ class LearnerGroup:
             for start in range(0, n, mini_batch_size):
                 mb = minibatch(batch, order[start : start + mini_batch_size], agg)
                 shards = _pad_empty_shards([mb.rows(r) for r in _shards(len(mb), len(self.workers))], mb)
-                refs = [
-                    w.update_policy.remote(s, policy_loss, loss_cfg)
-                    for w, s in zip(self.workers, shards, strict=True)
-                ]
+                refs = (
+                    []
+                    if policy_loss is None
+                    else [
+                        w.update_policy.remote(s, policy_loss, loss_cfg)
+                        for w, s in zip(self.workers, shards, strict=True)
+                    ]
+                )
+                n_policy = len(refs)
                 if value_loss is not None:
                     refs += [
                         w.update_critic.remote(s, value_loss, loss_cfg)
@@ -129,10 +140,10 @@ class LearnerGroup:
                     ]
                 results = ray.get(refs)
                 merged: dict[str, float] = {}
-                for r in results[: len(self.workers)]:
+                for r in results[:n_policy]:
                     for k, v in r.items():
                         merged[k] = merged.get(k, 0.0) + v / len(self.workers)
-                for r in results[len(self.workers) :]:
+                for r in results[n_policy:]:
                     merged["value_loss"] = merged.get("value_loss", 0.0) + r["value_loss"]
                 for k, v in merged.items():
                     sums[k] = sums.get(k, 0.0) + v

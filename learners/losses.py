@@ -462,14 +462,18 @@ def multi2_online_loss(
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def sprm_loss(segment_scores: Tensor, segment_mask: Tensor, outcome: Tensor) -> Tensor:
+def sprm_loss(
+    segment_scores: Tensor, segment_mask: Tensor, outcome: Tensor, row_weight: Tensor | None = None
+) -> Tensor:
     """Segmental process reward model loss ``(R - sum_i r_i)^2``, mean over trajectories (HISR Eq. 3).
 
     ``segment_scores`` ``[B, S]`` (the MLP head's r_i at the last token of each segment, Eq. 2),
-    ``segment_mask`` ``bool[B, S]``, ``outcome`` ``[B]`` (trajectory outcome R).
+    ``segment_mask`` ``bool[B, S]``, ``outcome`` ``[B]`` (trajectory outcome R). ``row_weight`` ``[B]``: a
+    weighted sum instead of the mean (a micro-batch's share of its mini-batch).
     """
     total = _zero_masked(segment_scores, segment_mask.to(torch.bool)).sum(dim=-1)
-    return ((outcome.detach() - total) ** 2).mean()
+    sq = (outcome.detach() - total) ** 2
+    return sq.mean() if row_weight is None else (row_weight * sq).sum()
 
 
 def hindsight_importance(

@@ -54,25 +54,30 @@ class LearnerSpec:
     device: str = "cpu"
     value_heads: int = 0
     """0: no critic; 1: V(s); 2: HiPER [V_high, V_low]."""
+    value_head_hidden: int = 0
+    """0: a linear value head; > 0: W₂·SiLU(W₁h) with W₁ of this width (HISR Eq. 2's SPRM head)."""
     master_port: int = 0
     """torch.distributed rendezvous port; 0: ``LearnerGroup`` picks a free one."""
 
 
 class ValueModel(nn.Module):
-    """Base LM (own LoRA) + linear head on the last hidden state: values float[B, L, H]."""
+    """Base LM (own LoRA) + a head on the last hidden state: values float[B, L, H]. The head is linear, or with
+    ``mlp_hidden`` > 0 the two-layer W₂·SiLU(W₁h) of HISR Eq. 2. The output layer starts at 0 (every value 0)."""
 
-    def __init__(self, backbone: nn.Module, hidden: int, heads: int) -> None:
+    def __init__(self, backbone: nn.Module, hidden: int, heads: int, mlp_hidden: int = 0) -> None:
         super().__init__()
         self.backbone = backbone
-        self.head = nn.Linear(hidden, heads)
-        nn.init.zeros_(self.head.weight)
-        nn.init.zeros_(self.head.bias)
+        out = nn.Linear(mlp_hidden or hidden, heads)
+        nn.init.zeros_(out.weight)
+        nn.init.zeros_(out.bias)
+        self.head = nn.Sequential(nn.Linear(hidden, mlp_hidden), nn.SiLU(), out) if mlp_hidden else out
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         # the decoder alone: the LM head's B × L × vocab logits are never needed for values
         decoder = self.backbone.get_base_model().get_decoder()
         hidden = decoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-        return self.head(hidden.to(self.head.weight.dtype)).float()
+        dtype = next(self.head.parameters()).dtype
+        return self.head(hidden.to(dtype)).float()
 
 
 _STORE: list[Any] = []
@@ -183,7 +188,12 @@ class LearnerWorker:
         self.critic = None
         if spec.value_heads:
             cbase = AutoModelForCausalLM.from_pretrained(spec.model_path, dtype=torch.float32)
-            cmodel = ValueModel(get_peft_model(cbase, lora_cfg), cbase.config.hidden_size, spec.value_heads)
+            cmodel = ValueModel(
+                get_peft_model(cbase, lora_cfg),
+                cbase.config.hidden_size,
+                spec.value_heads,
+                spec.value_head_hidden,
+            )
             cparams = [p for p in cmodel.parameters() if p.requires_grad]
             copt = torch.optim.AdamW(cparams, lr=spec.critic_lr, weight_decay=0.0)
             self.critic, self.critic_opt, _, _ = deepspeed.initialize(
@@ -235,6 +245,25 @@ class LearnerWorker:
                 lp, _ = self._response_logprobs(ids, attn, where)
             out.append(lp.cpu().numpy())
         return np.concatenate(out) if out else np.zeros((0, 0), np.float32)
+
+    @torch.no_grad()
+    def entropies(self, seqs: Sequences) -> np.ndarray:
+        """float32[B]: the policy's mean token entropy over each row's response tokens (0 for a row without any);
+        HISR's entropy segmentation (``reward.segments.entropy_segments``) reads it per turn."""
+        self.policy.eval()
+        out = []
+        for rows in self._micro_rows(len(seqs)):
+            where = self._dev(seqs.response_mask[rows])
+            _, ent = self._response_logprobs(
+                self._dev(seqs.input_ids[rows]), self._dev(seqs.attention_mask[rows]), where, entropy=True
+            )
+            assert ent is not None
+            # ent lists the selected positions row by row; sum them back per row
+            counts = where[:, 1:].sum(-1)
+            row_of = torch.repeat_interleave(torch.arange(len(rows), device=ent.device), counts)
+            sums = torch.zeros(len(rows), device=ent.device).index_add_(0, row_of, ent.float())
+            out.append((sums / counts.clamp(min=1)).cpu().numpy())
+        return np.concatenate(out) if out else np.zeros((0,), np.float32)
 
     @torch.no_grad()
     def values(self, seqs: Sequences) -> np.ndarray:

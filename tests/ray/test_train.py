@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import math
 from pathlib import Path
 
 import pytest
@@ -235,3 +237,49 @@ def test_a_dead_learner_worker_rebuilds_the_group_from_the_checkpoint(ray_local,
         assert set(now) == set(saved) and all(np.allclose(now[k], saved[k]) for k in saved)
     finally:
         restored.close()
+
+
+HISR_TINY = [
+    "algo=hisr",
+    "rollout.agent=react",  # segmentation=auto -> entropy change points (the policy group's entropy pass)
+    "algo.collect_tasks=2",
+    "algo.collect_per_task=2",
+    "algo.collect_filter=false",  # the tiny model does not keep the format after one BC epoch
+    "algo.sprm_batch=8",
+    "algo.hindsight_batch=8",
+]
+
+
+@pytest.mark.slow
+def test_hisr_stages_are_cached_and_a_resume_reproduces_the_losses(ray_local, tmp_path):
+    """BC -> collection with π_ref -> segmentation -> SPRM -> hindsight model -> PPO on r_fuse, through the real
+    rollout workers and both learner groups; the stages are cached in the run folder and a resumed run loads them."""
+    full = _run(tmp_path / "full", [*HISR_TINY, "iterations=2"])
+    root = tmp_path / "full" / "hisr"
+    assert (root / "collected.jsonl").exists() and (root / "models" / "learner_rank0.pt").exists()
+    stages = json.loads((root / "stages.json").read_text())
+    assert set(stages) == {"sprm", "hindsight"} and math.isfinite(stages["sprm"]["sprm_loss"])
+    row = next(r for r in full if r.get("phase") == "hisr")
+    assert row["collected"] == 4 and row["hindsight_rows"] > 0
+    rl = [r for r in full if r.get("phase") == "rl"]
+    assert [r["iteration"] for r in rl] == [1, 2]
+    for r in rl:
+        for key in (
+            "hisr_segments",
+            "hisr_importance",
+            "hisr_segment_reward",
+            "value_loss",
+            "time_reward_models",
+        ):
+            assert key in r and math.isfinite(r[key]), key
+        assert r["hisr_segments"] >= 1
+
+    part = tmp_path / "part"
+    _run(part, [*HISR_TINY, "iterations=1"])
+    stamp = (part / "hisr" / "collected.jsonl").stat().st_mtime_ns
+    resumed = _run(part, [*HISR_TINY, "iterations=2", "resume=true"])
+    assert (part / "hisr" / "collected.jsonl").stat().st_mtime_ns == stamp  # not collected again
+    assert sum(r.get("phase") == "hisr" for r in resumed) == 1  # the stages' row once, not re-run
+    again = next(r for r in resumed if r.get("phase") == "rl" and r["iteration"] == 2)
+    for key in ("success", "return", "kl", "value_loss", "hisr_segment_reward", "hisr_importance"):
+        assert again[key] == pytest.approx(rl[1][key], rel=1e-5, abs=1e-7), key

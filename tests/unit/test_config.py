@@ -325,3 +325,23 @@ def test_the_pair_check_can_fail():
     ca = resolve_config("hiper_synthetic_small", ["algo.shaping.format_penalty=0.01"])
     cb = resolve_config("ppo_synthetic_small")
     assert ca.algo_overrides != cb.algo_overrides
+
+
+def test_hisr_cpu_preset_is_the_ppo_pair_plus_its_reward_model_stages():
+    """hisr_synthetic_multi differs from ppo_synthetic_multi in `algo` and in the sizes of HISR's own stages only
+    (the rollouts, BC, learner and shaping constants of the equal-samples comparison are the pair's)."""
+    ca, cb = resolve_config("hisr_synthetic_multi"), resolve_config("ppo_synthetic_multi")
+    fa, fb = _flat_fields(ca), _flat_fields(cb)
+    assert {k for k in fa if fa[k] != fb[k]} == set()
+    stage_keys = {
+        "collect_tasks",
+        "collect_per_task",
+        "sprm_epochs",
+        "sprm_lr",
+        "sprm_batch",
+        "hindsight_epochs",
+        "hindsight_lr",
+        "hindsight_batch",
+    }
+    assert set(ca.algo_overrides) - set(cb.algo_overrides) <= stage_keys
+    assert {k: ca.algo_overrides[k] for k in cb.algo_overrides} == cb.algo_overrides

@@ -44,7 +44,7 @@ def test_every_preset_and_the_defaults_validate(preset):
 @pytest.mark.parametrize(
     ("override", "key", "allowed"),
     [
-        ("algo=nonsense", "algo", "gigpo, grpo, hiper, hipif, hipif_gigpo, ppo, rloo, sft"),
+        ("algo=nonsense", "algo", "gigpo, grpo, hiper, hipif, hipif_gigpo, hisr, ppo, rloo, sft"),
         ("rollout.agent=reactt", "rollout.agent", "react, plan_execute, hipif, step_hrl, multi2"),
         (
             "env.name=alfwrld",
@@ -67,6 +67,22 @@ def test_an_algorithm_defined_with_its_own_agent_refuses_another():
     assert message.startswith("rollout.agent: 'plan_execute' is not a protocol algo=hipif")
     assert message.endswith("allowed: hipif")
     assert validate(resolve_config(None, ["algo=hipif", "rollout.agent=hipif"])).reward_terms == HIPIF_TERMS
+
+
+def test_hisr_segmentation_is_checked_against_the_agent():
+    """Subgoal segmentation needs a protocol that states subgoals; ReAct does not."""
+    message = _error(["algo=hisr", "rollout.agent=react", "algo.segmentation=subgoal"])
+    assert message.startswith("algo.segmentation: 'subgoal' needs a protocol that states subgoals")
+    assert message.endswith("or segmentation entropy / turn / auto")
+    message = _error(["algo=hisr", "algo.segmentation=gpt4o"])
+    assert message.startswith("algo.segmentation: ") and message.endswith(
+        "allowed: auto, subgoal, entropy, turn"
+    )
+    assert _error(["algo=hisr", "algo.collect_per_task=0"]).startswith("algo.collect_per_task: ")
+    ok = validate(
+        resolve_config(None, ["algo=hisr", "rollout.agent=plan_execute", "algo.segmentation=subgoal"])
+    )
+    assert ok.segmentation == "subgoal"
 
 
 def test_unknown_reward_term():
@@ -279,7 +295,7 @@ def test_a_bad_algorithm_fails_in_a_fresh_process_before_ray():
     )
     assert out.returncode == 2
     assert out.stderr.splitlines() == [
-        "hierarl train: algo: unknown algorithm 'nonsense'; allowed: gigpo, grpo, hiper, hipif, hipif_gigpo, ppo, rloo, sft"
+        "hierarl train: algo: unknown algorithm 'nonsense'; allowed: gigpo, grpo, hiper, hipif, hipif_gigpo, hisr, ppo, rloo, sft"
     ]
     assert _ray_session_state() == before, "a Ray session was started or touched"
 
@@ -320,7 +336,7 @@ def test_worker_configs_restate_no_run_config_default():
         }
 
     assert defaulted(WorkerConfig) == {"device", "adapter_path", "adapters"}
-    assert defaulted(LearnerSpec) == {"device", "value_heads", "master_port"}
+    assert defaulted(LearnerSpec) == {"device", "value_heads", "value_head_hidden", "master_port"}
 
 
 def test_rollout_command_defaults_are_the_run_configs():

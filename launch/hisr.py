@@ -1,0 +1,307 @@
+"""HISR's reward models on the live pipeline: the stages before RL and the per-iteration annotation (driver side).
+
+``algo=hisr`` (``Algorithm.reward_models``) makes the trainer build a ``RewardModels``: a second learner group whose
+policy is the hindsight model and whose critic is the segment process reward model (SPRM; the base with its own
+LoRA and HISR Eq. 2's MLP head). After behaviour cloning (π_ref), ``prepare`` runs, each stage cached under
+``<run_dir>/hisr/`` so a killed run resumes where it stopped:
+
+    collected.jsonl   N rollouts per training task with π_ref (App. B), filtered; each with its segment ids
+    models/           the group's checkpoint after the SPRM stage, then after the hindsight stage
+    stages.json       which stages finished, with their metrics
+
+Every RL iteration, ``annotate`` segments the new trajectories, scores them with both models and writes
+(1 − α) r^him into ``turn.shaped["segment"]`` (``learners.reward_models.segment_turn_rewards``). The pure half of
+each step is in ``learners.reward_models`` and ``reward.segments``; this module only moves data through Ray.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+import shutil
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from actors.agents.parsing import render_prompt
+from actors.trajectory import Trajectory, read_jsonl, to_jsonl
+from cluster.ray_cluster import WorkerResources
+from learners.algos import hisr, sft
+from learners.batch import LearnerBatch, TurnBatch, build_turn_batch
+from learners.group import LearnerGroup
+from learners.prepare import learner_batch
+from learners.reward_models import (
+    hindsight_intro,
+    hindsight_rows,
+    keep_for_reward_models,
+    sprm_sequences,
+    write_segment_rewards,
+)
+from learners.targets import sequences
+from reward.segments import (
+    SUBGOAL_AGENTS,
+    entropy_segments,
+    subgoal_segments,
+    turn_entropies,
+    turn_segments,
+)
+
+if TYPE_CHECKING:
+    from launch.train import Trainer
+
+SEGMENTS_KEY = "hisr_segments"
+"""``Trajectory.info`` key of a collected trajectory's segment ids (saved with it)."""
+
+
+def resolve_segmentation(segmentation: str, agent: str) -> str:
+    """``auto``: the protocol's own subgoals where it states them, else entropy change points."""
+    if segmentation != "auto":
+        return segmentation
+    return "subgoal" if agent in SUBGOAL_AGENTS else "entropy"
+
+
+class RewardModels:
+    def __init__(self, trainer: Trainer) -> None:
+        from transformers import AutoConfig
+
+        self.trainer = trainer
+        cfg, self.acfg = trainer.cfg, trainer.algo_cfg
+        self.root = trainer.run_dir / "hisr"
+        self.root.mkdir(parents=True, exist_ok=True)
+        hidden = AutoConfig.from_pretrained(trainer.model_path).hidden_size
+        spec = dataclasses.replace(
+            trainer.learner_spec,
+            value_heads=1,
+            value_head_hidden=hidden,
+            actor_lr=self.acfg.hindsight_lr,
+            critic_lr=self.acfg.sprm_lr,
+            master_port=0,
+        )
+        self.group = LearnerGroup(
+            spec, cfg.learner.num_workers, WorkerResources(cfg.learner.cpus_per_worker, trainer.gpu)
+        )
+        self.segmentation = resolve_segmentation(self.acfg.segmentation, cfg.rollout.agent)
+        self.intro = hindsight_intro(cfg.env.name)
+        tok = trainer.tokenizer
+        self.encode = lambda text: tok(text, add_special_tokens=False)["input_ids"]
+        self.render = lambda text: render_prompt(tok, [{"role": "user", "content": text}])
+
+    # -- shared pieces ---------------------------------------------------------------------------------------
+
+    def _turns(self, trajs: Sequence[Trajectory]) -> TurnBatch:
+        return build_turn_batch(
+            trajs, max_len=self.trainer.cfg.learner.max_seq_len, pad_id=self.trainer.pad_id
+        )
+
+    def segment(self, trajs: Sequence[Trajectory], turns: TurnBatch) -> list[np.ndarray]:
+        """Segment ids per trajectory; entropy segmentation reads the current policy's entropies of ``turns``."""
+        if self.segmentation == "subgoal":
+            return [subgoal_segments(t) for t in trajs]
+        if self.segmentation == "turn":
+            return [turn_segments(len(t.turns)) for t in trajs]
+        ent = self.trainer.learner.entropies(sequences(turns, ()))
+        per_turn = turn_entropies(turns.index, ent, [len(t.turns) for t in trajs])
+        return [entropy_segments(h, self.acfg.entropy_jump) for h in per_turn]
+
+    def _sprm_scores(self, trajs: Sequence[Trajectory], seg: list[np.ndarray]) -> np.ndarray:
+        """float[B, S]: R̂ per segment, NaN where a row has no such (readable) segment."""
+        batch = sprm_sequences(
+            trajs, seg, self.encode, max_len=self.trainer.cfg.learner.max_seq_len, pad_id=self.trainer.pad_id
+        )
+        values = self.group.values(batch.seqs)
+        return np.where(batch.segment_valid, values, np.nan)
+
+    # -- per RL iteration ------------------------------------------------------------------------------------
+
+    def annotate(
+        self, trajs: Sequence[Trajectory], turns: TurnBatch, logprobs: np.ndarray
+    ) -> dict[str, float]:
+        """Write (1 − α) r^him into every turn's ``shaped["segment"]``; ``logprobs`` float32[B, L] are the policy's
+        log-probs of ``turns`` (the learner's recomputation, π_policy of Eq. 5). Returns diagnostics."""
+        # a trajectory without turns (an env that ended at reset) has no rows: leave it out, renumber the rows
+        keep = [i for i, t in enumerate(trajs) if t.turns]
+        remap = {old: new for new, old in enumerate(keep)}
+        trajs = [trajs[i] for i in keep]
+        turns = dataclasses.replace(turns, index=[(remap[i], k) for i, k in turns.index])
+        seg = self.segment(trajs, turns)
+        rows, index = hindsight_rows(trajs, self.render, self.intro)
+        hturns = dataclasses.replace(self._turns(rows), index=index)  # rows -> (trajectory, turn)
+        stats = write_segment_rewards(
+            trajs,
+            seg,
+            self._sprm_scores(trajs, seg),
+            policy=(turns, logprobs),
+            hindsight=(hturns, self.group.logprobs(sequences(hturns, ()))),
+            beta=self.acfg.beta,
+            alpha=self.acfg.shaping.grounding_alpha,
+            keep_sprm_scale=self.acfg.keep_sprm_scale,
+        )
+        if self.acfg.online_hindsight:
+            stats["hisr_online_nll"] = self._train_hindsight(rows, epochs=1)
+        return stats
+
+    # -- stages before RL ------------------------------------------------------------------------------------
+
+    def _stages(self) -> dict[str, Any]:
+        path = self.root / "stages.json"
+        return json.loads(path.read_text()) if path.exists() else {}
+
+    def _mark(self, stages: dict[str, Any], name: str, metrics: dict[str, Any]) -> None:
+        stages[name] = metrics
+        tmp = self.root / "stages.json.tmp"
+        tmp.write_text(json.dumps(stages, indent=1))
+        tmp.replace(self.root / "stages.json")
+
+    def save(self, path: Path) -> None:
+        """The group's state (both adapters, the SPRM head, optimizer state), written whole or not at all."""
+        tmp = path.with_name(path.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        self.group.save_checkpoint(str(tmp))
+        shutil.rmtree(path, ignore_errors=True)
+        tmp.rename(path)
+
+    def collect(self) -> list[Trajectory]:
+        """D_ct: ``collect_per_task`` rollouts of π_ref per training task at ``collect_temperature``, wrong-format
+        and repetitive ones dropped, each with its segment ids; cached in ``collected.jsonl``."""
+        path = self.root / "collected.jsonl"
+        if path.exists():
+            return list(read_jsonl(path))
+        t = self.trainer
+        ids = list(t.train_ids)
+        if self.acfg.collect_tasks:
+            ids = random.Random(t.cfg.seed + 17).sample(ids, min(self.acfg.collect_tasks, len(ids)))
+        trajs = t.collect(
+            ids, self.acfg.collect_per_task, t.cfg.seed + 20_000, temperature=self.acfg.collect_temperature
+        )
+        kept = [
+            tr for tr in trajs if tr.turns and (keep_for_reward_models(tr) or not self.acfg.collect_filter)
+        ]
+        if not kept:
+            raise RuntimeError(
+                f"HISR: none of the {len(trajs)} trajectories collected with π_ref kept the format without "
+                "repeating an action; warm-start the policy better (bc.*) before the reward models"
+            )
+        for tr, seg in zip(kept, self.segment(kept, self._turns(kept)), strict=True):
+            tr.info[SEGMENTS_KEY] = seg.tolist()
+        tmp = path.with_suffix(".tmp")
+        to_jsonl(kept, tmp)
+        tmp.replace(path)
+        won = sum(tr.won for tr in kept)
+        print(
+            f"[hierarl] HISR: collected {len(trajs)} trajectories with π_ref, kept {len(kept)} ({won} won), "
+            f"segmented by {self.segmentation}",
+            flush=True,
+        )
+        return kept
+
+    def _train_sprm(self, trajs: Sequence[Trajectory], seed: int) -> dict[str, float]:
+        seg = [np.asarray(tr.info[SEGMENTS_KEY], dtype=np.int64) for tr in trajs]
+        b = sprm_sequences(
+            trajs, seg, self.encode, max_len=self.trainer.cfg.learner.max_seq_len, pad_id=self.trainer.pad_id
+        )
+        shape = b.seqs.input_ids.shape
+        batch = LearnerBatch(
+            seqs=b.seqs,
+            old_logprobs=np.zeros(shape, np.float32),
+            ref_logprobs=None,
+            token_adv=np.zeros(shape, np.float32),
+            loss_mask=np.zeros(shape, bool),
+            value_target=np.where(b.segment_valid, b.outcome[:, None], 0.0).astype(np.float32),
+            value_valid=b.segment_valid,
+            old_values=np.zeros(b.segment_valid.shape, np.float32),
+        )
+        m = self.group.update(
+            batch,
+            policy_loss=None,
+            value_loss=hisr.sprm_value_loss,
+            loss_cfg=self.acfg,
+            agg=self.acfg.agg,
+            mini_batch_size=self.acfg.sprm_batch,
+            epochs=self.acfg.sprm_epochs,
+            seed=seed,
+        )
+        total = np.nansum(np.where(b.segment_valid, self.group.values(b.seqs), np.nan), axis=1)
+        won = b.outcome > 0.5
+        return {
+            "sprm_loss": m.get("value_loss", float("nan")),
+            "sprm_total_won": float(total[won].mean()) if won.any() else float("nan"),
+            "sprm_total_lost": float(total[~won].mean()) if (~won).any() else float("nan"),
+        }
+
+    def _train_hindsight(self, rows: Sequence[Trajectory], epochs: int) -> float:
+        """Eq. 4 = the SFT loss on the cloze rows; returns the last epoch's NLL."""
+        algo, cfg = sft.ALGORITHM, sft.Config()
+        turns = self._turns(rows)
+        seqs = sequences(turns, ())
+        batch, _ = learner_batch(
+            algo, cfg, rows, turns, seqs, np.zeros(seqs.input_ids.shape, np.float32), None, None
+        )
+        nll = float("nan")
+        for e in range(epochs):
+            m = self.group.update(
+                batch,
+                policy_loss=algo.policy_loss,
+                value_loss=None,
+                loss_cfg=cfg,
+                agg=cfg.agg,
+                mini_batch_size=self.acfg.hindsight_batch,
+                epochs=1,
+                seed=self.trainer.cfg.seed + 300 + e,
+            )
+            nll = m.get("nll", float("nan"))
+        return nll
+
+    def prepare(self, checkpoint: Path | None = None) -> None:
+        """Run (or load) the stages. ``checkpoint``: an RL checkpoint being resumed; with ``online_hindsight`` it
+        holds the models as they were at that iteration."""
+        online = checkpoint / "reward_models" if checkpoint is not None else None
+        if online is not None and online.exists():
+            self.group.load_checkpoint(str(online))
+            print(f"[hierarl] HISR: reward models restored from {online}", flush=True)
+            return
+        stages, models = self._stages(), self.root / "models"
+        if "hindsight" in stages:
+            self.group.load_checkpoint(str(models))
+            print(f"[hierarl] HISR: reward models loaded from {models}", flush=True)
+            return
+        t0 = time.perf_counter()
+        trajs = self.collect()
+        if "sprm" in stages:
+            self.group.load_checkpoint(str(models))
+        else:
+            m = self._train_sprm(trajs, self.trainer.cfg.seed + 200)
+            self.save(models)
+            self._mark(stages, "sprm", m)
+            print(
+                f"[hierarl] HISR: SPRM trained on {len(trajs)} trajectories: loss {m['sprm_loss']:.4f}, "
+                f"predicted outcome won {m['sprm_total_won']:.3f} / lost {m['sprm_total_lost']:.3f}",
+                flush=True,
+            )
+        # the hindsight model is π_ref continued (Eq. 4): start from the policy after behaviour cloning
+        self.group.load_adapter_weights(self.trainer.learner.adapter_weights())
+        rows, _ = hindsight_rows(trajs, self.render, self.intro)
+        nll = self._train_hindsight(rows, self.acfg.hindsight_epochs)
+        self.save(models)
+        won = sum(t.won for t in trajs)
+        metrics = {"hindsight_nll": nll, "hindsight_rows": len(rows)}
+        self._mark(stages, "hindsight", metrics)
+        self.trainer.log(
+            {
+                "iteration": 0,
+                "phase": "hisr",
+                "collected": len(trajs),
+                "collected_won": won,
+                **stages["sprm"],
+                **metrics,
+                "wall_s": time.perf_counter() - t0,
+            }
+        )
+        print(f"[hierarl] HISR: hindsight model trained on {len(rows)} cloze rows: nll {nll:.3f}", flush=True)
+
+    def close(self) -> None:
+        self.group.shutdown()

@@ -1,0 +1,173 @@
+"""HISR: hindsight-information-modulated segmental process rewards, PPO with GAE (HISR Sec. 3, App. B).
+
+The pipeline (``launch.hisr`` runs the stages before RL, each cached in the run folder):
+
+1. behaviour cloning on expert trajectories in the ReAct format → π_ref (Eq. 1; the run's ``bc`` phase);
+2. N rollouts per training task with π_ref at temperature 0.7, wrong-format and repetitive ones dropped (App. B);
+3. segmentation (``reward.segments``; the paper's GPT-4o step, replaced offline);
+4. the SPRM: the base with its own LoRA and the Eq. 2 head W₂·SiLU(W₁h), trained with Eq. 3 (``sprm_value_loss``);
+5. the hindsight model: π_ref continued on the Table 9–10 cloze of every collected turn (Eq. 4 = the SFT loss);
+6. RL: every iteration's trajectories are segmented, the SPRM scores each segment (R̂), the hindsight model and the
+   policy score each action (Eq. 5–6), and r_fuse = (1 − α) r_him + α r_g (Eq. 7–8;
+   ``learners.reward_models.segment_turn_rewards`` writes the first summand into ``turn.shaped["segment"]``, the
+   ``action_grounding`` shaping term is the second) is the reward of PPO with GAE (Eq. 9).
+
+This file: the config (App. B constants), the targets (GAE over r_fuse), the PPO losses and the SPRM's loss.
+
+Deviations, each labelled where it is made:
+
+* segmentation: protocol subgoals, entropy change points or single turns instead of GPT-4o (``segmentation``);
+* Eq. 7's norm is L1 (the case studies' numbers), and ``keep_sprm_scale`` multiplies R_him by ‖R̂‖₁;
+* the SPRM loss over a mini-batch is Σ_b (R_b − Σ_i r_bi)² / (segments in the mini-batch): every trajectory
+  weighs the same; the scale is Eq. 3's mean divided by the mean segment count;
+* the SPRM and the hindsight model are a second learner group's critic and policy (each its own copy of the base,
+  as the PPO critic already is), not a third and fourth adapter on the policy's own base;
+* the value of a truncated episode's final state is approximated by V(s_{T−1}), advantages are whitened (as PPO).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from actors.trajectory import Trajectory
+from learners.advantages import gae
+from learners.algorithm import Algorithm
+from learners.batch import TurnBatch
+from learners.losses import sprm_loss
+from learners.reward_models import SEGMENT_TERM
+from learners.targets import (
+    CriticInputs,
+    Targets,
+    ValueSlot,
+    bootstrap_value,
+    broadcast_turn_values,
+    clipped_policy_loss,
+    has_kl_term,
+    rows_per_trajectory,
+    squared_value_loss,
+    whiten,
+)
+from reward.shaping import HISR_TERMS, ShapingConstants
+
+
+@dataclass(frozen=True)
+class Config:
+    gamma: float = 0.99
+    lam: float = 0.95
+    """HISR App. B: γ 0.99, λ 0.95."""
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    kl_coef: float = 0.01
+    """HISR App. B: KL coefficient 1e-2."""
+    kl_kind: str = "low_var_kl"
+    value_clip: float = 0.2
+    normalize_advantages: bool = True
+    agg: str = "token-mean"
+    reward_terms: tuple[str, ...] = HISR_TERMS
+    """α · r^g (Eq. 8), α = ``shaping.grounding_alpha`` (0.3)."""
+    shaping: ShapingConstants = field(default_factory=ShapingConstants)
+    beta: float = 0.3
+    """Eq. 6's temperature (App. B: 0.3)."""
+    segmentation: str = "auto"
+    """``reward.segments``: subgoal | entropy | turn; auto: the protocol's subgoals where it has them (measured
+    agreement 1.0 with the expert's subgoal boundaries by construction), else entropy change points."""
+    entropy_jump: float = 0.5
+    """Entropy segmentation: a boundary where a turn's mean entropy rises by more than this many std."""
+    keep_sprm_scale: bool = True
+    """R_him × ‖R̂‖₁ (see ``learners.reward_models.segment_turn_rewards``); false: Eq. 7 as printed."""
+    collect_per_task: int = 10
+    """N rollouts per task with π_ref (App. B: 10)."""
+    collect_tasks: int = 0
+    """Training tasks to collect on (0: every one; the paper uses every task of D_bc)."""
+    collect_temperature: float = 0.7
+    collect_filter: bool = True
+    """App. B's filter of wrong-format and repetitive trajectories; false keeps every one (a smoke test's model
+    that cannot keep the format yet)."""
+    sprm_epochs: int = 1
+    sprm_lr: float = 2e-6
+    sprm_batch: int = 16
+    """App. B, ALFWorld: 1 epoch at (2e-6, 16)."""
+    hindsight_epochs: int = 1
+    hindsight_lr: float = 1e-6
+    hindsight_batch: int = 192
+    """App. B, ALFWorld: 1 epoch at (1e-6, 192)."""
+    online_hindsight: bool = False
+    """Beyond the paper (its Limitation 2): one hindsight-model SFT step on every iteration's rollouts."""
+
+
+VALUE_SLOTS = (ValueSlot("v", 0, "prompt_last"),)
+
+
+def fused_rewards(traj: Trajectory) -> np.ndarray:
+    """float64[T]: r_fuse of Eq. 8 = the shaped terms only; the outcome reaches the policy through the SPRM, never
+    as an env reward (HISR Sec. 3.3). Refuses a trajectory the reward models did not annotate."""
+    missing = [k for k, t in enumerate(traj.turns) if SEGMENT_TERM not in t.shaped]
+    if missing:
+        raise ValueError(
+            f"{traj.traj_id}: turns {missing[:5]} carry no {SEGMENT_TERM!r} reward (the HISR reward models must "
+            "annotate every trajectory before its targets)"
+        )
+    return np.array([sum(t.shaped.values()) for t in traj.turns], dtype=np.float64)
+
+
+def compute_targets(
+    trajectories: Sequence[Trajectory], batch: TurnBatch, values: np.ndarray | None, cfg: Config
+) -> Targets:
+    assert values is not None, "HISR's PPO needs critic values"
+    resp = batch.response_mask.numpy()
+    adv_row = np.zeros(len(batch))
+    ret_row = np.zeros(len(batch))
+    for traj, rows in zip(trajectories, rows_per_trajectory(batch, trajectories), strict=True):
+        v = values[rows, 0].astype(np.float64)
+        adv, ret = gae(
+            fused_rewards(traj),
+            v,
+            gamma=cfg.gamma,
+            lam=cfg.lam,
+            terminated=traj.terminated,
+            bootstrap_value=bootstrap_value(traj, v[-1]),
+        )
+        adv_row[rows], ret_row[rows] = adv.numpy(), ret.numpy()
+    token_adv = broadcast_turn_values(adv_row, resp)
+    if cfg.normalize_advantages:
+        token_adv = whiten(token_adv, resp)
+    return Targets(
+        token_adv=token_adv,
+        loss_mask=resp,
+        value_target=ret_row[:, None].astype(np.float32),
+        value_valid=np.ones((len(batch), 1), bool),
+        stats={"adv_mean": float(adv_row.mean()) if adv_row.size else 0.0},
+    )
+
+
+def value_loss(values: torch.Tensor, inputs: CriticInputs, cfg: Config):
+    """0.5 · (V − return)², PPO-clipped around the old values by ``value_clip``."""
+    return squared_value_loss(values, inputs, clip=cfg.value_clip)
+
+
+def sprm_value_loss(values: torch.Tensor, inputs: CriticInputs, cfg: Config):
+    """Eq. 3 on the SPRM's segment scores ``values`` float[B, S] (``learners.reward_models.SprmBatch``): the
+    outcome R_b is the target of each of row b's valid slots, ``value_weight`` = valid / (valid slots in the
+    mini-batch), so Σ_k w_bk / n_b = 1 / (segments in the mini-batch) for every row with a segment."""
+    valid = inputs.value_weight > 0
+    n = valid.sum(-1)
+    row_weight = inputs.value_weight.sum(-1) / n.clamp(min=1)
+    target = torch.where(valid, inputs.value_target, 0.0).sum(-1) / n.clamp(min=1)
+    loss = sprm_loss(values, valid, target, row_weight=row_weight)
+    return loss, {"sprm_loss": float(loss.detach())}
+
+
+ALGORITHM = Algorithm(
+    name="hisr",
+    Config=Config,
+    compute_targets=compute_targets,
+    policy_loss=clipped_policy_loss,  # Eq. 9 + kl_coef · KL to π_ref
+    value_slots=VALUE_SLOTS,
+    value_loss=value_loss,
+    uses_reference=has_kl_term,
+    reward_models=True,
+)
