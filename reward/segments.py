@@ -44,7 +44,7 @@ def subgoal_segments(traj: Trajectory) -> np.ndarray:
     return ids_from_starts(traj.switches())
 
 
-def entropy_segments(turn_entropy: np.ndarray, jump: float = 0.5) -> np.ndarray:
+def entropy_segments(turn_entropy: np.ndarray, jump: float = 1.5) -> np.ndarray:
     """int64[T]: a new segment at turn t when H_t − H_{t−1} > jump · std(H) (H: float[T] mean response entropy).
 
     A trajectory whose entropies do not vary (std 0) stays one segment."""
