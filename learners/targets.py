@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from actors.trajectory import Trajectory
+from learners.advantages import gae
 from learners.batch import Sequences, TurnBatch
 from learners.losses import kl_estimate, ppo_token_loss
 
@@ -199,3 +200,42 @@ def squared_value_loss(
     # where, not multiply: a NaN/inf placeholder target at an invalid slot must not poison the loss
     loss = 0.5 * torch.where(weight > 0, err * weight, torch.zeros_like(err)).sum()
     return loss, {"value_loss": float(loss.detach())}
+
+
+def turn_gae_targets(
+    trajectories: Sequence[Trajectory],
+    batch: TurnBatch,
+    values: np.ndarray,
+    rewards: Sequence[np.ndarray],
+    *,
+    gamma: float,
+    lam: float,
+    normalize: bool,
+) -> Targets:
+    """Turn-level GAE (PPO, HISR): ``rewards`` float[T] per trajectory, V(s_t) = ``values[:, 0]``; every response
+    token of a turn gets its advantage (whitened over the batch's response tokens when ``normalize``), the critic
+    regresses on the λ-return."""
+    resp = batch.response_mask.numpy()
+    adv_row = np.zeros(len(batch))
+    ret_row = np.zeros(len(batch))
+    for traj, r, rows in zip(trajectories, rewards, rows_per_trajectory(batch, trajectories), strict=True):
+        v = values[rows, 0].astype(np.float64)
+        adv, ret = gae(
+            r,
+            v,
+            gamma=gamma,
+            lam=lam,
+            terminated=traj.terminated,
+            bootstrap_value=bootstrap_value(traj, v[-1]),
+        )
+        adv_row[rows], ret_row[rows] = adv.numpy(), ret.numpy()
+    token_adv = broadcast_turn_values(adv_row, resp)
+    if normalize:
+        token_adv = whiten(token_adv, resp)
+    return Targets(
+        token_adv=token_adv,
+        loss_mask=resp,
+        value_target=ret_row[:, None].astype(np.float32),
+        value_valid=np.ones((len(batch), 1), bool),
+        stats={"adv_mean": float(adv_row.mean()) if adv_row.size else 0.0},
+    )

@@ -34,7 +34,6 @@ import numpy as np
 import torch
 
 from actors.trajectory import Trajectory
-from learners.advantages import gae
 from learners.algorithm import Algorithm
 from learners.batch import TurnBatch
 from learners.losses import sprm_loss
@@ -43,13 +42,10 @@ from learners.targets import (
     CriticInputs,
     Targets,
     ValueSlot,
-    bootstrap_value,
-    broadcast_turn_values,
     clipped_policy_loss,
     has_kl_term,
-    rows_per_trajectory,
     squared_value_loss,
-    whiten,
+    turn_gae_targets,
 )
 from reward.shaping import HISR_TERMS, ShapingConstants
 
@@ -120,29 +116,14 @@ def compute_targets(
     trajectories: Sequence[Trajectory], batch: TurnBatch, values: np.ndarray | None, cfg: Config
 ) -> Targets:
     assert values is not None, "HISR's PPO needs critic values"
-    resp = batch.response_mask.numpy()
-    adv_row = np.zeros(len(batch))
-    ret_row = np.zeros(len(batch))
-    for traj, rows in zip(trajectories, rows_per_trajectory(batch, trajectories), strict=True):
-        v = values[rows, 0].astype(np.float64)
-        adv, ret = gae(
-            fused_rewards(traj),
-            v,
-            gamma=cfg.gamma,
-            lam=cfg.lam,
-            terminated=traj.terminated,
-            bootstrap_value=bootstrap_value(traj, v[-1]),
-        )
-        adv_row[rows], ret_row[rows] = adv.numpy(), ret.numpy()
-    token_adv = broadcast_turn_values(adv_row, resp)
-    if cfg.normalize_advantages:
-        token_adv = whiten(token_adv, resp)
-    return Targets(
-        token_adv=token_adv,
-        loss_mask=resp,
-        value_target=ret_row[:, None].astype(np.float32),
-        value_valid=np.ones((len(batch), 1), bool),
-        stats={"adv_mean": float(adv_row.mean()) if adv_row.size else 0.0},
+    return turn_gae_targets(
+        trajectories,
+        batch,
+        values,
+        [fused_rewards(t) for t in trajectories],
+        gamma=cfg.gamma,
+        lam=cfg.lam,
+        normalize=cfg.normalize_advantages,
     )
 
 
