@@ -35,6 +35,7 @@ from learners.batch import LearnerBatch, TurnBatch, build_turn_batch
 from learners.group import LearnerGroup
 from learners.prepare import learner_batch
 from learners.reward_models import (
+    SprmBatch,
     hindsight_intro,
     hindsight_rows,
     keep_for_reward_models,
@@ -107,11 +108,15 @@ class RewardModels:
         per_turn = turn_entropies(turns.index, ent, [len(t.turns) for t in trajs])
         return [entropy_segments(h, self.acfg.entropy_jump) for h in per_turn]
 
+    def _sprm_batch(self, trajs: Sequence[Trajectory], seg: list[np.ndarray]) -> SprmBatch:
+        cfg = self.trainer.cfg
+        return sprm_sequences(
+            trajs, seg, self.encode, max_len=cfg.learner.max_seq_len, pad_id=self.trainer.pad_id
+        )
+
     def _sprm_scores(self, trajs: Sequence[Trajectory], seg: list[np.ndarray]) -> np.ndarray:
         """float[B, S]: R̂ per segment, NaN where a row has no such (readable) segment."""
-        batch = sprm_sequences(
-            trajs, seg, self.encode, max_len=self.trainer.cfg.learner.max_seq_len, pad_id=self.trainer.pad_id
-        )
+        batch = self._sprm_batch(trajs, seg)
         values = self.group.values(batch.seqs)
         return np.where(batch.segment_valid, values, np.nan)
 
@@ -201,9 +206,7 @@ class RewardModels:
 
     def _train_sprm(self, trajs: Sequence[Trajectory], seed: int) -> dict[str, float]:
         seg = [np.asarray(tr.info[SEGMENTS_KEY], dtype=np.int64) for tr in trajs]
-        b = sprm_sequences(
-            trajs, seg, self.encode, max_len=self.trainer.cfg.learner.max_seq_len, pad_id=self.trainer.pad_id
-        )
+        b = self._sprm_batch(trajs, seg)
         shape = b.seqs.input_ids.shape
         batch = LearnerBatch(
             seqs=b.seqs,
@@ -225,7 +228,7 @@ class RewardModels:
             epochs=self.acfg.sprm_epochs,
             seed=seed,
         )
-        total = np.nansum(np.where(b.segment_valid, self.group.values(b.seqs), np.nan), axis=1)
+        total = np.nansum(self._sprm_scores(trajs, seg), axis=1)
         won = b.outcome > 0.5
         return {
             "sprm_loss": m.get("value_loss", float("nan")),
