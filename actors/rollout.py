@@ -290,6 +290,9 @@ def iter_episodes(
                     turn.env_reward = float(r.reward)
                     turn.terminated = bool(r.terminated)
                     turn.info["valid_action"] = bool(r.info.get("valid_action", True))
+                    turn.info["score"] = float(
+                        r.info.get("score", 0.0) or 0.0
+                    )  # the env's progress after the step
                     turn.info["next_observation"] = r.observation
                     ep.agent.observe(r.observation, r.reward, r.terminated, r.truncated, r.info)
                     if r.terminated or r.truncated or ep.steps >= max_steps:

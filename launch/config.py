@@ -614,6 +614,7 @@ def _check_algo(cfg: TrainConfig) -> Any:
     """The ``algo.*`` keys against the algorithm's Config, its enumerations and ranges, and its shaping."""
     from launch.algos import get_algo
     from learners.advantages import GroupMode
+    from learners.algos.step_hrl import ACTOR_LOSSES
     from learners.losses import AGG_MODES, KL_KINDS
     from reward.shaping import TERMS, ShapingConstants, shaping_for
 
@@ -631,6 +632,7 @@ def _check_algo(cfg: TrainConfig) -> Any:
         "agg": AGG_MODES,
         "mode": typing.get_args(GroupMode),
         "adv_norm": getattr(algo, "ADV_NORMS", None),
+        "actor_loss": ACTOR_LOSSES,
     }
     for name, allowed in choices.items():
         if allowed is not None and hasattr(algo_cfg, name):
@@ -658,6 +660,12 @@ def _check_algo(cfg: TrainConfig) -> Any:
         "hindsight_batch": (lambda v: v >= 1, "an integer >= 1"),
         "sprm_lr": (lambda v: v > 0, "a number > 0"),
         "hindsight_lr": (lambda v: v > 0, "a number > 0"),
+        "expectile": (lambda v: 0 < v < 1, "a number in (0, 1)"),
+        "target_tau": (lambda v: 0 < v <= 1, "a number in (0, 1]"),
+        "warmup_steps": (lambda v: v >= 0, "an integer >= 0"),
+        "max_weight": (lambda v: v > 0, "a number > 0"),
+        "data_ratio": (lambda v: v >= 0, "a number >= 0"),
+        "online_groups": (lambda v: v >= 0, "an integer >= 0 (0: offline only)"),
     }
     for name, (ok, allowed) in ranges.items():
         if hasattr(algo_cfg, name):
@@ -696,6 +704,20 @@ def _check_algo(cfg: TrainConfig) -> Any:
                 f"{cfg.rollout.agent!r}; allowed: rollout.agent in {', '.join(SUBGOAL_AGENTS)}, or segmentation "
                 "entropy / turn / auto"
             )
+    if algo.offline and cfg.one_step_off:
+        raise ConfigError(
+            f"one_step_off: algo={cfg.algo} trains on a stored dataset, there are no rollouts to overlap; "
+            "allowed: one_step_off=false"
+        )
+    if (
+        algo.offline
+        and (factory := _env_factory(cfg.env.name)) is not None
+        and not hasattr(factory, "expert_plan")
+    ):
+        raise ConfigError(
+            f"env.name: algo={cfg.algo}'s dataset starts from expert demonstrations and env {cfg.env.name!r} has "
+            f"no expert plan (actors/demos.py); allowed: an env with one: {', '.join(_expert_envs())}"
+        )
     need = algo.min_group_size
     if cfg.rollout.group_size < need:
         raise ConfigError(

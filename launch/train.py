@@ -45,6 +45,7 @@ from envs.random_policy import random_policy_success
 from launch.algos import get_algo
 from launch.config import TrainConfig, check_bc_source, resolve_algo_config, resolved_text
 from launch.hisr import RewardModels
+from launch.offline import OfflineData
 from learners.algorithm import Algorithm
 from learners.group import LearnerGroup
 from learners.prepare import learner_batch, shaped_turns
@@ -170,6 +171,7 @@ class Trainer:
             max_grad_norm=cfg.learner.max_grad_norm,
             micro_batch_size=cfg.learner.micro_batch_size,
             value_heads=self.algo.value_heads,
+            target_critic=self.algo.target_critic,
             seed=cfg.seed,
         )
         self.learner = LearnerGroup(
@@ -192,6 +194,8 @@ class Trainer:
         self.resumed_from: Path | None = None
         # HISR's segment reward model and hindsight model: a second learner group, trained before RL
         self.hisr = RewardModels(self) if self.algo.reward_models else None
+        # STEP-HRL's offline dataset (expert demonstrations + BC-policy rollouts), built after BC
+        self.offline = OfflineData(self) if self.algo.offline else None
 
     # -- pieces ----------------------------------------------------------------------------------------------
 
@@ -289,6 +293,8 @@ class Trainer:
                 f"a learner worker died ({type(error).__name__}) and there is no checkpoint to rebuild from"
             ) from error
         path = loaded[0]
+        if self.offline is not None:
+            self.offline.critic_steps = int(loaded[1].get("offline_steps", 0))
         self.learner_restarts += 1
         print(
             f"[hierarl] a learner worker died ({type(error).__name__}); group rebuilt from {path} in "
@@ -398,6 +404,7 @@ class Trainer:
             )
             ref = self.learner.logprobs(seqs, reference=True) if algo.uses_reference(algo_cfg) else None
         model_stats: dict[str, float] = {}
+        offline = self.offline if algo is self.algo else None
         if algo.reward_models:
             assert self.hisr is not None
             with timed(timings, "reward_models"):
@@ -432,16 +439,20 @@ class Trainer:
                     mini_batch_size=mini_batch_size or self.cfg.learner.mini_batch_size,
                     epochs=self.cfg.learner.ppo_epochs,
                     seed=seed,
+                    critic_only_steps=offline.warmup_left() if offline is not None else 0,
+                    target_tau=algo_cfg.target_tau if algo.target_critic else 0.0,
                 )
             )
+            if offline is not None:
+                offline.critic_steps += int(metrics["optimizer_steps"])
             if lr is not None:
                 self.learner.set_lr(self.cfg.learner.actor_lr)
         return metrics, timings
 
-    def behaviour_cloning(self) -> dict[str, Any]:
-        """Demonstrations from the env's expert in the agent's format, then SFT epochs."""
+    def demonstrations(self) -> list[Trajectory]:
+        """The env expert's won episodes on ``bc.episodes`` training tasks (drawn from the run's seed), in the
+        agent's format: what behaviour cloning trains on, and STEP-HRL's expert data D."""
         cfg = self.cfg
-        t0 = time.perf_counter()
         ids = self.task_ids(cfg.env.train_split)
         ids = random.Random(cfg.seed).sample(ids, min(cfg.bc.episodes, len(ids)))
         demos = collect_demonstrations(
@@ -456,6 +467,13 @@ class Trainer:
         )
         if not demos:
             raise RuntimeError(f"the {cfg.env.name} expert produced no winning demonstration")
+        return demos
+
+    def behaviour_cloning(self) -> dict[str, Any]:
+        """Demonstrations from the env's expert in the agent's format, then SFT epochs."""
+        cfg = self.cfg
+        t0 = time.perf_counter()
+        demos = self.demonstrations()
         sft = get_algo("sft")
         out: dict[str, Any] = {"demos": len(demos), "turns": sum(len(d.turns) for d in demos)}
         for epoch in range(cfg.bc.epochs):
@@ -540,6 +558,7 @@ class Trainer:
                 "numpy_rng": np.random.get_state(),
                 "torch_rng": torch.get_rng_state(),
                 "record": record,
+                "offline_steps": self.offline.critic_steps if self.offline is not None else 0,
             }
             torch.save(state, tmp / "driver.pt")
             if self.hisr is not None and self.algo_cfg.online_hindsight:
@@ -607,6 +626,8 @@ class Trainer:
         torch.set_rng_state(state["torch_rng"])
         self.start_iter = state["iteration"] + 1
         self.version = state["version"] - 1
+        if self.offline is not None:
+            self.offline.critic_steps = int(state.get("offline_steps", 0))
         behaviour = path / "behaviour_adapter.npz"
         if self.cfg.one_step_off and state["iteration"] >= 1 and self.start_iter <= self.cfg.iterations:
             if behaviour.exists():
@@ -660,16 +681,26 @@ class Trainer:
             self.start_iter = 1
         if self.hisr is not None:
             self.hisr.prepare(self.resumed_from)
+        if self.offline is not None:
+            self.offline.prepare()
         for it in range(self.start_iter, cfg.iterations + 1):
             timings: dict[str, float] = {}
             t_iter = time.perf_counter()
-            with timed(timings, "rollout"):
-                trajs = self.gather(self._pending or self.start_rl_rollouts(it))
-            self._pending = []
-            if cfg.one_step_off and it < cfg.iterations:
-                self._pending = self.start_rl_rollouts(it + 1)  # generates while this iteration updates
-            stats = trajectory_stats(trajs)
-            stats["groups_dropped"] = cfg.rollout.groups_per_iter - len({t.group_id for t in trajs})
+            if self.offline is not None:
+                with timed(timings, "rollout"):
+                    trajs, new = self.offline.iteration_data(it)
+                # train success is that of the iteration's own rollouts; the stored data's is not the policy's
+                stats = {**trajectory_stats(new or trajs), "buffer_trajectories": float(len(trajs))}
+                if not new:
+                    stats["success"] = float("nan")
+            else:
+                with timed(timings, "rollout"):
+                    trajs = self.gather(self._pending or self.start_rl_rollouts(it))
+                self._pending = []
+                if cfg.one_step_off and it < cfg.iterations:
+                    self._pending = self.start_rl_rollouts(it + 1)  # generates while this iteration updates
+                stats = trajectory_stats(trajs)
+                stats["groups_dropped"] = cfg.rollout.groups_per_iter - len({t.group_id for t in trajs})
             if not any(t.turns for t in trajs):
                 self._check_empty(it, stats)
                 continue

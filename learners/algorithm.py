@@ -60,6 +60,10 @@ class Algorithm:
     folded-history protocol as much as its advantage, so ``algo=hipif`` with another agent is refused at start.
     ``reward_models``: the run trains HISR's segment reward model and hindsight model before RL and annotates every
     iteration's trajectories with them (``launch.hisr``) before ``compute_targets``.
+    ``offline``: the RL iterations train on a stored dataset (expert demonstrations + BC-policy rollouts,
+    ``launch.offline``), not on fresh rollouts; rollouts only build the data and evaluate.
+    ``target_critic``: the learner keeps a soft-updated copy of the critic (``cfg.target_tau`` per critic step) that
+    value slots with ``target=True`` read, and the first ``cfg.warmup_steps`` optimizer steps train the critic alone.
     """
 
     name: str
@@ -73,6 +77,8 @@ class Algorithm:
     min_group_size: int = 1
     agents: tuple[str, ...] = ()
     reward_models: bool = False
+    offline: bool = False
+    target_critic: bool = False
 
     def __post_init__(self) -> None:
         if bool(self.value_slots) != (self.value_loss is not None):

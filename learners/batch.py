@@ -14,6 +14,7 @@ Shapes (B turns, L = longest prompt+response)::
     masks[name]      bool[B, L]   tag masks (switch_mask, subgoal_mask, action_mask, ...) placed at sequence positions
     prompt_last      int64[B]     index of the last prompt token: where V(s_t) / V_high(s_t) / V_low(s_t, o_{t-1}) are read
     subgoal_last     int64[B]     index of the last subgoal token (HiPER V_low(s_t, o_t)); prompt_last if no subgoal
+    response_last    int64[B]     index of the last response token: where Q(s, u) is read (STEP-HRL's action-end token)
 
 ``TurnBatch`` is what the algorithms' ``compute_targets`` read (torch, built from trajectories); ``Sequences`` and
 ``LearnerBatch`` are what crosses to the learner group (numpy, the forward-pass input and the full training batch).
@@ -38,6 +39,7 @@ class TurnBatch:
     old_logprobs: torch.Tensor
     prompt_last: torch.Tensor
     subgoal_last: torch.Tensor
+    response_last: torch.Tensor
     masks: dict[str, torch.Tensor] = field(default_factory=dict)
     index: list[tuple[int, int]] = field(default_factory=list)
     """(trajectory index, turn index) of every row, to scatter per-turn results back."""
@@ -63,6 +65,7 @@ class TurnBatch:
             old_logprobs=self.old_logprobs[rows_t],
             prompt_last=self.prompt_last[rows_t],
             subgoal_last=self.subgoal_last[rows_t],
+            response_last=self.response_last[rows_t],
             masks={k: v[rows_t] for k, v in self.masks.items()},
             index=[self.index[i] for i in rows_t.tolist()],
         )
@@ -77,6 +80,7 @@ class TurnBatch:
             old_logprobs=self.old_logprobs[:, :width],
             prompt_last=self.prompt_last,
             subgoal_last=self.subgoal_last,
+            response_last=self.response_last,
             masks={k: v[:, :width] for k, v in self.masks.items()},
             index=self.index,
         )
@@ -113,6 +117,7 @@ def build_turn_batch(
     masks = {k: torch.zeros((b, width), dtype=torch.bool) for k in mask_names}
     prompt_last = torch.zeros(b, dtype=torch.long)
     subgoal_last = torch.zeros(b, dtype=torch.long)
+    response_last = torch.zeros(b, dtype=torch.long)
     for r, ((_, _, t), seq, p) in enumerate(zip(rows, seqs, prompt_lens, strict=True)):
         n = seq.size
         n_resp = n - p
@@ -123,6 +128,7 @@ def build_turn_batch(
         for k, m in t.masks.items():
             masks[k][r, p:n] = torch.from_numpy(m[:n_resp])
         prompt_last[r] = p - 1
+        response_last[r] = n - 1
         sg = t.masks.get("subgoal_mask")
         if sg is not None and sg[:n_resp].any():
             subgoal_last[r] = p + int(np.flatnonzero(sg[:n_resp])[-1])
@@ -135,6 +141,7 @@ def build_turn_batch(
         old_logprobs=old_lp,
         prompt_last=prompt_last,
         subgoal_last=subgoal_last,
+        response_last=response_last,
         masks=masks,
         index=[(i, j) for i, j, _ in rows],
     )
@@ -163,6 +170,8 @@ class Sequences:
     response_mask   bool[B, L]   the tokens whose log-probs are computed
     value_pos       int64[B, K]  where value slot k is read (``learners.targets.value_positions``)
     value_head      int64[K]     which critic head slot k reads (per slot, not per row)
+    value_from_target bool[K] | None  slot k is read from the target critic (a soft-updated copy; IQL's
+                                 Q_target / V_target), not the critic itself; None: every slot from the critic
     """
 
     input_ids: np.ndarray
@@ -170,12 +179,13 @@ class Sequences:
     response_mask: np.ndarray
     value_pos: np.ndarray
     value_head: np.ndarray
+    value_from_target: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.input_ids.shape[0])
 
     def rows(self, rows: np.ndarray) -> Sequences:
-        return _take_rows(self, rows, keep=("value_head",))
+        return _take_rows(self, rows, keep=("value_head", "value_from_target"))
 
 
 @dataclass(frozen=True)

@@ -46,10 +46,11 @@ def _pad_empty_shards(shards: list[LearnerBatch], mb: LearnerBatch) -> list[Lear
     return out
 
 
-def _loss_note(sums: dict[str, float], steps: int) -> str:
-    """A running mean for a progress line: NLL for behaviour cloning, else the approx. KL of the ratio."""
-    key = "nll" if "nll" in sums else "approx_kl" if "approx_kl" in sums else ""
-    return f"{key} {sums[key] / steps:.3f}" if key and steps else ""
+def _loss_note(sums: dict[str, float], counts: dict[str, int]) -> str:
+    """A running mean for a progress line: NLL for behaviour cloning, the approx. KL of the ratio, else the
+    critic loss."""
+    key = next((k for k in ("nll", "approx_kl", "value_loss") if k in sums), "")
+    return f"{key} {sums[key] / counts[key]:.3f}" if key else ""
 
 
 def _free_port() -> int:
@@ -108,15 +109,22 @@ class LearnerGroup:
         mini_batch_size: int,
         epochs: int,
         seed: int,
+        critic_only_steps: int = 0,
+        target_tau: float = 0.0,
     ) -> dict[str, float]:
         """``epochs`` passes over ``batch`` in shuffled mini-batches; the policy takes a step on each mini-batch
         when ``policy_loss`` is given, the critic when ``value_loss`` is (HISR's SPRM trains its critic alone).
-        Returns mean metrics over the steps."""
+        The first ``critic_only_steps`` mini-batches step the critic alone (STEP-HRL's critic warm-up);
+        ``target_tau`` > 0 soft-updates the target critic after every critic step. Returns mean metrics over the
+        steps, and ``optimizer_steps``."""
         if policy_loss is None and value_loss is None:
             raise ValueError("an update needs a policy loss, a value loss or both")
         n = len(batch)
         rng = np.random.default_rng(seed)
         sums: dict[str, float] = {}
+        counts: dict[
+            str, int
+        ] = {}  # steps that reported each metric (critic-only steps report no policy metric)
         steps = 0
         ticker = Ticker("update", epochs * -(-n // mini_batch_size), "optimizer steps")
         for _ in range(epochs):
@@ -126,7 +134,7 @@ class LearnerGroup:
                 shards = _pad_empty_shards([mb.rows(r) for r in _shards(len(mb), len(self.workers))], mb)
                 refs = (
                     []
-                    if policy_loss is None
+                    if policy_loss is None or steps < critic_only_steps
                     else [
                         w.update_policy.remote(s, policy_loss, loss_cfg)
                         for w, s in zip(self.workers, shards, strict=True)
@@ -135,7 +143,7 @@ class LearnerGroup:
                 n_policy = len(refs)
                 if value_loss is not None:
                     refs += [
-                        w.update_critic.remote(s, value_loss, loss_cfg)
+                        w.update_critic.remote(s, value_loss, loss_cfg, target_tau)
                         for w, s in zip(self.workers, shards, strict=True)
                     ]
                 results = ray.get(refs)
@@ -147,10 +155,11 @@ class LearnerGroup:
                     merged["value_loss"] = merged.get("value_loss", 0.0) + r["value_loss"]
                 for k, v in merged.items():
                     sums[k] = sums.get(k, 0.0) + v
+                    counts[k] = counts.get(k, 0) + 1
                 steps += 1
-                ticker.advance(1, _loss_note(sums, steps))
-        ticker.close(_loss_note(sums, steps))
-        return {k: v / max(1, steps) for k, v in sums.items()}
+                ticker.advance(1, _loss_note(sums, counts))
+        ticker.close(_loss_note(sums, counts))
+        return {**{k: v / counts[k] for k, v in sums.items()}, "optimizer_steps": float(steps)}
 
     def set_lr(self, lr: float) -> None:
         ray.get([w.set_lr.remote(lr) for w in self.workers])

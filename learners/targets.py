@@ -3,7 +3,8 @@
 Every algorithm file (``learners/algos/<name>.py``) turns trajectories + a ``TurnBatch`` (+ critic values) into a
 ``Targets``; the learner worker then only needs the algorithm's per-token policy loss and its critic loss, both
 pure functions of tensors (``PolicyInputs`` / ``CriticInputs``). Value *slots* say where the critic is read:
-slot k = head ``head`` at the batch position named ``at`` ("prompt_last" or "subgoal_last").
+slot k = head ``head`` at the batch position named ``at`` ("prompt_last", "subgoal_last" or "response_last"), of the
+critic or, with ``target``, of its soft-updated target copy (IQL's Q_target / V_target; ``Algorithm.target_critic``).
 
 Critic-loss convention (every algorithm with a critic): the scalar mini-batch loss
 Σ_{b,k} w_bk · ½ (V_bk − y_bk)², with w = ``value_weight`` (1 / the number of valid targets in the mini-batch on
@@ -29,7 +30,8 @@ from learners.losses import kl_estimate, ppo_token_loss
 class ValueSlot:
     name: str
     head: int
-    at: str  # "prompt_last" | "subgoal_last"
+    at: str  # "prompt_last" | "subgoal_last" | "response_last"
+    target: bool = False
 
 
 @dataclass
@@ -81,6 +83,9 @@ def sequences(batch: TurnBatch, slots: Sequence[ValueSlot]) -> Sequences:
         response_mask=batch.response_mask.numpy(),
         value_pos=pos,
         value_head=head,
+        value_from_target=np.array([s.target for s in slots], dtype=bool)
+        if any(s.target for s in slots)
+        else None,
     )
 
 

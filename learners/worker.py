@@ -21,6 +21,8 @@ import datetime
 import os
 import random
 import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,6 +58,9 @@ class LearnerSpec:
     """0: no critic; 1: V(s); 2: HiPER [V_high, V_low]."""
     value_head_hidden: int = 0
     """0: a linear value head; > 0: W₂·SiLU(W₁h) with W₁ of this width (HISR Eq. 2's SPRM head)."""
+    target_critic: bool = False
+    """Keep a soft-updated copy of the critic's trainable tensors (IQL's target networks, STEP-HRL Eq. 11-12);
+    value slots with ``value_from_target`` read it."""
     master_port: int = 0
     """torch.distributed rendezvous port; 0: ``LearnerGroup`` picks a free one."""
 
@@ -200,6 +205,13 @@ class LearnerWorker:
                 model=cmodel, optimizer=copt, config=_ds_config(spec, world_size, bf16)
             )
             _drop_tied_frozen_weights(self.critic)
+        self.critic_target: list[torch.Tensor] | None = None
+        if spec.target_critic:
+            if self.critic is None or spec.zero_stage == 3:
+                raise ValueError(
+                    "a target critic needs a critic (value_heads > 0) and learner.zero_stage 0-2"
+                )
+            self.critic_target = [p.detach().clone() for p in self._critic_params()]
         self.step_count = 0
 
     # -- forward passes ----------------------------------------------------------------------------------------
@@ -265,17 +277,53 @@ class LearnerWorker:
             out.append((sums / counts.clamp(min=1)).cpu().numpy())
         return np.concatenate(out) if out else np.zeros((0,), np.float32)
 
+    def _critic_params(self) -> list[torch.Tensor]:
+        """The critic's trainable tensors (its LoRA and head), in a fixed order."""
+        assert self.critic is not None
+        return [p for p in self.critic.module.parameters() if p.requires_grad]
+
+    @contextmanager
+    def _target_weights(self) -> Iterator[None]:
+        """The critic computes with the target copy's tensors inside the block (swapped in and back; no copy)."""
+        assert self.critic_target is not None
+        params = self._critic_params()
+        own = [p.data for p in params]
+        for p, t in zip(params, self.critic_target, strict=True):
+            p.data = t
+        try:
+            yield
+        finally:
+            for p, o in zip(params, own, strict=True):
+                p.data = o
+
+    @torch.no_grad()
+    def soft_update_target(self, tau: float) -> None:
+        """θ̄ ← (1 − τ) θ̄ + τ θ (Haarnoja et al. 2018; STEP-HRL App. B: τ₁ = 0.2)."""
+        assert self.critic_target is not None
+        for t, p in zip(self.critic_target, self._critic_params(), strict=True):
+            t.mul_(1.0 - tau).add_(p.detach(), alpha=tau)
+
     @torch.no_grad()
     def values(self, seqs: Sequences) -> np.ndarray:
-        """float32[B, K]: value slot k is head ``value_head[k]`` read at position ``value_pos[b, k]``."""
+        """float32[B, K]: value slot k is head ``value_head[k]`` read at position ``value_pos[b, k]``, of the target
+        critic where ``value_from_target[k]``."""
         if self.critic is None:
             raise RuntimeError("this learner has no critic (value_heads=0)")
+        target = seqs.value_from_target
+        if target is not None and target.any() and self.critic_target is None:
+            raise RuntimeError("value slots read a target critic this learner does not keep (target_critic)")
         self.critic.eval()
         out = []
+        head = self._dev(seqs.value_head)
         for rows in self._micro_rows(len(seqs)):
-            v = self.critic(self._dev(seqs.input_ids[rows]), self._dev(seqs.attention_mask[rows]))
-            pos, head = self._dev(seqs.value_pos[rows]), self._dev(seqs.value_head)
-            out.append(self._gather_values(v, pos, head).cpu().numpy())
+            ids, attn = self._dev(seqs.input_ids[rows]), self._dev(seqs.attention_mask[rows])
+            pos = self._dev(seqs.value_pos[rows])
+            got = self._gather_values(self.critic(ids, attn), pos, head)
+            if target is not None and target.any():
+                with self._target_weights():
+                    from_target = self._gather_values(self.critic(ids, attn), pos, head)
+                got = torch.where(self._dev(target)[None, :], from_target, got)
+            out.append(got.cpu().numpy())
         return np.concatenate(out) if out else np.zeros((0, len(seqs.value_head)), np.float32)
 
     @staticmethod
@@ -339,10 +387,13 @@ class LearnerWorker:
         metrics["loss_tokens"] = tokens
         return metrics
 
-    def update_critic(self, batch: LearnerBatch, loss_fn: ValueLossFn, loss_cfg: Any) -> dict[str, float]:
+    def update_critic(
+        self, batch: LearnerBatch, loss_fn: ValueLossFn, loss_cfg: Any, target_tau: float = 0.0
+    ) -> dict[str, float]:
         """One critic optimizer step over the micro-batches of ``batch``. ``loss_fn(values float[B, K],
         CriticInputs, cfg)`` is the algorithm's pure critic loss (``learners.targets``' convention: weighted by
-        ``batch.value_weight``, already normalised over the mini-batch, so micro-batch losses add up)."""
+        ``batch.value_weight``, already normalised over the mini-batch, so micro-batch losses add up).
+        ``target_tau`` > 0: the target copy is soft-updated after the step."""
         if self.critic is None:
             raise RuntimeError("this learner has no critic (value_heads=0)")
         if batch.value_weight is None:
@@ -367,6 +418,8 @@ class LearnerWorker:
             self.critic.backward(loss * self.world_size)
             total += float(loss.detach())
         self.critic.step()
+        if target_tau > 0:
+            self.soft_update_target(target_tau)
         return {"value_loss": total}
 
     # -- weights and checkpoints -----------------------------------------------------------------------------
@@ -397,7 +450,10 @@ class LearnerWorker:
         if self.rank == 0:
             self.policy.module.save_pretrained(str(root / "adapter"))
         rng = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
-        torch.save({"rng": rng, "step_count": self.step_count}, root / f"learner_rank{self.rank}.pt")
+        torch.save(
+            {"rng": rng, "step_count": self.step_count, "critic_target": self.critic_target},
+            root / f"learner_rank{self.rank}.pt",
+        )
 
     def load_checkpoint(self, path: str, *, policy_only: bool = False) -> None:
         """Restore ``save_checkpoint``'s state; ``policy_only``: the policy engine and RNG, the critic stays as it
@@ -412,6 +468,11 @@ class LearnerWorker:
         np.random.set_state(state["rng"]["numpy"])
         random.setstate(state["rng"]["python"])
         self.step_count = state["step_count"]
+        if self.critic_target is not None and not policy_only:
+            saved = state.get("critic_target")
+            if saved is None:
+                raise ValueError(f"checkpoint {path} has no target critic to restore")
+            self.critic_target = [t.to(p.device) for t, p in zip(saved, self._critic_params(), strict=True)]
 
     @staticmethod
     def _load_engine(engine: Any, folder: Path) -> None:

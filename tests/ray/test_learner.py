@@ -455,3 +455,36 @@ def test_critic_fits_targets_and_ignores_invalid(model_path):
     print(f"critic: mean |V − y| over valid targets {err0:.3f} -> {err:.3f}")
     assert err < 0.5 * err0
     np.testing.assert_array_equal(va, vb)
+
+
+# -- 8. target critic ------------------------------------------------------------------------------------------
+
+
+def test_target_critic_lags_by_soft_updates_and_survives_a_checkpoint(model_path, tmp_path):
+    """IQL's target copy (STEP-HRL Eq. 11-12): slots flagged ``value_from_target`` read it, not the critic; it starts
+    equal to the critic, stays put without ``target_tau`` and after a step with τ it sits between the old and the
+    new critic: with τ = 1 it equals the new one. A checkpoint restores it."""
+    batch = _batch(10)
+    both = dataclasses.replace(
+        batch.seqs,
+        value_pos=np.concatenate([batch.seqs.value_pos, batch.seqs.value_pos], axis=1),
+        value_head=np.array([0, 1, 0, 1]),
+        value_from_target=np.array([False, False, True, True]),
+    )
+    w = _worker(model_path, target_critic=True)
+    v0 = w.values(both)
+    np.testing.assert_array_equal(v0[:, :2], v0[:, 2:])  # target = critic at the start
+    w.update_critic(batch, hiper.value_loss, hiper.Config())  # no soft update
+    v1 = w.values(both)
+    np.testing.assert_array_equal(v1[:, 2:], v0[:, 2:])  # target untouched
+    assert np.abs(v1[:, :2] - v0[:, :2]).max() > 1e-3  # the critic moved
+    w.save_checkpoint(str(tmp_path / "ckpt"))
+    w.soft_update_target(1.0)
+    np.testing.assert_allclose(w.values(both)[:, 2:], v1[:, :2], atol=1e-6)  # τ = 1: a copy of the critic
+    w.load_checkpoint(str(tmp_path / "ckpt"))
+    np.testing.assert_array_equal(w.values(both), v1)
+    w.update_critic(batch, hiper.value_loss, hiper.Config(), target_tau=0.5)
+    v2 = w.values(both)
+    # a half step moves the target off where it was, and not all the way to the critic
+    moved = np.abs(v2[:, 2:] - v0[:, 2:])
+    assert moved.max() > 1e-4 and np.abs(v2[:, 2:] - v2[:, :2]).max() > 1e-4

@@ -283,3 +283,41 @@ def test_hisr_stages_are_cached_and_a_resume_reproduces_the_losses(ray_local, tm
     again = next(r for r in resumed if r.get("phase") == "rl" and r["iteration"] == 2)
     for key in ("success", "return", "kl", "value_loss", "hisr_segment_reward", "hisr_importance"):
         assert again[key] == pytest.approx(rl[1][key], rel=1e-5, abs=1e-7), key
+
+
+STEP_HRL_TINY = [
+    "algo=step_hrl",
+    "rollout.agent=step_hrl",
+    "algo.warmup_steps=1",  # the first optimizer step trains the critic alone, the rest both
+    "algo.online_groups=1",  # and the online option: one group per iteration joins the buffer
+    "learner.ppo_epochs=1",
+]
+
+
+@pytest.mark.slow
+def test_step_hrl_offline_data_is_cached_and_a_resume_reproduces_the_losses(ray_local, tmp_path):
+    """BC -> the offline dataset (the BC demonstrations + 2x as many BC-policy rollouts) -> IQL critics with a
+    target copy and AWR on all three roles, through the real rollout workers and learner group; the data are cached
+    in the run folder, and a resumed run reads them (and the online buffer) back and repeats the losses."""
+    full = _run(tmp_path / "full", [*STEP_HRL_TINY, "iterations=2"])
+    root = tmp_path / "full" / "offline"
+    manifest = json.loads((root / "manifest.json").read_text())
+    assert manifest["expert"] == 4 and 1 <= manifest["collected"] <= 8
+    assert all(manifest["transitions"][r] > 0 for r in ("high", "low", "progress"))
+    assert (root / "online_1.jsonl").exists() and (root / "online_2.jsonl").exists()
+    assert sum(r.get("phase") == "data" for r in full) == 1
+    rl = [r for r in full if r.get("phase") == "rl"]
+    assert [r["iteration"] for r in rl] == [1, 2]
+    for r in rl:
+        for key in ("value_loss", "awr_weight", "adv_abs_mean", "transitions_low", "buffer_trajectories"):
+            assert key in r and math.isfinite(r[key]), key
+    assert rl[1]["buffer_trajectories"] == rl[0]["buffer_trajectories"] + 2  # the online group of size 2
+
+    part = tmp_path / "part"
+    _run(part, [*STEP_HRL_TINY, "iterations=1"])
+    stamp = (part / "offline" / "dataset.jsonl").stat().st_mtime_ns
+    resumed = _run(part, [*STEP_HRL_TINY, "iterations=2", "resume=true"])
+    assert (part / "offline" / "dataset.jsonl").stat().st_mtime_ns == stamp  # not collected again
+    again = next(r for r in resumed if r.get("phase") == "rl" and r["iteration"] == 2)
+    for key in ("value_loss", "awr_weight", "adv_mean", "buffer_trajectories"):
+        assert again[key] == pytest.approx(rl[1][key], rel=1e-5, abs=1e-7), key

@@ -54,10 +54,10 @@ def test_progress_lines_for_long_learner_phases(capsys):
     from learners.group import _loss_note
 
     t = Ticker("update", 3, "optimizer steps", every=0.0)
-    t.advance(1, _loss_note({"nll": 1.0}, 1))
+    t.advance(1, _loss_note({"nll": 1.0}, {"nll": 1}))
     t.advance(1)
     t.advance(1)
-    t.close(_loss_note({"nll": 1.5}, 3))
+    t.close(_loss_note({"nll": 1.5}, {"nll": 3}))
     lines = capsys.readouterr().out.splitlines()
     assert [ln.split(" (")[0] for ln in lines] == [
         "[hierarl]   update: 1/3 optimizer steps",

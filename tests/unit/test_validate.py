@@ -44,7 +44,7 @@ def test_every_preset_and_the_defaults_validate(preset):
 @pytest.mark.parametrize(
     ("override", "key", "allowed"),
     [
-        ("algo=nonsense", "algo", "gigpo, grpo, hiper, hipif, hipif_gigpo, hisr, ppo, rloo, sft"),
+        ("algo=nonsense", "algo", "gigpo, grpo, hiper, hipif, hipif_gigpo, hisr, ppo, rloo, sft, step_hrl"),
         ("rollout.agent=reactt", "rollout.agent", "react, plan_execute, hipif, step_hrl, multi2"),
         (
             "env.name=alfwrld",
@@ -83,6 +83,19 @@ def test_hisr_segmentation_is_checked_against_the_agent():
         resolve_config(None, ["algo=hisr", "rollout.agent=plan_execute", "algo.segmentation=subgoal"])
     )
     assert ok.segmentation == "subgoal"
+
+
+def test_step_hrl_is_checked_before_ray():
+    """STEP-HRL's own agent, an env with an expert for its dataset, no one-step-off, its ranges and choices."""
+    sh = ["algo=step_hrl", "rollout.agent=step_hrl"]
+    assert _error(["algo=step_hrl", "rollout.agent=react"]).endswith("allowed: step_hrl")
+    message = _error([*sh, "env.name=alfworld", "bc.enabled=false"])
+    assert message.startswith("env.name: algo=step_hrl's dataset starts from expert demonstrations")
+    assert _error([*sh, "one_step_off=true"]).startswith("one_step_off: algo=step_hrl trains on a stored dataset")
+    assert _error([*sh, "algo.expectile=1.0"]) == "algo.expectile: got 1.0; allowed: a number in (0, 1)"
+    assert _error([*sh, "algo.target_tau=0"]).startswith("algo.target_tau: ")
+    assert _error([*sh, "algo.actor_loss=awac"]).endswith("allowed: awr, advantage")
+    assert validate(resolve_config("step_hrl_synthetic_multi", [])).warmup_steps == 20
 
 
 def test_unknown_reward_term():
@@ -295,7 +308,7 @@ def test_a_bad_algorithm_fails_in_a_fresh_process_before_ray():
     )
     assert out.returncode == 2
     assert out.stderr.splitlines() == [
-        "hierarl train: algo: unknown algorithm 'nonsense'; allowed: gigpo, grpo, hiper, hipif, hipif_gigpo, hisr, ppo, rloo, sft"
+        "hierarl train: algo: unknown algorithm 'nonsense'; allowed: gigpo, grpo, hiper, hipif, hipif_gigpo, hisr, ppo, rloo, sft, step_hrl"
     ]
     assert _ray_session_state() == before, "a Ray session was started or touched"
 
@@ -336,7 +349,7 @@ def test_worker_configs_restate_no_run_config_default():
         }
 
     assert defaulted(WorkerConfig) == {"device", "adapter_path", "adapters"}
-    assert defaulted(LearnerSpec) == {"device", "value_heads", "value_head_hidden", "master_port"}
+    assert defaulted(LearnerSpec) == {"device", "value_heads", "value_head_hidden", "target_critic", "master_port"}
 
 
 def test_rollout_command_defaults_are_the_run_configs():

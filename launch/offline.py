@@ -1,0 +1,126 @@
+"""The offline dataset of ``Algorithm.offline`` methods (STEP-HRL): built once per run, cached, resumable (driver side).
+
+STEP-HRL trains on D_r = D ∪ D̃ (Sec. 3.3): D the expert demonstrations behaviour cloning used, D̃ trajectories of
+the behaviour-cloned policy, mixed 1:2 (App. A, "Offline RL Dataset"; ``algo.data_ratio``). After BC the trainer
+calls ``prepare``, which builds both and writes them under ``<run_dir>/offline/``:
+
+    dataset.jsonl    every trajectory of D_r (``actors.trajectory`` JSON lines; ``info["source"]`` expert/collected)
+    manifest.json    env, split, seed, the counts per source, won, and transitions per role
+    online_<k>.jsonl with ``algo.online_groups`` > 0: the groups collected with the policy of iteration k
+
+A re-run (``resume=true``, or the same ``run_dir``) reads the files instead of collecting again. Each RL iteration
+trains on the dataset plus the online files up to that iteration, so a resumed run sees exactly the buffer the
+uninterrupted one saw. To build the data alone: ``hierarl train <preset> iterations=0`` (BC, then the dataset).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from actors.trajectory import Trajectory, read_jsonl, to_jsonl
+from learners.transitions import ROLES
+
+if TYPE_CHECKING:
+    from launch.train import Trainer
+
+
+def _write(trajs: Sequence[Trajectory], path: Any) -> None:
+    tmp = path.with_suffix(".tmp")
+    to_jsonl(trajs, tmp)
+    tmp.replace(path)
+
+
+def manifest(trajs: Sequence[Trajectory], **fields: Any) -> dict[str, Any]:
+    """Counts of a dataset: trajectories and wins per source, transitions (turns) per role."""
+    out: dict[str, Any] = dict(fields)
+    for source in ("expert", "collected"):
+        part = [t for t in trajs if t.info.get("source") == source]
+        out[source] = len(part)
+        out[f"{source}_won"] = sum(t.won for t in part)
+    out["transitions"] = {r: sum(turn.role == r for t in trajs for turn in t.turns) for r in ROLES}
+    return out
+
+
+class OfflineData:
+    def __init__(self, trainer: Trainer) -> None:
+        self.trainer = trainer
+        self.acfg = trainer.algo_cfg
+        self.root = trainer.run_dir / "offline"
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.dataset: list[Trajectory] = []
+        self.critic_steps = 0
+        """Optimizer steps taken so far (the critic warm-up counts them); saved with every checkpoint."""
+
+    def prepare(self) -> None:
+        """Load ``dataset.jsonl`` or build it: the expert demonstrations of BC's tasks, then ``data_ratio`` times
+        as many rollouts of the current (behaviour-cloned) policy on training tasks."""
+        path, meta = self.root / "dataset.jsonl", self.root / "manifest.json"
+        if path.exists() and meta.exists():
+            self.dataset = list(read_jsonl(path))
+            print(f"[hierarl] offline data loaded from {path}: {meta.read_text().strip()}", flush=True)
+            return
+        t, cfg = self.trainer, self.trainer.cfg
+        t0 = time.perf_counter()
+        expert = t.demonstrations()
+        n = round(self.acfg.data_ratio * len(expert))
+        ids = random.Random(cfg.seed + 31).choices(t.train_ids, k=n) if n else []
+        collected = (
+            t.collect(ids, 1, cfg.seed + 30_000, temperature=self.acfg.collect_temperature) if ids else []
+        )
+        collected = [c for c in collected if c.turns]
+        for tr in expert:
+            tr.info["source"] = "expert"
+        for tr in collected:
+            tr.info["source"] = "collected"
+        self.dataset = [*expert, *collected]
+        _write(self.dataset, path)
+        counts = manifest(
+            self.dataset,
+            env=cfg.env.name,
+            split=cfg.env.train_split,
+            seed=cfg.seed,
+            data_ratio=self.acfg.data_ratio,
+        )
+        meta.write_text(json.dumps(counts, indent=1))
+        t.log({"iteration": 0, "phase": "data", **_flat_counts(counts), "wall_s": time.perf_counter() - t0})
+        print(
+            f"[hierarl] offline data: {counts['expert']} expert + {counts['collected']} collected trajectories "
+            f"({counts['collected_won']} won), transitions {counts['transitions']} -> {path}",
+            flush=True,
+        )
+
+    def iteration_data(self, it: int) -> tuple[list[Trajectory], list[Trajectory]]:
+        """(the buffer iteration ``it`` trains on, the trajectories new in it). With ``online_groups`` the new
+        ones are collected with the current policy (or read back when resuming) and kept for later iterations."""
+        online: list[Trajectory] = []
+        if self.acfg.online_groups:
+            for k in range(1, it):
+                online += list(read_jsonl(self.root / f"online_{k}.jsonl"))
+            path = self.root / f"online_{it}.jsonl"
+            if path.exists():
+                new = list(read_jsonl(path))
+            else:
+                t, cfg = self.trainer, self.trainer.cfg
+                rng = random.Random(cfg.seed * 1_000_003 + it)
+                tasks = rng.sample(t.train_ids, min(self.acfg.online_groups, len(t.train_ids)))
+                new = t.collect(
+                    tasks, cfg.rollout.group_size, cfg.seed * 7919 + it, temperature=cfg.rollout.temperature
+                )
+                for tr in new:
+                    tr.info["source"] = "online"
+                _write(new, path)
+            return [*self.dataset, *online, *new], new
+        return list(self.dataset), []
+
+    def warmup_left(self) -> int:
+        return max(0, self.acfg.warmup_steps - self.critic_steps)
+
+
+def _flat_counts(counts: dict[str, Any]) -> dict[str, float]:
+    flat = {k: v for k, v in counts.items() if isinstance(v, int | float)}
+    flat.update({f"transitions_{r}": v for r, v in counts["transitions"].items()})
+    return flat

@@ -1,0 +1,190 @@
+"""STEP-HRL: step-level offline RL with IQL critics and advantage-weighted regression (STEP-HRL Sec. 3.3, App. B).
+
+Three roles (high / low / progress, ``actors.agents.step_hrl``) share one LoRA policy; each has its own critic heads
+Q(s, u) and V(s) on one critic model (the base with its own LoRA): V read at the last prompt token (the state-end
+token), Q at the last response token (the action-end token), as "the hidden state of the last token" of Sec. 3.3.
+The data are step-level transitions (``learners.transitions``) of expert demonstrations plus BC-policy rollouts,
+mixed 1:2 (Sec. 4.1, App. A), built and cached by ``launch.offline``.
+
+    L_Q = E[(r + γ (1 − done) V_target(s') − Q(s, u))²]                  (Eq. 11)
+    L_V = E[L₂^τ₂(Q_target(s, u) − V(s))],  L₂^τ(d) = |τ − 1(d < 0)| d²   (Eq. 12)
+    L_A = −E[exp(A(s, u) / β) log π(u | s)],  A = Q(s, u) − V(s)          (Eq. 13, log π summed over tokens: Eq. 10)
+
+Table 4: γ 0.99, β 0.95, τ₁ (soft target update) 0.2, τ₂ (expectile) 0.95, 100 critic warm-up steps, actor lr 1e-5,
+critic lr 1e-4, 3 offline epochs, batch 128.
+
+Deviations and readings, each labelled:
+* **Target refresh.** Q_target(s, u), V_target(s') and A are computed once per pass over the data (one driver
+  iteration = ``learner.ppo_epochs`` passes on the same targets), from the target critic and the critic at the
+  start of the pass; the target copy itself is soft-updated with τ₁ after every critic step, as in the paper.
+* **Weights capped** at ``max_weight`` (100, IQL's cap; the paper reports none).
+* ``actor_loss="advantage"`` trains with A · log π (what the authors' code does after computing the weights); the
+  default ``"awr"`` is Eq. 13.
+* r̂ (the low level's intrinsic reward) and the progress role's reward are this repo's readings
+  (``learners.transitions``); the paper's DeepSeek annotation of subtasks and progress is replaced by the expert
+  plan's subgoals and a deterministic progress text (``actors.demos``).
+* Q and V share one critic model per role-head pair (six heads on one LoRA critic), not a network per role:
+  the paper says "a separate critic network" per role; ours separates them by head.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from actors.trajectory import Trajectory
+from learners.algorithm import Algorithm
+from learners.batch import TurnBatch
+from learners.losses import awr_weights, expectile_loss
+from learners.targets import (
+    CriticInputs,
+    PolicyInputs,
+    Targets,
+    ValueSlot,
+    broadcast_turn_values,
+)
+from learners.transitions import ROLES, step_hrl_transitions
+from reward.shaping import ShapingConstants
+
+ACTOR_LOSSES = ("awr", "advantage")
+
+
+@dataclass(frozen=True)
+class Config:
+    """Table 4's constants; the data-building keys are read by ``launch.offline``."""
+
+    gamma: float = 0.99
+    beta: float = 0.95
+    """AWR temperature β (Eq. 13)."""
+    expectile: float = 0.95
+    """τ₂ of Eq. 12."""
+    target_tau: float = 0.2
+    """τ₁: soft update of the target critic after every critic step."""
+    warmup_steps: int = 100
+    """Critic-only optimizer steps before the actor joins (App. B)."""
+    max_weight: float = 100.0
+    actor_loss: str = "awr"
+    agg: str = "seq-mean-token-sum"
+    """log π(u|s) = Σ_l log π(u_l | s, u_<l) (Eq. 10), mean over transitions."""
+    data_ratio: float = 2.0
+    """Collected BC-policy trajectories per expert trajectory (the 1:2 mixture, App. A)."""
+    collect_temperature: float = 0.7
+    """Sampling temperature of the BC-policy collection (App. B: 0.7 for high/progress; see launch.offline)."""
+    online_groups: int = 0
+    """> 0: every iteration also collects this many groups (``rollout.group_size`` each) with the current policy
+    and appends them to the buffer (online fine-tuning); 0: offline only (the paper)."""
+    reward_terms: tuple[str, ...] = ()
+    shaping: ShapingConstants = field(default_factory=ShapingConstants)
+
+
+def _slots() -> tuple[ValueSlot, ...]:
+    current = []
+    for i, role in enumerate(ROLES):
+        current += [
+            ValueSlot(f"q_{role}", 2 * i, "response_last"),
+            ValueSlot(f"v_{role}", 2 * i + 1, "prompt_last"),
+        ]
+    target = [ValueSlot(f"{s.name}_target", s.head, s.at, target=True) for s in current]
+    return (*current, *target)
+
+
+VALUE_SLOTS = _slots()
+"""Slots 0..5: Q_high, V_high, Q_low, V_low, Q_progress, V_progress of the critic; 6..11 the same of the target."""
+N_CURRENT = 2 * len(ROLES)
+
+
+def q_slot(role: str) -> int:
+    return 2 * ROLES.index(role)
+
+
+def v_slot(role: str) -> int:
+    return 2 * ROLES.index(role) + 1
+
+
+def compute_targets(
+    trajectories: Sequence[Trajectory], batch: TurnBatch, values: np.ndarray | None, cfg: Config
+) -> Targets:
+    """Per row (one turn of role r): Q-slot target r + γ(1 − done) V_target(s'), V-slot target Q_target(s, u),
+    both valid only on r's slots; every response token gets A = Q(s, u) − V(s). ``values`` float[B, 12] in
+    ``VALUE_SLOTS`` order."""
+    assert values is not None, "STEP-HRL needs critic values"
+    b = len(batch)
+    row_of = {ij: r for r, ij in enumerate(batch.index)}
+    trans = [step_hrl_transitions(t) for t in trajectories]
+    target = np.zeros((b, len(VALUE_SLOTS)), np.float32)
+    valid = np.zeros((b, len(VALUE_SLOTS)), bool)
+    adv = np.zeros(b)
+    roles = [trajectories[i].turns[j].role for i, j in batch.index]
+    for r, (i, j) in enumerate(batch.index):
+        role = roles[r]
+        q, v = q_slot(role), v_slot(role)
+        tr = trans[i]
+        nxt = row_of.get((i, int(tr.next_turn[j])), r) if tr.next_turn[j] >= 0 else r
+        v_next = 0.0 if tr.done[j] else float(values[nxt, N_CURRENT + v])
+        target[r, q] = tr.reward[j] + cfg.gamma * v_next
+        target[r, v] = values[r, N_CURRENT + q]
+        valid[r, [q, v]] = True
+        adv[r] = values[r, q] - values[r, v]
+    resp = batch.response_mask.numpy()
+    return Targets(
+        token_adv=broadcast_turn_values(adv, resp),
+        loss_mask=resp,
+        value_target=target,
+        value_valid=valid,
+        stats={
+            "adv_mean": float(adv.mean()) if b else 0.0,
+            "adv_abs_mean": float(np.abs(adv).mean()) if b else 0.0,
+            **{f"transitions_{role}": float(roles.count(role)) for role in ROLES},
+        },
+    )
+
+
+def policy_loss(new_lp: torch.Tensor, inputs: PolicyInputs, cfg: Config):
+    """Per-token −w · log π with w = min(exp(A/β), max_weight) (Eq. 13) or w = A (``actor_loss="advantage"``);
+    A is ``inputs.token_adv``. Summed over a row's tokens and averaged over rows by the ``seq-mean-token-sum``
+    aggregation, this is −E[w log π(u|s)]."""
+    mask = inputs.loss_mask.bool()
+    adv = inputs.token_adv.float()
+    w = awr_weights(adv, cfg.beta, cfg.max_weight) if cfg.actor_loss == "awr" else adv
+    zero = torch.zeros_like(new_lp)
+    loss = torch.where(mask, -w * new_lp, zero)
+    n = mask.sum().clamp(min=1)
+    return loss, {
+        "awr_weight": float(torch.where(mask, w, zero).sum() / n),
+        "nll": float(torch.where(mask, -new_lp, zero).detach().sum() / n),
+    }
+
+
+def value_loss(values: torch.Tensor, inputs: CriticInputs, cfg: Config):
+    """Σ w · ℓ over float[B, 12]: ℓ = (y − Q)² on Q slots (Eq. 11), L₂^τ₂(y − V) on V slots (Eq. 12), with w the
+    convention's ``value_weight`` (0 on the target slots and on the other roles' slots). No ½ factor, as in the
+    paper (AdamW does not see a constant factor)."""
+    err = inputs.value_target.float() - values
+    is_v = torch.zeros(values.shape[-1], dtype=torch.bool, device=values.device)
+    is_v[1:N_CURRENT:2] = True
+    per = torch.where(is_v[None, :], expectile_loss(err, cfg.expectile), err**2)
+    weight = inputs.value_weight.float()
+    contrib = torch.where(weight > 0, per * weight, torch.zeros_like(per))
+    loss = contrib.sum()
+    return loss, {
+        "value_loss": float(loss.detach()),
+        "q_loss": float(contrib[:, ~is_v].sum().detach()),
+        "v_loss": float(contrib[:, is_v].sum().detach()),
+    }
+
+
+ALGORITHM = Algorithm(
+    name="step_hrl",
+    Config=Config,
+    compute_targets=compute_targets,
+    policy_loss=policy_loss,
+    value_slots=VALUE_SLOTS,
+    value_loss=value_loss,
+    uses_old_logprobs=False,  # AWR reads no π_old; expert demonstrations carry no sampling log-probs
+    agents=("step_hrl",),
+    offline=True,
+    target_critic=True,
+)

@@ -1,0 +1,202 @@
+"""STEP-HRL's pure half: step-level transitions per role, IQL targets and the AWR / critic losses, against
+hand-computed values (the arithmetic is in the comments). Each test names the mutation it is there to catch."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from actors.trajectory import Decision, Trajectory, Turn
+from launch.algos import get_algo
+from learners.algos import step_hrl
+from learners.batch import build_turn_batch
+from learners.prepare import learner_batch
+from learners.targets import CriticInputs, PolicyInputs, sequences
+from learners.transitions import step_hrl_transitions
+
+
+def _turn(role, *, completion=None, score=None, env_reward=0.0, terminated=False, truncated=False, resp=3):
+    extra = {} if completion is None else {"completion": completion}
+    info = {} if score is None else {"score": score}
+    return Turn(
+        prompt_ids=[1, 2, 3, 4],
+        response_ids=list(range(5, 5 + resp)),
+        logprobs=[-0.5] * resp,
+        decision=Decision(action="a" if role == "low" else "", extra=extra),
+        env_reward=env_reward,
+        terminated=terminated,
+        truncated=truncated,
+        role=role,
+        info=info,
+    )
+
+
+def _won() -> Trajectory:
+    """Two subtasks: get X (go, take: flagged, the score rises), craft Y (one step that wins)."""
+    turns = [
+        _turn("high"),  # 0  g_0
+        _turn("low", completion=False, score=0.0),  # 1  go to L
+        _turn("progress"),  # 2  p after 1, read by 3
+        _turn("low", completion=True, score=0.5),  # 3  take X: ends g_0, score 0 -> 0.5
+        _turn("progress"),  # 4  p̂_0, read by the high level
+        _turn("high"),  # 5  g_1
+        _turn("low", completion=True, score=1.0, env_reward=10.0, terminated=True),  # 6  craft Y: wins
+    ]
+    return Trajectory("w", "g", "t", "synthetic", turns, status="finished", won=True)
+
+
+def test_transitions_of_a_won_episode():
+    """Catches: r̂ paid on an unflagged step (turn 1), the high level's R_k summed over the wrong subtask, the
+    progress turn credited with the wrong low step, p̂_k not terminal, the last high turn bootstrapping."""
+    tr = step_hrl_transitions(_won())
+    # low 1: not flagged -> r̂ 0, s' = low 3; low 3: flagged and the score rose -> r̂ 1, done; low 6: won -> 1, done
+    # progress 2: read by low 3 -> r = r̂_3 = 1, done because low 3 ends the subtask; progress 4: p̂_0 -> 0, done
+    # high 0: R_0 = env reward of lows 1, 3 = 0, s' = high 5; high 5: R_1 = 10, terminated -> done
+    assert tr.reward.tolist() == [0.0, 0.0, 1.0, 1.0, 0.0, 10.0, 1.0]
+    assert tr.next_turn.tolist() == [5, 3, -1, -1, -1, -1, -1]
+    assert tr.done.tolist() == [False, False, True, True, True, True, True]
+    assert tr.subtask.tolist() == [0, 0, 0, 0, 0, 1, 1]
+
+
+def test_a_false_completion_flag_ends_the_subtask_unpaid():
+    """Catches: r̂ from the completion flag alone (a policy declaring completion would be paid for nothing)."""
+    turns = [_turn("high"), _turn("low", completion=True, score=0.0), _turn("progress"), _turn("high")]
+    turns[-1].truncated = True
+    tr = step_hrl_transitions(Trajectory("f", "g", "t", "synthetic", turns, status="truncated"))
+    assert tr.reward[1] == 0.0 and tr.done[1]  # flagged, the score did not rise: the subtask ends, r̂ = 0
+    assert tr.reward[2] == 0.0 and tr.done[2]  # p̂_0
+
+
+def test_a_truncated_subtask_bootstraps():
+    """Catches: a cut episode treated as terminal (V(s') = 0) instead of bootstrapped (next_turn −1, not done)."""
+    turns = [_turn("high"), _turn("low", completion=False, score=0.0, truncated=True)]
+    tr = step_hrl_transitions(Trajectory("c", "g", "t", "synthetic", turns, status="truncated"))
+    assert tr.next_turn.tolist() == [-1, -1] and tr.done.tolist() == [False, False]
+
+
+def test_shaping_terms_add_to_each_roles_reward():
+    traj = _won()
+    traj.turns[1].shaped = {"format": -0.1}
+    traj.turns[5].shaped = {"format": -0.1}
+    tr = step_hrl_transitions(traj)
+    assert tr.reward[1] == pytest.approx(-0.1) and tr.reward[5] == pytest.approx(9.9)
+
+
+def test_an_unknown_role_is_refused():
+    with pytest.raises(ValueError, match="not a STEP-HRL role"):
+        step_hrl_transitions(Trajectory("x", "g", "t", "synthetic", [_turn("agent")]))
+
+
+def _values(b: int) -> np.ndarray:
+    """values[r, k] = 10 r + k² (slots 0..5 the critic's Q/V per role, 6..11 the target's)."""
+    return np.array([[10 * r + k * k for k in range(12)] for r in range(b)], dtype=np.float32)
+
+
+def test_iql_targets_golden():
+    """Catches: V_target(s') read from the critic instead of the target (or from s instead of s'), Q and V slots
+    swapped, γ dropped, done ignored, A = V − Q, a role's targets written into another role's slots."""
+    traj = _won()
+    turns = build_turn_batch([traj], max_len=64, pad_id=0)
+    t = step_hrl.compute_targets([traj], turns, _values(7), step_hrl.Config())
+    y, ok = t.value_target, t.value_valid
+    # row r = turn r. high: Q slot 0, V slot 1; low: 2, 3; progress: 4, 5; target slot = 6 + slot
+    # high 0: r 0 + 0.99 · V_target_high(s' = row 5) = 0.99 · values[5, 7] = 0.99 · (50 + 49) = 98.01
+    #         V target = Q_target_high(row 0) = values[0, 6] = 36
+    assert y[0, 0] == pytest.approx(98.01) and y[0, 1] == 36
+    # low 1: 0 + 0.99 · values[3, 9] = 0.99 · (30 + 81) = 109.89; V target = values[1, 8] = 10 + 64 = 74
+    assert y[1, 2] == pytest.approx(109.89) and y[1, 3] == 74
+    # progress 2: r = 1, done -> 1; V target = values[2, 10] = 20 + 100 = 120
+    assert y[2, 4] == 1 and y[2, 5] == 120
+    # low 3: r̂ 1, done -> 1; V target values[3, 8] = 94.  progress 4: 0, done; values[4, 10] = 140
+    assert y[3, 2] == 1 and y[3, 3] == 94 and y[4, 4] == 0 and y[4, 5] == 140
+    # high 5: R_1 = 10, done -> 10; V target values[5, 6] = 86.  low 6: 1; values[6, 8] = 124
+    assert y[5, 0] == 10 and y[5, 1] == 86 and y[6, 2] == 1 and y[6, 3] == 124
+    roles = ["high", "low", "progress", "low", "progress", "high", "low"]
+    for r, role in enumerate(roles):
+        want = {step_hrl.q_slot(role), step_hrl.v_slot(role)}
+        assert set(np.flatnonzero(ok[r])) == want, r
+    # A = Q − V of the critic: high 0 − 1 = −1, low 4 − 9 = −5, progress 16 − 25 = −9 (the 10 r cancels)
+    adv = {"high": -1.0, "low": -5.0, "progress": -9.0}
+    resp = turns.response_mask.numpy()
+    for r, role in enumerate(roles):
+        assert np.all(t.token_adv[r][resp[r]] == adv[role]) and np.all(t.token_adv[r][~resp[r]] == 0)
+    assert t.stats["transitions_low"] == 3 and t.stats["transitions_high"] == 2
+
+
+def test_truncated_row_bootstraps_from_its_own_target_value():
+    turns_ = [_turn("high"), _turn("low", completion=False, score=0.0, truncated=True)]
+    traj = Trajectory("c", "g", "t", "synthetic", turns_, status="truncated")
+    turns = build_turn_batch([traj], max_len=64, pad_id=0)
+    t = step_hrl.compute_targets([traj], turns, _values(2), step_hrl.Config(gamma=0.5))
+    # low row 1: 0 + 0.5 · V_target_low(row 1) = 0.5 · values[1, 9] = 0.5 · (10 + 81) = 45.5
+    # high row 0: R_0 = 0, no next high, not terminated: 0.5 · values[0, 7] = 0.5 · 49 = 24.5
+    assert t.value_target[1, 2] == pytest.approx(45.5) and t.value_target[0, 0] == pytest.approx(24.5)
+
+
+def test_value_slots_read_q_at_the_action_end_and_v_at_the_state_end():
+    """Catches: Q read at the state (it would not see the action), target slots not flagged for the target copy."""
+    traj = _won()
+    turns = build_turn_batch([traj], max_len=64, pad_id=0)
+    seqs = sequences(turns, step_hrl.VALUE_SLOTS)
+    # every row: prompt 4 tokens (positions 0-3), response 3 (4-6): V at 3, Q at 6
+    assert seqs.value_pos[0].tolist() == [6, 3] * 6
+    assert seqs.value_head.tolist() == [0, 1, 2, 3, 4, 5] * 2
+    assert seqs.value_from_target.tolist() == [False] * 6 + [True] * 6
+
+
+def test_value_loss_golden():
+    """Catches: the expectile applied to the Q slots (or the squared loss to V), τ₂ read as 1 − τ₂."""
+    values = torch.zeros(1, 12)
+    values[0, 2], values[0, 3] = 1.0, 2.0  # Q_low = 1, V_low = 2
+    target = torch.zeros(1, 12)
+    target[0, 2], target[0, 3] = 3.0, 1.0
+    weight = torch.zeros(1, 12)
+    weight[0, 2] = weight[0, 3] = 0.5
+    inputs = CriticInputs(value_target=target, old_values=torch.zeros(1, 12), value_weight=weight)
+    loss, m = step_hrl.value_loss(values, inputs, step_hrl.Config(expectile=0.95))
+    # Q: 0.5 · (3 − 1)² = 2;  V: d = 1 − 2 = −1 < 0 -> |0.95 − 1| · 1 = 0.05, · 0.5 = 0.025
+    assert float(loss) == pytest.approx(2.025) and m["q_loss"] == pytest.approx(2.0)
+    target[0, 3] = 4.0  # d = 2 > 0: 0.95 · 4 · 0.5 = 1.9
+    loss, _ = step_hrl.value_loss(values, inputs, step_hrl.Config(expectile=0.95))
+    assert float(loss) == pytest.approx(3.9)
+
+
+@pytest.mark.parametrize(("actor_loss", "weight"), [("awr", 2.0), ("advantage", 0.95 * math.log(2))])
+def test_policy_loss_golden(actor_loss, weight):
+    """A = 0.95 ln 2 -> w = exp(A / 0.95) = 2 (Eq. 13), or A itself. Catches: exp(−A/β), β multiplied in."""
+    mask = torch.tensor([[False, True, True]])
+    adv = torch.full((1, 3), 0.95 * math.log(2)) * mask
+    new_lp = torch.tensor([[0.0, -1.0, -2.0]], requires_grad=True)
+    inputs = PolicyInputs(old_logprobs=torch.zeros(1, 3), token_adv=adv, loss_mask=mask)
+    loss, m = step_hrl.policy_loss(new_lp, inputs, step_hrl.Config(actor_loss=actor_loss))
+    # −w · log π per token: w · 1, w · 2 on the response, 0 on the prompt
+    assert loss.tolist()[0] == pytest.approx([0.0, weight, 2 * weight])
+    assert m["awr_weight"] == pytest.approx(weight)
+    loss.sum().backward()
+    assert new_lp.grad.tolist()[0] == pytest.approx([0.0, -weight, -weight])  # raises log π of the action
+
+
+def test_awr_weights_are_capped():
+    mask = torch.tensor([[True]])
+    inputs = PolicyInputs(old_logprobs=torch.zeros(1, 1), token_adv=torch.tensor([[50.0]]), loss_mask=mask)
+    loss, _ = step_hrl.policy_loss(torch.tensor([[-1.0]]), inputs, step_hrl.Config(max_weight=100.0))
+    assert float(loss) == pytest.approx(100.0)  # exp(50 / 0.95) capped at 100
+
+
+def test_learner_batch_carries_the_iql_targets_and_flips_the_advantage_sign():
+    """The driver's pure glue (``learners.prepare.learner_batch``) with STEP-HRL: targets and valid slots as
+    computed, no π_old pass needed, and the negative control flips every A that reaches the tokens."""
+    algo = get_algo("step_hrl")
+    traj = _won()
+    turns = build_turn_batch([traj], max_len=64, pad_id=0)
+    seqs = sequences(turns, algo.value_slots)
+    zeros = np.zeros(seqs.input_ids.shape, np.float32)
+    cfg = step_hrl.Config()
+    batch, stats = learner_batch(algo, cfg, [traj], turns, seqs, zeros, None, _values(7))
+    ref = step_hrl.compute_targets([traj], turns, _values(7), cfg)
+    np.testing.assert_array_equal(batch.value_target, ref.value_target)
+    np.testing.assert_array_equal(batch.value_valid, ref.value_valid)
+    assert "logprob_gap" not in stats
+    neg, _ = learner_batch(algo, cfg, [traj], turns, seqs, zeros, None, _values(7), negate_advantages=True)
+    np.testing.assert_array_equal(neg.token_adv, -batch.token_adv)
