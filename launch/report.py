@@ -22,10 +22,15 @@ def task_type(traj: Trajectory) -> str:
 def eval_rows(trajs: Sequence[Trajectory], random_success: Mapping[str, float]) -> list[dict[str, Any]]:
     """One row per task type (sorted) and a final ``all`` row: episodes, success, mean score, valid-format rate
     and the random policy's success on the same tasks (``random_success[type]``, nan where unknown; the ``all``
-    row weights the types by their episodes)."""
+    row weights the types by their episodes). Protocols with several roles also get ``valid_<role>`` per role
+    (STEP-HRL's high-level subgoal validity, Multi2's planner and executor, ...)."""
     by_type: dict[str, list[Trajectory]] = {}
     for t in trajs:
         by_type.setdefault(task_type(t), []).append(t)
+    roles = sorted({turn.role for t in trajs for turn in t.turns} - {"agent"})
+
+    def valid(turns: Sequence[Any]) -> float:
+        return sum(turn.decision.valid for turn in turns) / len(turns) if turns else math.nan
 
     def row(name: str, members: Sequence[Trajectory], chance: float) -> dict[str, Any]:
         turns = [turn for t in members for turn in t.turns]
@@ -36,6 +41,7 @@ def eval_rows(trajs: Sequence[Trajectory], random_success: Mapping[str, float]) 
             "score": sum(t.score for t in members) / max(1, len(members)),
             "valid_format": sum(turn.decision.valid for turn in turns) / max(1, len(turns)),
             "random": chance,
+            **{f"valid_{role}": valid([t for t in turns if t.role == role]) for role in roles},
         }
 
     rows = [row(k, v, random_success.get(k, math.nan)) for k, v in sorted(by_type.items())]
@@ -47,16 +53,18 @@ def eval_rows(trajs: Sequence[Trajectory], random_success: Mapping[str, float]) 
 
 
 def eval_markdown(rows: Sequence[dict[str, Any]], title: str) -> str:
+    roles = [k for k in rows[0] if k.startswith("valid_") and k != "valid_format"] if rows else []
+    extra = "".join(f" valid {k[len('valid_') :]} |" for k in roles)
     lines = [
         f"{title}",
         "",
-        "| task type | episodes | success | score | valid format | random policy |",
-        "|---|---|---|---|---|---|",
+        f"| task type | episodes | success | score | valid format | random policy |{extra}",
+        "|---|---|---|---|---|---|" + "---|" * len(roles),
     ]
     for r in rows:
         lines.append(
             f"| {r['task_type']} | {r['episodes']} | {r['success']:.3f} | {r['score']:.3f} | "
-            f"{r['valid_format']:.2f} | {r['random']:.3f} |"
+            f"{r['valid_format']:.2f} | {r['random']:.3f} |" + "".join(f" {r[k]:.2f} |" for k in roles)
         )
     return "\n".join(lines) + "\n"
 

@@ -61,7 +61,9 @@ def timed(timings: dict[str, float], name: str):
 
 
 def trajectory_stats(trajs: Sequence[Trajectory]) -> dict[str, float]:
-    """Success, return, format validity, switch rate and mean segment length, tokens per turn."""
+    """Success, return, format validity (also per role, ``valid_format_<role>``, for protocols with several roles:
+    STEP-HRL's high / low / progress, Multi2's planner / executor), switch rate and mean segment length, tokens per
+    turn."""
     turns = [t for tr in trajs for t in tr.turns]
     n = max(1, len(trajs))
     seg_lengths = []
@@ -79,6 +81,10 @@ def trajectory_stats(trajs: Sequence[Trajectory]) -> dict[str, float]:
         "prompt_tokens": float(np.mean([t.prompt_ids.size for t in turns])) if turns else 0.0,
         "response_tokens": float(np.mean([t.response_ids.size for t in turns])) if turns else 0.0,
         "failed": float(sum(t.status == "failed" for t in trajs)),
+        **{
+            f"valid_format_{role}": float(np.mean([t.decision.valid for t in turns if t.role == role]))
+            for role in sorted({t.role for t in turns} - {"agent"})
+        },
     }
 
 
@@ -371,10 +377,14 @@ class Trainer:
         per_type: dict[str, list[bool]] = {}
         for t in trajs:
             per_type.setdefault(str(t.info.get("task_type", "all")), []).append(t.won)
+        stats = trajectory_stats(trajs)
         return {
             "success": sum(t.won for t in trajs) / max(1, len(trajs)),
             "random": self.chance(ids, seed),
-            "valid_format": trajectory_stats(trajs)["valid_format"],
+            "valid_format": stats["valid_format"],
+            "valid_roles": {
+                k[len("valid_format_") :]: v for k, v in stats.items() if k.startswith("valid_format_")
+            },
             "per_type": {k: sum(v) / len(v) for k, v in sorted(per_type.items())},
             "episodes": len(trajs),
         }
@@ -821,6 +831,7 @@ def checkpoints_to_prune(iterations: Sequence[int], keep_last: int) -> list[int]
 def _flat(ev: dict[str, Any]) -> dict[str, float]:
     """An eval result as metric keys: eval_success, eval_random, eval_valid_format, eval_<task type>..."""
     out = {f"eval_{k}": ev[k] for k in ("success", "random", "valid_format")}
+    out.update({f"eval_valid_format_{role}": v for role, v in ev.get("valid_roles", {}).items()})
     out.update({f"eval_{k}": v for k, v in ev.get("per_type", {}).items()})
     return out
 

@@ -40,3 +40,16 @@ def test_rows_per_type_and_all_weighted_by_episodes():
 def test_one_type_has_no_separate_all_row_and_unknown_chance_is_nan():
     rows = eval_rows([_traj("", True, 1.0, [True])], {})
     assert [r["task_type"] for r in rows] == ["all"] and math.isnan(rows[0]["random"])
+
+
+def test_multi_role_protocols_get_a_validity_column_per_role():
+    """STEP-HRL: the high level's subgoal validity apart from the low level's actions (issue 11's per-role eval)."""
+    turns = [
+        Turn([1], [2], [0.0], decision=Decision(valid=False), role="high"),
+        Turn([1], [2], [0.0], decision=Decision(action="a", valid=True), role="low"),
+        Turn([1], [2], [0.0], decision=Decision(action="b", valid=True), role="low"),
+    ]
+    rows = eval_rows([Trajectory("t", "g", "task", "synthetic", turns, won=True)], {})
+    assert rows[0]["valid_high"] == 0.0 and rows[0]["valid_low"] == 1.0 and "valid_agent" not in rows[0]
+    text = eval_markdown(rows, "title")
+    assert "| valid high | valid low |" in text and text.rstrip().endswith("| 0.00 | 1.00 |")

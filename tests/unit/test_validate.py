@@ -91,7 +91,9 @@ def test_step_hrl_is_checked_before_ray():
     assert _error(["algo=step_hrl", "rollout.agent=react"]).endswith("allowed: step_hrl")
     message = _error([*sh, "env.name=alfworld", "bc.enabled=false"])
     assert message.startswith("env.name: algo=step_hrl's dataset starts from expert demonstrations")
-    assert _error([*sh, "one_step_off=true"]).startswith("one_step_off: algo=step_hrl trains on a stored dataset")
+    assert _error([*sh, "one_step_off=true"]).startswith(
+        "one_step_off: algo=step_hrl trains on a stored dataset"
+    )
     assert _error([*sh, "algo.expectile=1.0"]) == "algo.expectile: got 1.0; allowed: a number in (0, 1)"
     assert _error([*sh, "algo.target_tau=0"]).startswith("algo.target_tau: ")
     assert _error([*sh, "algo.actor_loss=awac"]).endswith("allowed: awr, advantage")
@@ -349,7 +351,13 @@ def test_worker_configs_restate_no_run_config_default():
         }
 
     assert defaulted(WorkerConfig) == {"device", "adapter_path", "adapters"}
-    assert defaulted(LearnerSpec) == {"device", "value_heads", "value_head_hidden", "target_critic", "master_port"}
+    assert defaulted(LearnerSpec) == {
+        "device",
+        "value_heads",
+        "value_head_hidden",
+        "target_critic",
+        "master_port",
+    }
 
 
 def test_rollout_command_defaults_are_the_run_configs():
