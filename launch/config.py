@@ -665,6 +665,7 @@ def _check_algo(cfg: TrainConfig) -> Any:
         "warmup_steps": (lambda v: v >= 0, "an integer >= 0"),
         "max_weight": (lambda v: v > 0, "a number > 0"),
         "data_ratio": (lambda v: v >= 0, "a number >= 0"),
+        "env_reward_scale": (lambda v: v > 0, "a number > 0"),
         "online_groups": (lambda v: v >= 0, "an integer >= 0 (0: offline only)"),
     }
     for name, (ok, allowed) in ranges.items():

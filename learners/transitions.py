@@ -57,8 +57,10 @@ def _completes(traj: Trajectory, j: int, score_at_start: float) -> bool:
     return flagged and float(turn.info.get("score", 0.0)) > score_at_start
 
 
-def step_hrl_transitions(traj: Trajectory) -> StepTransitions:
-    """The transitions of every turn of a ``step_hrl`` trajectory (module docstring)."""
+def step_hrl_transitions(traj: Trajectory, env_reward_scale: float = 1.0) -> StepTransitions:
+    """The transitions of every turn of a ``step_hrl`` trajectory (module docstring); the high level's R_k is the
+    env reward times ``env_reward_scale`` (STEP-HRL reads ScienceWorld's reward on a 0-1 scale, our adapter
+    reports the 0-100 score's increments: 0.01)."""
     turns = traj.turns
     n = len(turns)
     for t in turns:
@@ -117,7 +119,7 @@ def step_hrl_transitions(traj: Trajectory) -> StepTransitions:
         for j in members:
             if turns[j].role != "high":
                 continue
-            reward[j] += sum(turns[x].env_reward for x in lows)
+            reward[j] += env_reward_scale * sum(turns[x].env_reward for x in lows)
             later = [h for h in highs if h > j]
             if later:
                 next_turn[j] = later[0]

@@ -76,6 +76,9 @@ class Config:
     online_groups: int = 0
     """> 0: every iteration also collects this many groups (``rollout.group_size`` each) with the current policy
     and appends them to the buffer (online fine-tuning); 0: offline only (the paper)."""
+    env_reward_scale: float = 1.0
+    """Multiplies the env reward in the high level's R_k: the paper reads ScienceWorld's reward on a 0-1 scale
+    (App. C: "values ranging from 0 to 1"), our adapter reports increments of the 0-100 score (preset: 0.01)."""
     reward_terms: tuple[str, ...] = ()
     shaping: ShapingConstants = field(default_factory=ShapingConstants)
 
@@ -113,7 +116,7 @@ def compute_targets(
     assert values is not None, "STEP-HRL needs critic values"
     b = len(batch)
     row_of = {ij: r for r, ij in enumerate(batch.index)}
-    trans = [step_hrl_transitions(t) for t in trajectories]
+    trans = [step_hrl_transitions(t, cfg.env_reward_scale) for t in trajectories]
     target = np.zeros((b, len(VALUE_SLOTS)), np.float32)
     valid = np.zeros((b, len(VALUE_SLOTS)), bool)
     adv = np.zeros(b)

@@ -200,3 +200,9 @@ def test_learner_batch_carries_the_iql_targets_and_flips_the_advantage_sign():
     assert "logprob_gap" not in stats
     neg, _ = learner_batch(algo, cfg, [traj], turns, seqs, zeros, None, _values(7), negate_advantages=True)
     np.testing.assert_array_equal(neg.token_adv, -batch.token_adv)
+
+
+def test_env_reward_scale_applies_to_the_high_levels_return_only():
+    """ScienceWorld: the paper's 0-1 reward from the adapter's 0-100 increments (R_1 = 0.01 · 10 = 0.1)."""
+    tr = step_hrl_transitions(_won(), env_reward_scale=0.01)
+    assert tr.reward[5] == pytest.approx(0.1) and tr.reward[6] == 1.0  # r̂ stays 1
