@@ -87,10 +87,10 @@ class LearnerGroup:
         ticker.close()
         return np.concatenate(outs) if outs else np.zeros((0,))
 
-    def logprobs(self, seqs: Sequences, *, reference: bool = False) -> np.ndarray:
-        return self._map_rows(
-            "logprobs", seqs, "reference log-probs" if reference else "log-probs", reference=reference
-        )
+    def logprobs(self, seqs: Sequences, *, reference: bool = False, adapter: str | None = None) -> np.ndarray:
+        """Under policy adapter ``adapter`` (None: the first), or the reference (adapters disabled)."""
+        label = "reference log-probs" if reference else f"log-probs{'' if adapter is None else ' ' + adapter}"
+        return self._map_rows("logprobs", seqs, label, reference=reference, adapter=adapter)
 
     def values(self, seqs: Sequences) -> np.ndarray:
         return self._map_rows("values", seqs, "values")
@@ -111,11 +111,13 @@ class LearnerGroup:
         seed: int,
         critic_only_steps: int = 0,
         target_tau: float = 0.0,
+        adapter: str | None = None,
     ) -> dict[str, float]:
         """``epochs`` passes over ``batch`` in shuffled mini-batches; the policy takes a step on each mini-batch
         when ``policy_loss`` is given, the critic when ``value_loss`` is (HISR's SPRM trains its critic alone).
         The first ``critic_only_steps`` mini-batches step the critic alone (STEP-HRL's critic warm-up);
-        ``target_tau`` > 0 soft-updates the target critic after every critic step. Returns mean metrics over the
+        ``target_tau`` > 0 soft-updates the target critic after every critic step. The policy steps are those of
+        adapter ``adapter`` (None: the first; Multi2 trains its planner and executor in separate calls). Returns mean metrics over the
         steps, and ``optimizer_steps``."""
         if policy_loss is None and value_loss is None:
             raise ValueError("an update needs a policy loss, a value loss or both")
@@ -136,7 +138,7 @@ class LearnerGroup:
                     []
                     if policy_loss is None or steps < critic_only_steps
                     else [
-                        w.update_policy.remote(s, policy_loss, loss_cfg)
+                        w.update_policy.remote(s, policy_loss, loss_cfg, adapter)
                         for w, s in zip(self.workers, shards, strict=True)
                     ]
                 )
@@ -161,15 +163,15 @@ class LearnerGroup:
         ticker.close(_loss_note(sums, counts))
         return {**{k: v / counts[k] for k, v in sums.items()}, "optimizer_steps": float(steps)}
 
-    def set_lr(self, lr: float) -> None:
-        ray.get([w.set_lr.remote(lr) for w in self.workers])
+    def set_lr(self, lr: float, adapter: str | None = None) -> None:
+        ray.get([w.set_lr.remote(lr, adapter) for w in self.workers])
 
-    def load_adapter_weights(self, weights: dict[str, np.ndarray]) -> None:
+    def load_adapter_weights(self, weights: dict[str, np.ndarray], adapter: str | None = None) -> None:
         ref = ray.put(weights)
-        ray.get([w.load_adapter_weights.remote(ref) for w in self.workers])
+        ray.get([w.load_adapter_weights.remote(ref, adapter) for w in self.workers])
 
-    def adapter_weights(self) -> dict[str, np.ndarray]:
-        return ray.get(self.workers[0].adapter_weights.remote())
+    def adapter_weights(self, adapter: str | None = None) -> dict[str, np.ndarray]:
+        return ray.get(self.workers[0].adapter_weights.remote(adapter))
 
     def shutdown(self) -> None:
         """Kill the workers (frees their DeepSpeed process group and port) and release the placement group."""

@@ -58,6 +58,9 @@ class LearnerSpec:
     """0: no critic; 1: V(s); 2: HiPER [V_high, V_low]."""
     value_head_hidden: int = 0
     """0: a linear value head; > 0: W₂·SiLU(W₁h) with W₁ of this width (HISR Eq. 2's SPRM head)."""
+    adapters: tuple[tuple[str, float], ...] = ()
+    """Policy LoRA adapters on the one base, (name, learning rate) each, every one with its own DeepSpeed engine and
+    AdamW state (Multi2's planner and executor); empty: one adapter ``default`` at ``actor_lr``."""
     target_critic: bool = False
     """Keep a soft-updated copy of the critic's trainable tensors (IQL's target networks, STEP-HRL Eq. 11-12);
     value slots with ``value_from_target`` read it."""
@@ -83,6 +86,15 @@ class ValueModel(nn.Module):
         hidden = decoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         dtype = next(self.head.parameters()).dtype
         return self.head(hidden.to(dtype)).float()
+
+
+def _adapter_of(param_name: str) -> str | None:
+    """The adapter a PEFT parameter belongs to (``...q_proj.lora_A.<adapter>.weight``), None for base weights."""
+    parts = param_name.split(".")
+    for i, part in enumerate(parts[:-1]):
+        if part in ("lora_A", "lora_B"):
+            return parts[i + 1]
+    return None
 
 
 _STORE: list[Any] = []
@@ -183,13 +195,27 @@ class LearnerWorker:
             lora_dropout=spec.lora.dropout,
         )
         base = AutoModelForCausalLM.from_pretrained(spec.model_path, dtype=torch.float32)
-        policy = get_peft_model(base, lora_cfg, adapter_name="default")
-        params = [p for p in policy.parameters() if p.requires_grad]
-        opt = torch.optim.AdamW(params, lr=spec.actor_lr, weight_decay=0.0)
-        self.policy, self.policy_opt, _, _ = deepspeed.initialize(
-            model=policy, optimizer=opt, config=_ds_config(spec, world_size, bf16)
-        )
-        _drop_tied_frozen_weights(self.policy)
+        adapters = spec.adapters or (("default", spec.actor_lr),)
+        if len(adapters) > 1 and spec.zero_stage == 3:
+            raise ValueError("several policy adapters need learner.zero_stage 0-2")
+        self.adapter_names = [name for name, _ in adapters]
+        policy = get_peft_model(base, lora_cfg, adapter_name=self.adapter_names[0])
+        for name in self.adapter_names[1:]:
+            policy.add_adapter(name, lora_cfg)
+        # every adapter stays trainable (peft freezes all but the active one); the active one is chosen per call
+        # (``_active``), so only its tensors get gradients, and each engine's optimizer holds its own adapter's
+        for n, p in policy.named_parameters():
+            p.requires_grad_(_adapter_of(n) is not None)
+        self.engines: dict[str, Any] = {}
+        for name, lr in adapters:
+            params = [p for n, p in policy.named_parameters() if _adapter_of(n) == name]
+            opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+            engine, _, _, _ = deepspeed.initialize(
+                model=policy, optimizer=opt, config=_ds_config(spec, world_size, bf16)
+            )
+            _drop_tied_frozen_weights(engine)
+            self.engines[name] = engine
+        self.policy = self.engines[self.adapter_names[0]]
         self.critic = None
         if spec.value_heads:
             cbase = AutoModelForCausalLM.from_pretrained(spec.model_path, dtype=torch.float32)
@@ -215,6 +241,33 @@ class LearnerWorker:
         self.step_count = 0
 
     # -- forward passes ----------------------------------------------------------------------------------------
+
+    def _engine(self, adapter: str | None) -> Any:
+        name = adapter or self.adapter_names[0]
+        if name not in self.engines:
+            raise ValueError(f"no policy adapter {name!r}; this learner has {', '.join(self.adapter_names)}")
+        return self.engines[name]
+
+    @contextmanager
+    def _active(self, adapter: str | None) -> Iterator[None]:
+        """Forward passes inside use ``adapter`` (None: the first). Sets each LoRA layer's active adapter directly:
+        peft's ``set_adapter`` would also flip ``requires_grad``, which the engines' optimizers and checkpoints key
+        on."""
+        from peft.tuners.tuners_utils import BaseTunerLayer
+
+        self._engine(adapter)
+        if len(self.adapter_names) == 1:
+            yield
+            return
+        layers = [m for m in self.policy.module.modules() if isinstance(m, BaseTunerLayer)]
+        before = [m._active_adapter for m in layers]
+        for m in layers:
+            m._active_adapter = [adapter or self.adapter_names[0]]
+        try:
+            yield
+        finally:
+            for m, b in zip(layers, before, strict=True):
+                m._active_adapter = b
 
     def _dev(self, x: np.ndarray | torch.Tensor) -> torch.Tensor:
         return torch.as_tensor(x).to(self.policy.device)
@@ -242,9 +295,9 @@ class LearnerWorker:
         return out, ent
 
     @torch.no_grad()
-    def logprobs(self, seqs: Sequences, *, reference: bool = False) -> np.ndarray:
-        """float32[B, L] log-probs of the response tokens (``response_mask``) under the policy, or under the
-        reference policy (the same weights with the adapter disabled)."""
+    def logprobs(self, seqs: Sequences, *, reference: bool = False, adapter: str | None = None) -> np.ndarray:
+        """float32[B, L] log-probs of the response tokens (``response_mask``) under the policy adapter ``adapter``
+        (None: the first), or under the reference policy (the same weights with the adapters disabled)."""
         self.policy.eval()
         out = []
         for rows in self._micro_rows(len(seqs)):
@@ -254,7 +307,8 @@ class LearnerWorker:
                 with self.policy.module.disable_adapter():
                     lp, _ = self._response_logprobs(ids, attn, where)
             else:
-                lp, _ = self._response_logprobs(ids, attn, where)
+                with self._active(adapter):
+                    lp, _ = self._response_logprobs(ids, attn, where)
             out.append(lp.cpu().numpy())
         return np.concatenate(out) if out else np.zeros((0, 0), np.float32)
 
@@ -346,8 +400,11 @@ class LearnerWorker:
                 "1 or 2, or make learner.micro_batch_size >= the per-worker mini-batch"
             )
 
-    def update_policy(self, batch: LearnerBatch, loss_fn: PolicyLossFn, loss_cfg: Any) -> dict[str, float]:
-        """One optimizer step over ``batch`` (this rank's share of a mini-batch), in micro-batches.
+    def update_policy(
+        self, batch: LearnerBatch, loss_fn: PolicyLossFn, loss_cfg: Any, adapter: str | None = None
+    ) -> dict[str, float]:
+        """One optimizer step of policy adapter ``adapter`` (None: the first) over ``batch`` (this rank's share of a
+        mini-batch), in micro-batches.
 
         ``loss_fn(new_logprobs, PolicyInputs, cfg) -> (token_loss float[B, L], metrics)`` is the algorithm's pure
         per-token loss; it is aggregated with ``batch.loss_weight`` (float[B, L], computed once over the whole
@@ -356,7 +413,8 @@ class LearnerWorker:
         """
         if batch.loss_weight is None:
             raise ValueError("update_policy needs the mini-batch's loss_weight (set by the learner group)")
-        self.policy.train()
+        engine = self._engine(adapter)
+        engine.train()
         rows = self._micro_rows(len(batch))
         self._check_zero3_accumulation(len(rows))
         sums: dict[str, float] = {}
@@ -364,9 +422,13 @@ class LearnerWorker:
         for chunk in rows:
             micro = batch.rows(chunk)
             s = micro.seqs
-            new_lp, ent = self._response_logprobs(
-                self._dev(s.input_ids), self._dev(s.attention_mask), self._dev(s.response_mask), entropy=True
-            )
+            with self._active(adapter):
+                new_lp, ent = self._response_logprobs(
+                    self._dev(s.input_ids),
+                    self._dev(s.attention_mask),
+                    self._dev(s.response_mask),
+                    entropy=True,
+                )
             inputs = PolicyInputs(
                 old_logprobs=self._dev(micro.old_logprobs),
                 token_adv=self._dev(micro.token_adv),
@@ -375,13 +437,13 @@ class LearnerWorker:
             )
             token_loss, m = loss_fn(new_lp, inputs, loss_cfg)
             loss = (token_loss * self._dev(micro.loss_weight).float()).sum() * self.world_size
-            self.policy.backward(loss)
+            engine.backward(loss)
             n = float(micro.loss_mask.sum())
             tokens += n
             m["entropy"] = float(ent.mean()) if ent is not None and ent.numel() else 0.0
             for k, v in m.items():
                 sums[k] = sums.get(k, 0.0) + float(v) * n
-        self.policy.step()
+        engine.step()
         self.step_count += 1
         metrics = {k: v / max(tokens, 1.0) for k, v in sums.items()}
         metrics["loss_tokens"] = tokens
@@ -424,19 +486,22 @@ class LearnerWorker:
 
     # -- weights and checkpoints -----------------------------------------------------------------------------
 
-    def adapter_weights(self) -> dict[str, np.ndarray]:
-        """The policy's LoRA tensors under PEFT's saved key names (what vLLM and peft load)."""
+    def adapter_weights(self, adapter: str | None = None) -> dict[str, np.ndarray]:
+        """Policy adapter ``adapter``'s LoRA tensors (None: the first) under PEFT's saved key names (what vLLM and
+        peft load)."""
         from peft import get_peft_model_state_dict
 
         module = self.policy.module
+        name = adapter or self.adapter_names[0]
+        self._engine(name)
         params = [p for p in module.parameters() if p.requires_grad]
         if self.spec.zero_stage == 3:
             import deepspeed
 
             with deepspeed.zero.GatheredParameters(params):
-                state = get_peft_model_state_dict(module)
+                state = get_peft_model_state_dict(module, adapter_name=name)
         else:
-            state = get_peft_model_state_dict(module)
+            state = get_peft_model_state_dict(module, adapter_name=name)
         return {k: v.detach().float().cpu().numpy().copy() for k, v in state.items()}
 
     def save_checkpoint(self, path: str) -> None:
@@ -444,7 +509,10 @@ class LearnerWorker:
         heads and optimizer state, DeepSpeed format; the base is ``spec.model_path``), the PEFT adapter (rank 0),
         and RNG. ~1 % of a full engine checkpoint for a LoRA run."""
         root = Path(path)
-        self.policy.save_checkpoint(str(root / "policy_ds"), tag="ckpt", exclude_frozen_parameters=True)
+        for name, engine in self.engines.items():
+            engine.save_checkpoint(
+                str(root / self._engine_dir(name)), tag="ckpt", exclude_frozen_parameters=True
+            )
         if self.critic is not None:
             self.critic.save_checkpoint(str(root / "critic_ds"), tag="ckpt", exclude_frozen_parameters=True)
         if self.rank == 0:
@@ -460,7 +528,8 @@ class LearnerWorker:
         is (``bc.from_run``: BC never trains the critic, and another algorithm's may have other heads)."""
         root = Path(path)
         # not strict: the frozen base weights are not in the checkpoint (they come from spec.model_path)
-        self._load_engine(self.policy, root / "policy_ds")
+        for name, engine in self.engines.items():
+            self._load_engine(engine, root / self._engine_dir(name))
         if self.critic is not None and not policy_only:
             self._load_engine(self.critic, root / "critic_ds")
         state = torch.load(root / f"learner_rank{self.rank}.pt", weights_only=False)
@@ -473,6 +542,10 @@ class LearnerWorker:
             if saved is None:
                 raise ValueError(f"checkpoint {path} has no target critic to restore")
             self.critic_target = [t.to(p.device) for t, p in zip(saved, self._critic_params(), strict=True)]
+
+    def _engine_dir(self, name: str) -> str:
+        """``policy_ds`` for the one adapter of most runs; ``policy_ds_<name>`` per adapter otherwise."""
+        return "policy_ds" if len(self.engines) == 1 else f"policy_ds_{name}"
 
     @staticmethod
     def _load_engine(engine: Any, folder: Path) -> None:
@@ -488,27 +561,32 @@ class LearnerWorker:
                 f"checkpoint {folder} lacks {len(missing)} trainable tensors (e.g. {missing[0]})"
             )
 
-    def load_adapter_weights(self, weights: dict[str, np.ndarray]) -> None:
-        """Set the policy's LoRA tensors (PEFT key names, as ``adapter_weights`` returns them): a warm start."""
+    def load_adapter_weights(self, weights: dict[str, np.ndarray], adapter: str | None = None) -> None:
+        """Set policy adapter ``adapter``'s LoRA tensors (None: the first; PEFT key names, as ``adapter_weights``
+        returns them): a warm start."""
         from peft import set_peft_model_state_dict
 
         if self.spec.zero_stage == 3:
             raise ValueError(
                 "model.init_adapter needs learner.zero_stage 0-2 (ZeRO-3 partitions the adapter)"
             )
+        name = adapter or self.adapter_names[0]
+        self._engine(name)
         result = set_peft_model_state_dict(
-            self.policy.module, {k: torch.from_numpy(np.array(v)) for k, v in weights.items()}
+            self.policy.module,
+            {k: torch.from_numpy(np.array(v)) for k, v in weights.items()},
+            adapter_name=name,
         )
-        missing = [k for k in result.missing_keys if "lora_" in k]
+        missing = [k for k in result.missing_keys if _adapter_of(k) == name]
         if missing or result.unexpected_keys:
             raise ValueError(
                 f"adapter does not fit the policy: {len(missing)} missing, "
                 f"{len(result.unexpected_keys)} unexpected LoRA tensors (e.g. {(missing + result.unexpected_keys)[0]})"
             )
 
-    def set_lr(self, lr: float) -> None:
+    def set_lr(self, lr: float, adapter: str | None = None) -> None:
         """Behaviour cloning runs at its own learning rate through the same optimizer."""
-        for group in self.policy.optimizer.param_groups:
+        for group in self._engine(adapter).optimizer.param_groups:
             group["lr"] = lr
 
     def ping(self) -> int:
