@@ -9,8 +9,8 @@ HISR and Multi2 do. A demonstration is the environment's expert plan — ``env.e
                 boundaries = expert plan boundaries, e.g. TextCraft's recipe tree)
 * hipif:        a new ``<subgoal>`` on each subgoal's first action; the reflection states the completion
                 judgement ("Completed; next: ..." / "Not completed: ...")
-* step_hrl:     high → the subgoal; low → action + completion flag on the subgoal's last action; progress → a
-                short progress note
+* step_hrl:     high → the subgoal; low → action + completion flag on the subgoal's last action; progress → the
+                subtask's actions so far ("done: a1; a2": a deterministic stand-in for the paper's LLM summary)
 * multi2:       planner → the subgoal; executor → action + completion flag
 
 The episodes are played by the real rollout loop (``actors.rollout.iter_episodes``) with ``ExpertEngine`` standing in
@@ -41,13 +41,15 @@ class PlanStep:
     action: str
     first: bool
     last: bool
+    before: tuple[str, ...] = ()
+    """The subgoal's actions before this one (STEP-HRL's local progress accumulates within a subtask)."""
 
 
 def flatten_plan(plan: Sequence[tuple[str, Sequence[str]]]) -> list[PlanStep]:
     steps = []
     for subgoal, actions in plan:
         for i, a in enumerate(actions):
-            steps.append(PlanStep(subgoal, a, i == 0, i == len(actions) - 1))
+            steps.append(PlanStep(subgoal, a, i == 0, i == len(actions) - 1, tuple(actions[:i])))
     return steps
 
 
@@ -66,7 +68,9 @@ def expert_text(protocol: str, role: str, step: PlanStep) -> str:
             return format_high(step.subgoal)
         if role == "low":
             return format_low(step.action, step.last)
-        return format_progress(f"done: {step.action}")
+        # the paper's DeepSeek-written summary replaced by the subtask's actions so far (cumulative, bounded by the
+        # subtask's length, exact names from the env; STEP-HRL Fig. 5's rules 1-2)
+        return format_progress("done: " + "; ".join([*step.before, step.action]))
     if protocol == "multi2":
         if role == "planner":
             return format_planner(step.subgoal)

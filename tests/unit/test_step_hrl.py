@@ -206,3 +206,13 @@ def test_env_reward_scale_applies_to_the_high_levels_return_only():
     """ScienceWorld: the paper's 0-1 reward from the adapter's 0-100 increments (R_1 = 0.01 · 10 = 0.1)."""
     tr = step_hrl_transitions(_won(), env_reward_scale=0.01)
     assert tr.reward[5] == pytest.approx(0.1) and tr.reward[6] == 1.0  # r̂ stays 1
+
+
+def test_expert_local_progress_accumulates_within_a_subtask_and_restarts_with_the_next():
+    """The deterministic stand-in for the paper's LLM-written local progress (STEP-HRL Eq. 3, Fig. 5)."""
+    from actors.demos import expert_text, flatten_plan
+
+    steps = flatten_plan([("get the X", ["go to L", "take X"]), ("craft Y", ["craft Y"])])
+    texts = [expert_text("step_hrl", "progress", s) for s in steps]
+    assert "done: go to L<" in texts[0] and "done: go to L; take X<" in texts[1]
+    assert "done: craft Y<" in texts[2]
