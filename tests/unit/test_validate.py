@@ -355,6 +355,7 @@ def test_worker_configs_restate_no_run_config_default():
         "device",
         "value_heads",
         "value_head_hidden",
+        "adapters",
         "target_critic",
         "master_port",
     }
