@@ -376,8 +376,9 @@ class WorkerConfig:
     agent_options: Mapping[str, Any]
     device: str = "cpu"
     adapter_path: str | None = None
-    """PEFT folder whose weights every adapter starts from (its adapter_config.json overrides ``lora``); None:
-    zero LoRA B (the base model's outputs) until the learner's first ``set_weights``."""
+    """PEFT folder whose weights every adapter starts from (its adapter_config.json overrides ``lora``), or a
+    folder with one such subfolder per adapter name (a run with ``model.role_adapters``: PEFT saves each adapter
+    under its name); None: zero LoRA B (the base model's outputs) until the learner's first ``set_weights``."""
     adapters: Mapping[str, str | None] = field(default_factory=lambda: {"policy": "policy"})
     """Role → adapter name (``actors.agent_loop.make_agent``)."""
 
@@ -436,8 +437,15 @@ class RolloutWorker:
         self.name = "rollout" if world_size == 1 else f"rollout {rank + 1}/{world_size}"
         self.model_path = resolve_model_path(config.model_path)
         lora, initial = config.lora, None
+        self.adapter_names = sorted({a for a in config.adapters.values() if a is not None})
+        per_adapter: dict[str, dict[str, np.ndarray]] = {}
         if config.adapter_path:
-            initial, lora = read_peft_adapter(config.adapter_path)
+            root = Path(config.adapter_path)
+            if all((root / n / "adapter_config.json").exists() for n in self.adapter_names):
+                for n in self.adapter_names:
+                    per_adapter[n], lora = read_peft_adapter(root / n)
+            else:
+                initial, lora = read_peft_adapter(root)
         if engine is None:
             from transformers import AutoTokenizer
 
@@ -456,9 +464,8 @@ class RolloutWorker:
             self.tokenizer = engine.tokenizer
             weights = initial if initial is not None else {}
         self.engine = engine
-        self.adapter_names = sorted({a for a in config.adapters.values() if a is not None})
         for name in self.adapter_names:
-            if not self.engine.load_adapter(name, weights, 0):
+            if not self.engine.load_adapter(name, per_adapter.get(name, weights), 0):
                 raise RuntimeError(f"initial adapter {name!r} could not be loaded")
         self.envs: EnvPool | list[Any]
         if config.use_env_pool:

@@ -25,6 +25,7 @@ import math
 import textwrap
 import types
 import typing
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,6 +65,11 @@ class ModelConfig:
     cache_dir: str = "~/.cache/hierarl"
     max_model_len: int = 2048
     """The inference engine's context length (prompt + response tokens)."""
+    role_adapters: dict[str, str] = field(default_factory=dict)
+    """Role → policy LoRA adapter: several adapters on the one base, each trained only on its roles' turns with its
+    own optimizer and served to its roles (Multi2's role-specific adapters: ``{"planner": "planner", "executor":
+    "executor"}`` with ``rollout.agent=multi2``). Every role of the agent protocol must be named. Empty: one adapter
+    for every role."""
     init_adapter: str = ""
     """A PEFT adapter folder to start the policy from (e.g. ``<run>/checkpoints/iter_0/adapter``, a finished BC
     warm start) instead of a zero adapter; its rank/alpha/targets must match. BC still runs if ``bc.enabled``. The
@@ -153,6 +159,9 @@ class LearnerConfig:
     """A learner worker that dies ends its DeepSpeed group: the group is rebuilt, reloads the newest readable
     checkpoint and redoes the update on the iteration's rollouts (kept), up to this many times per run; then the
     run ends with an error. Logged as a line and as ``total_learner_restarts``."""
+    adapter_lr: dict[str, float] = field(default_factory=dict)
+    """Learning rate per adapter of ``model.role_adapters`` (Multi2's authors: planner 1e-5, executor 1e-6); an
+    adapter not named here trains at ``actor_lr``."""
     negate_advantages: bool = False
     """Negative control for benchmarks only: train on −A (every advantage the algorithm computed, after
     normalisation). A run with it on must not gain over its start (``bench/bench_learning.py --negative-control``)."""
@@ -252,6 +261,9 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
                 raise ConfigError(f"{key}: expected a JSON object, got {value!r}") from e
         if not isinstance(value, dict):
             raise ConfigError(f"{key}: expected a mapping, got {value!r}")
+        args = typing.get_args(tp)
+        if len(args) == 2:  # dict[str, float]: each value read as its type (YAML reads 1e-5 as a string)
+            return {k: _coerce(v, args[1], f"{key}.{k}") for k, v in value.items()}
         return dict(value)
     if tp is bool:
         if isinstance(value, bool):
@@ -344,7 +356,13 @@ def flatten(mapping: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     """{"a": {"b": 1}} → {"a.b": 1}; dict-typed leaf fields are kept whole by ``apply_overrides`` anyway."""
     out: dict[str, Any] = {}
     for k, v in mapping.items():
-        if isinstance(v, dict) and k not in ("options", "algo_overrides", "agent_options"):
+        if isinstance(v, dict) and k not in (
+            "options",
+            "algo_overrides",
+            "agent_options",
+            "role_adapters",
+            "adapter_lr",
+        ):
             out.update(flatten(v, f"{prefix}{k}."))
         else:
             out[f"{prefix}{k}"] = v
@@ -728,6 +746,43 @@ def _check_algo(cfg: TrainConfig) -> Any:
     return algo_cfg
 
 
+def _check_role_adapters(cfg: TrainConfig, roles: Sequence[str]) -> None:
+    """``model.role_adapters`` names every role of the protocol and nothing else; the features that assume one
+    adapter (a warm start from one adapter folder, one-step-off's behaviour adapter, ZeRO-3) are refused with it."""
+    ra, lrs = cfg.model.role_adapters, cfg.learner.adapter_lr
+    names = sorted(set(ra.values()))
+    for key in lrs:
+        _choice("learner.adapter_lr", key, names or ["(no model.role_adapters)"])
+        _need(lrs[key] > 0, f"learner.adapter_lr.{key}", lrs[key], "a number > 0")
+    if not ra:
+        return
+    for role, name in ra.items():
+        _choice("model.role_adapters", role, list(roles))
+        _need(
+            isinstance(name, str) and name.isidentifier(),
+            f"model.role_adapters.{role}",
+            name,
+            "an adapter name",
+        )
+    missing = [r for r in roles if r not in ra]
+    if missing:
+        raise ConfigError(
+            f"model.role_adapters: {cfg.rollout.agent} role(s) {', '.join(missing)} have no adapter; allowed: a "
+            f"mapping of every role ({', '.join(roles)}) to an adapter name"
+        )
+    for ok, key, value in (
+        (not cfg.model.init_adapter, "model.init_adapter", cfg.model.init_adapter),
+        (not cfg.bc.from_run, "bc.from_run", cfg.bc.from_run),
+        (not cfg.one_step_off, "one_step_off", cfg.one_step_off),
+        (cfg.learner.zero_stage <= 2, "learner.zero_stage", cfg.learner.zero_stage),
+    ):
+        if not ok:
+            raise ConfigError(
+                f"{key}: {value!r} is not supported with several adapters (model.role_adapters); allowed: its "
+                "default, or one adapter for every role"
+            )
+
+
 def _options_allowed(factory: Any) -> list[str] | None:
     """Keyword parameters of an env factory (None: it takes ``**kwargs``, anything goes)."""
     try:
@@ -838,6 +893,7 @@ def validate(cfg: TrainConfig) -> Any:
     if allowed_options is not None:
         _options("env.options", cfg.env.options, allowed_options, cfg.env.name)
     _check_ranges(cfg)
+    _check_role_adapters(cfg, ROLES[cfg.rollout.agent])
     if cfg.bc.enabled and factory is not None and not hasattr(factory, "expert_plan"):
         raise ConfigError(
             f"bc.enabled: env {cfg.env.name!r} has no expert plan to clone (actors/demos.py); allowed: "

@@ -116,6 +116,7 @@ def rollout_worker_config(cfg: TrainConfig, model_path: str, device: str, **over
         "max_group_retries": cfg.rollout.max_group_retries,
         "seed": cfg.seed,
         "agent_options": dict(cfg.rollout.agent_options),
+        "adapters": dict(cfg.model.role_adapters) or {"policy": "policy"},
     }
     return WorkerConfig(**{**fields, **overrides})
 
@@ -158,6 +159,8 @@ class Trainer:
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         self.pad_id = self.tokenizer.pad_token_id or self.tokenizer.eos_token_id
         self.lora = lora_spec(cfg)
+        self.adapters = sorted(set(cfg.model.role_adapters.values()))
+        """The policy adapters of ``model.role_adapters`` (empty: one adapter for every role)."""
         gpu = self.gpu = 1.0 if self.device == "cuda" else 0.0
         self.rollout_cfg = rollout_worker_config(cfg, self.model_path, self.device)
         self.rollout, self.rollout_pg = place_workers(
@@ -178,14 +181,16 @@ class Trainer:
             micro_batch_size=cfg.learner.micro_batch_size,
             value_heads=self.algo.value_heads,
             target_critic=self.algo.target_critic,
+            adapters=tuple((n, cfg.learner.adapter_lr.get(n, cfg.learner.actor_lr)) for n in self.adapters),
             seed=cfg.seed,
         )
         self.learner = LearnerGroup(
             self.learner_spec, cfg.learner.num_workers, WorkerResources(cfg.learner.cpus_per_worker, gpu)
         )
         self.version = 0
-        # the last two adapters pushed: a one-step-off checkpoint saves the older (its in-flight rollouts' adapter)
-        self._pushed: list[dict[str, np.ndarray]] = []
+        # the last two pushes (adapter name, None for the one adapter of most runs → its tensors): a one-step-off
+        # checkpoint saves the older (its in-flight rollouts' adapter)
+        self._pushed: list[dict[str | None, dict[str, np.ndarray]]] = []
         self._pending: list[Collection] = []  # the next iteration's rollouts, in flight (one-step-off)
         self.rollout_restarts = 0  # rollout workers replaced after dying (``rollout.max_restarts``)
         self.learner_restarts = 0  # learner groups rebuilt after a worker died (``learner.max_restarts``)
@@ -214,18 +219,28 @@ class Trainer:
         finally:
             env.close()
 
-    def push_weights(self, weights: dict[str, np.ndarray] | None = None) -> float:
-        """Export the adapter once (or take ``weights``), ``ray.put`` it once, every rollout worker loads it from
-        the object ref."""
+    def export_weights(self) -> dict[str | None, dict[str, np.ndarray]]:
+        """The policy adapters' tensors by adapter name (None: the one adapter every role uses)."""
+        if not self.adapters:
+            return {None: self.learner.adapter_weights()}
+        return {n: self.learner.adapter_weights(n) for n in self.adapters}
+
+    def _send(self, worker: Any, weights: dict[str | None, Any]) -> bool:
+        """Load every adapter of ``weights`` (tensors or object refs) into one rollout worker."""
+        return all(ray.get([worker.set_weights.remote(w, self.version, n) for n, w in weights.items()]))
+
+    def push_weights(self, weights: dict[str | None, dict[str, np.ndarray]] | None = None) -> float:
+        """Export each adapter once (or take ``weights``), ``ray.put`` each once, every rollout worker loads them
+        from the object refs."""
         t0 = time.perf_counter()
         self.version += 1
-        weights = self.learner.adapter_weights() if weights is None else weights
+        weights = self.export_weights() if weights is None else weights
         self._pushed = [*self._pushed[-1:], weights]
-        ref = ray.put(weights)
+        refs = {n: ray.put(w) for n, w in weights.items()}
         ok = []
         for i in range(len(self.rollout)):
             try:
-                ok.append(ray.get(self.rollout[i].set_weights.remote(ref, self.version)))
+                ok.append(self._send(self.rollout[i], refs))
             except RayActorError as e:  # a dead worker is replaced with these weights
                 self.replace_rollout_worker(i, e)
                 ok.append(True)
@@ -329,7 +344,7 @@ class Trainer:
             self.rollout_cfg,
         )
         if self._pushed:
-            ray.get(self.rollout[index].set_weights.remote(ray.put(self._pushed[-1]), self.version))
+            self._send(self.rollout[index], self._pushed[-1])
         print(
             f"[hierarl] rollout worker {index} died ({type(error).__name__}); replaced in "
             f"{time.perf_counter() - t0:.1f}s with adapter v{self.version} "
@@ -405,13 +420,13 @@ class Trainer:
         with timed(timings, "advantage"):
             turns = shaped_turns(trajs, algo_cfg, max_len=self.cfg.learner.max_seq_len, pad_id=self.pad_id)
             seqs = sequences(turns, algo.value_slots)
+        rows_of = self.adapter_rows(trajs, turns)
         with timed(timings, "logprobs"):
             # behaviour cloning reads no π_old: its pass is skipped (zeros stand in)
-            logprobs = (
-                self.learner.logprobs(seqs)
-                if algo.uses_old_logprobs
-                else np.zeros(seqs.input_ids.shape, np.float32)
-            )
+            logprobs = np.zeros(seqs.input_ids.shape, np.float32)
+            if algo.uses_old_logprobs:
+                for name, rows in rows_of.items():  # each row under the adapter of its turn's role
+                    logprobs[rows] = self.learner.logprobs(seqs.rows(rows), adapter=name)
             ref = self.learner.logprobs(seqs, reference=True) if algo.uses_reference(algo_cfg) else None
         model_stats: dict[str, float] = {}
         offline = self.offline if algo is self.algo else None
@@ -437,27 +452,74 @@ class Trainer:
             )
             metrics.update(model_stats)
         with timed(timings, "update"):
-            if lr is not None:
-                self.learner.set_lr(lr)
-            metrics.update(
-                self.learner.update(
-                    batch,
-                    policy_loss=algo.policy_loss,
-                    value_loss=algo.value_loss,
-                    loss_cfg=algo_cfg,
-                    agg=algo_cfg.agg,
-                    mini_batch_size=mini_batch_size or self.cfg.learner.mini_batch_size,
-                    epochs=self.cfg.learner.ppo_epochs,
-                    seed=seed,
-                    critic_only_steps=offline.warmup_left() if offline is not None else 0,
-                    target_tau=algo_cfg.target_tau if algo.target_critic else 0.0,
+            common = {
+                "loss_cfg": algo_cfg,
+                "agg": algo_cfg.agg,
+                "mini_batch_size": mini_batch_size or self.cfg.learner.mini_batch_size,
+                "epochs": self.cfg.learner.ppo_epochs,
+                "seed": seed,
+                "critic_only_steps": offline.warmup_left() if offline is not None else 0,
+                "target_tau": algo_cfg.target_tau if algo.target_critic else 0.0,
+            }
+            if None in rows_of:  # one adapter: policy and critic step together on every mini-batch
+                if lr is not None:
+                    self.learner.set_lr(lr)
+                metrics.update(
+                    self.learner.update(
+                        batch, policy_loss=algo.policy_loss, value_loss=algo.value_loss, **common
+                    )
                 )
-            )
+                if lr is not None:
+                    self.learner.set_lr(self.cfg.learner.actor_lr)
+            else:
+                metrics.update(self._update_adapters(batch, algo, rows_of, lr, common))
             if offline is not None:
                 offline.critic_steps += int(metrics["optimizer_steps"])
-            if lr is not None:
-                self.learner.set_lr(self.cfg.learner.actor_lr)
         return metrics, timings
+
+    def adapter_rows(self, trajs: Sequence[Trajectory], turns: Any) -> dict[str | None, np.ndarray]:
+        """Batch rows per policy adapter (``model.role_adapters``: the adapter of each row's role); {None: every
+        row} with one adapter."""
+        if not self.adapters:
+            return {None: np.arange(len(turns))}
+        roles = self.cfg.model.role_adapters
+        names = np.array([roles[trajs[i].turns[j].role] for i, j in turns.index])
+        return {n: np.flatnonzero(names == n) for n in self.adapters if (names == n).any()}
+
+    def _update_adapters(
+        self,
+        batch: Any,
+        algo: Algorithm,
+        rows_of: dict[str | None, np.ndarray],
+        lr: float | None,
+        common: dict,
+    ) -> dict[str, float]:
+        """Several adapters: each adapter's policy steps on its roles' rows (its own optimizer; the first
+        ``critic_only_steps`` skip them all), then the critic on every row. Metrics: the policy's per adapter
+        (``<name>/<metric>``) and their row-weighted mean under the plain name."""
+        out: dict[str, float] = {}
+        steps = 0.0
+        for name, rows in rows_of.items():
+            if lr is not None:
+                self.learner.set_lr(lr, adapter=name)
+            m = self.learner.update(
+                batch.rows(rows), policy_loss=algo.policy_loss, value_loss=None, adapter=name, **common
+            )
+            if lr is not None:
+                self.learner.set_lr(
+                    self.cfg.learner.adapter_lr.get(name, self.cfg.learner.actor_lr), adapter=name
+                )
+            steps = max(steps, m.pop("optimizer_steps"))
+            share = rows.size / len(batch)
+            for k, v in m.items():
+                out[f"{name}/{k}"] = v
+                out[k] = out.get(k, 0.0) + share * v
+        if algo.value_loss is not None:
+            m = self.learner.update(batch, policy_loss=None, value_loss=algo.value_loss, **common)
+            steps = max(steps, m.pop("optimizer_steps"))
+            out.update(m)
+        out["optimizer_steps"] = steps
+        return out
 
     def demonstrations(self) -> list[Trajectory]:
         """The env expert's won episodes on ``bc.episodes`` training tasks (drawn from the run's seed), in the
@@ -575,7 +637,7 @@ class Trainer:
                 self.hisr.save(tmp / "reward_models")  # they change every iteration
             if self.cfg.one_step_off and len(self._pushed) == 2:
                 # the adapter the next iteration's in-flight rollouts come from: an exact resume regenerates them
-                np.savez(tmp / "behaviour_adapter.npz", **self._pushed[0])
+                np.savez(tmp / "behaviour_adapter.npz", **self._pushed[0][None])  # one adapter (validated)
         except Exception as e:
             shutil.rmtree(tmp, ignore_errors=True)
             free = shutil.disk_usage(root).free
@@ -644,7 +706,7 @@ class Trainer:
                 # as in the uninterrupted run: the next rollouts come from the adapter before the last update
                 self.version -= 1
                 with np.load(behaviour) as z:
-                    self.push_weights({k: z[k] for k in z.files})
+                    self.push_weights({None: {k: z[k] for k in z.files}})
                 self._pending = self.start_rl_rollouts(self.start_iter)
             else:
                 print(f"[hierarl] {path} has no behaviour adapter: iteration {self.start_iter} is on-policy")

@@ -269,6 +269,17 @@ class LearnerWorker:
             for m, b in zip(layers, before, strict=True):
                 m._active_adapter = b
 
+    @contextmanager
+    def _reference(self) -> Iterator[None]:
+        """The base model (every adapter disabled). peft re-enables adapters through ``set_adapter``, which freezes
+        all but the active one: every adapter is made trainable again afterwards (each engine's optimizer and
+        checkpoint expect its adapter's tensors to require gradients)."""
+        with self.policy.module.disable_adapter():
+            yield
+        for n, p in self.policy.module.named_parameters():
+            if _adapter_of(n) is not None:
+                p.requires_grad_(True)
+
     def _dev(self, x: np.ndarray | torch.Tensor) -> torch.Tensor:
         return torch.as_tensor(x).to(self.policy.device)
 
@@ -304,7 +315,7 @@ class LearnerWorker:
             ids, attn = self._dev(seqs.input_ids[rows]), self._dev(seqs.attention_mask[rows])
             where = self._dev(seqs.response_mask[rows])
             if reference:
-                with self.policy.module.disable_adapter():
+                with self._reference():
                     lp, _ = self._response_logprobs(ids, attn, where)
             else:
                 with self._active(adapter):

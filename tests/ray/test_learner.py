@@ -521,6 +521,7 @@ def test_two_adapters_train_apart_and_each_equals_a_single_adapter_learner(model
     assert _max_gap(lp_exec, lp_planner0, batch.seqs.response_mask) > 1e-2  # the adapters now differ
 
     two.save_checkpoint(str(tmp_path / "ckpt"))
+    two.logprobs(batch.seqs, reference=True)  # peft's disable_adapter re-freezes all but one adapter on exit
     two.update_policy(batch, grpo.ALGORITHM.policy_loss, LOSS_CFG, adapter="planner")
     two.update_policy(batch, grpo.ALGORITHM.policy_loss, LOSS_CFG, adapter="executor")
     two.load_checkpoint(str(tmp_path / "ckpt"))

@@ -100,6 +100,27 @@ def test_step_hrl_is_checked_before_ray():
     assert validate(resolve_config("step_hrl_synthetic_multi", [])).warmup_steps == 20
 
 
+def test_role_adapters_name_every_role_and_refuse_single_adapter_features():
+    m2 = ["rollout.agent=multi2"]
+    both = 'model.role_adapters={"planner": "planner", "executor": "executor"}'
+    assert validate(resolve_config(None, [*m2, both, 'learner.adapter_lr={"planner": 1e-5}'])) is not None
+    message = _error([*m2, 'model.role_adapters={"planner": "p"}'])
+    assert message == (
+        "model.role_adapters: multi2 role(s) executor have no adapter; allowed: a mapping of every role (planner, "
+        "executor) to an adapter name"
+    )
+    assert _error([*m2, 'model.role_adapters={"planner": "p", "executor": "e", "agent": "e"}']).endswith(
+        "allowed: planner, executor"
+    )
+    for bad in ("one_step_off=true", "bc.from_run=/x", "model.init_adapter=/x", "learner.zero_stage=3"):
+        key = bad.split("=")[0]
+        assert _error([*m2, both, bad]).startswith(f"{key}: "), bad
+    assert _error(['learner.adapter_lr={"x": 1e-5}']).startswith("learner.adapter_lr: unknown value 'x'")
+    assert _error([*m2, both, 'learner.adapter_lr={"planner": -1}']).startswith(
+        "learner.adapter_lr.planner: "
+    )
+
+
 def test_unknown_reward_term():
     """Before: accepted, Ray and both workers started, failed at the first RL update."""
     message = _error(["algo.reward_terms=format,nonsense"])
