@@ -500,6 +500,10 @@ class Trainer:
         out: dict[str, float] = {}
         steps = 0.0
         for name, rows in rows_of.items():
+            if not batch.loss_mask[rows].any():
+                # nothing to train (an algorithm that keeps this role fixed): no step at all, since AdamW's moments
+                # would still move the adapter on a zero gradient
+                continue
             if lr is not None:
                 self.learner.set_lr(lr, adapter=name)
             m = self.learner.update(
