@@ -458,7 +458,9 @@ class Trainer:
                 "mini_batch_size": mini_batch_size or self.cfg.learner.mini_batch_size,
                 "epochs": self.cfg.learner.ppo_epochs,
                 "seed": seed,
-                "critic_only_steps": offline.warmup_left() if offline is not None else 0,
+                # STEP-HRL's critic warm-up in whole passes: A is computed at the start of a pass, so the actor
+                # joins at the first pass that starts with a warmed-up critic (else it trains on A from an untrained one)
+                "critic_only_steps": 1 << 62 if offline is not None and offline.warmup_left() > 0 else 0,
                 "target_tau": algo_cfg.target_tau if algo.target_critic else 0.0,
             }
             if None in rows_of:  # one adapter: policy and critic step together on every mini-batch
