@@ -44,7 +44,7 @@ import numpy as np
 from actors.agent_loop import ModelCall, make_agent
 from actors.agents.parsing import masks_for_parse, normalize_ws, render_prompt, token_offsets_from_pieces
 from actors.env_pool import EnvPool, EnvResult, _build_env
-from actors.inference import GenerationRequest, InferenceEngine, LoraSpec, SamplingParams
+from actors.inference import GenerationRequest, GenerationResult, InferenceEngine, LoraSpec, SamplingParams
 from actors.progress import Ticker
 from actors.trajectory import Trajectory, TrajectoryGroup, Turn, from_numpy_dict, to_jsonl, to_numpy_dict
 
@@ -615,6 +615,20 @@ class RolloutWorker:
                 task_ids, group_size, seed, packed=packed, temperature=temperature, sample_seed=sample_seed
             )
         )
+
+    def sample(
+        self, prompts: Sequence[Sequence[int]], role: str, seed: int, *, temperature: float | None = None
+    ) -> list[GenerationResult]:
+        """One response per prompt (token ids) from the adapter serving ``role``, with no env step (Multi2's
+        policy-anchored samples at stored states)."""
+        params = dataclasses.replace(
+            self.params,
+            seed=seed,
+            temperature=self.params.temperature if temperature is None else temperature,
+        )
+        adapter = self.config.adapters.get(role, self.config.adapters.get("policy"))
+        with self._lock:
+            return self.engine.generate([GenerationRequest(tuple(p), adapter) for p in prompts], params)
 
     def counters(self) -> dict[str, int]:
         """Cumulative counts since the worker started: groups returned, retried and dropped, episodes, and (with

@@ -5,7 +5,7 @@ it needs the reference policy, the smallest group it works with)."""
 from __future__ import annotations
 
 from learners.algorithm import Algorithm
-from learners.algos import gigpo, grpo, hiper, hipif, hipif_gigpo, hisr, ppo, rloo, sft, step_hrl
+from learners.algos import gigpo, grpo, hiper, hipif, hipif_gigpo, hisr, multi2, ppo, rloo, sft, step_hrl
 
 ALGOS: dict[str, Algorithm] = {
     a.name: a
@@ -19,6 +19,7 @@ ALGOS: dict[str, Algorithm] = {
         hipif_gigpo.ALGORITHM,
         hisr.ALGORITHM,
         step_hrl.ALGORITHM,
+        multi2.ALGORITHM,
         sft.ALGORITHM,
     )
 }

@@ -685,6 +685,9 @@ def _check_algo(cfg: TrainConfig) -> Any:
         "data_ratio": (lambda v: v >= 0, "a number >= 0"),
         "env_reward_scale": (lambda v: v > 0, "a number > 0"),
         "online_groups": (lambda v: v >= 0, "an integer >= 0 (0: offline only)"),
+        "offline_iterations": (lambda v: v >= 0, "an integer >= 0"),
+        "anchor_coef": (lambda v: v >= 0, "a number >= 0"),
+        "anchor_fraction": (lambda v: 0 <= v <= 1, unit),
     }
     for name, (ok, allowed) in ranges.items():
         if hasattr(algo_cfg, name):
@@ -723,6 +726,16 @@ def _check_algo(cfg: TrainConfig) -> Any:
                 f"{cfg.rollout.agent!r}; allowed: rollout.agent in {', '.join(SUBGOAL_AGENTS)}, or segmentation "
                 "entropy / turn / auto"
             )
+    if algo.target_critic and cfg.learner.zero_stage == 3:
+        raise ConfigError(
+            f"learner.zero_stage: algo={cfg.algo} keeps a target copy of the critic, which ZeRO-3 would partition; "
+            "allowed: 0, 1, 2"
+        )
+    if algo.offline and algo.uses_reference(algo_cfg) and cfg.bc.from_run:
+        raise ConfigError(
+            f"bc.from_run: algo={cfg.algo} with an online phase keeps a frozen copy of each adapter beside it, which "
+            "a one-adapter checkpoint does not fit; allowed: bc.from_run='' (BC in this run), or algo.online_groups=0"
+        )
     if algo.offline and cfg.one_step_off:
         raise ConfigError(
             f"one_step_off: algo={cfg.algo} trains on a stored dataset, there are no rollouts to overlap; "

@@ -6,7 +6,10 @@ calls ``prepare``, which builds both and writes them under ``<run_dir>/offline/`
 
     dataset.jsonl    every trajectory of D_r (``actors.trajectory`` JSON lines; ``info["source"]`` expert/collected)
     manifest.json    env, split, seed, the counts per source, won, and transitions per role
-    online_<k>.jsonl with ``algo.online_groups`` > 0: the groups collected with the policy of iteration k
+    online_<k>.jsonl with ``algo.online_groups`` > 0: the groups collected with the policy of iteration k (iterations
+                     after ``algo.offline_iterations``)
+    anchor_<k>.jsonl Multi2's policy-anchored samples of iteration k (``Algorithm.anchor_role``): one response of the
+                     current policy at each of a share ``algo.anchor_fraction`` of that role's dataset states
 
 A re-run (``resume=true``, or the same ``run_dir``) reads the files instead of collecting again. Each RL iteration
 trains on the dataset plus the online files up to that iteration, so a resumed run sees exactly the buffer the
@@ -21,7 +24,10 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from actors.trajectory import Trajectory, read_jsonl, to_jsonl
+import numpy as np
+
+from actors.inference import GenerationResult
+from actors.trajectory import Trajectory, Turn, read_jsonl, to_jsonl
 from learners.transitions import ROLES
 
 if TYPE_CHECKING:
@@ -95,10 +101,13 @@ class OfflineData:
 
     def iteration_data(self, it: int) -> tuple[list[Trajectory], list[Trajectory]]:
         """(the buffer iteration ``it`` trains on, the trajectories new in it). With ``online_groups`` the new
-        ones are collected with the current policy (or read back when resuming) and kept for later iterations."""
+        ones are collected with the current policy (or read back when resuming) and kept for later iterations.
+        Offline iterations of an ``anchor_role`` algorithm also get that iteration's anchor samples."""
         online: list[Trajectory] = []
+        if not self.online(it):
+            return [*self.dataset, *self.anchors(it)], []
         if self.acfg.online_groups:
-            for k in range(1, it):
+            for k in range(self.first_online(), it):
                 online += list(read_jsonl(self.root / f"online_{k}.jsonl"))
             path = self.root / f"online_{it}.jsonl"
             if path.exists():
@@ -116,8 +125,62 @@ class OfflineData:
             return [*self.dataset, *online, *new], new
         return list(self.dataset), []
 
+    def online(self, it: int) -> bool:
+        """Whether iteration ``it`` belongs to the online phase (collects and, with a KL term, has a reference)."""
+        return self.acfg.online_groups > 0 and it > self.acfg.offline_iterations
+
+    def first_online(self) -> int:
+        return self.acfg.offline_iterations + 1
+
+    def anchors(self, it: int) -> list[Trajectory]:
+        """Iteration ``it``'s one-turn anchor trajectories (``Algorithm.anchor_role``; none for other algorithms):
+        the states drawn from (seed, it), the responses sampled from the current policy, cached for resumes."""
+        role = self.trainer.algo.anchor_role
+        if not role or self.acfg.anchor_fraction <= 0:
+            return []
+        path = self.root / f"anchor_{it}.jsonl"
+        if path.exists():
+            return list(read_jsonl(path))
+        cfg = self.trainer.cfg
+        states = [(t, turn) for t in self.dataset for turn in t.turns if turn.role == role]
+        rng = random.Random(cfg.seed * 1_000_033 + it)
+        k = min(len(states), max(1, round(self.acfg.anchor_fraction * len(states))))
+        chosen = rng.sample(states, k) if states else []
+        responses = self.trainer.sample([turn.prompt_ids for _, turn in chosen], role, cfg.seed * 7927 + it)
+        pairs = zip(chosen, responses, strict=True)
+        out = [
+            anchor_trajectory(t, turn, resp, f"anchor-{it}-{n}") for n, ((t, turn), resp) in enumerate(pairs)
+        ]
+        _write(out, path)
+        return out
+
     def warmup_left(self) -> int:
         return max(0, self.acfg.warmup_steps - self.critic_steps)
+
+
+def anchor_trajectory(source: Trajectory, turn: Turn, response: GenerationResult, traj_id: str) -> Trajectory:
+    """``turn``'s state (its prompt) with ``response`` in place of the recorded one, as a one-turn trajectory
+    marked ``info["anchor"]``: no reward, no env step, read only by the anchor term."""
+    new = Turn(
+        prompt_ids=turn.prompt_ids,
+        response_ids=np.asarray(response.response_ids, dtype=np.int64),
+        logprobs=np.asarray(response.logprobs, dtype=np.float32),
+        observation=turn.observation,
+        response_text=response.text,
+        policy_version=response.adapter_version,
+        adapter=response.adapter or "",
+        role=turn.role,
+    )
+    return Trajectory(
+        traj_id=traj_id,
+        group_id=traj_id,
+        task_id=source.task_id,
+        env_name=source.env_name,
+        turns=[new],
+        task=source.task,
+        status="truncated",
+        info={"anchor": True, "source": "anchor"},
+    )
 
 
 def _flat_counts(counts: dict[str, Any]) -> dict[str, float]:

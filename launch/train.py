@@ -181,7 +181,7 @@ class Trainer:
             micro_batch_size=cfg.learner.micro_batch_size,
             value_heads=self.algo.value_heads,
             target_critic=self.algo.target_critic,
-            adapters=tuple((n, cfg.learner.adapter_lr.get(n, cfg.learner.actor_lr)) for n in self.adapters),
+            adapters=self.learner_adapters(),
             seed=cfg.seed,
         )
         self.learner = LearnerGroup(
@@ -218,6 +218,43 @@ class Trainer:
             return list(env.task_ids(split))
         finally:
             env.close()
+
+    def learner_adapters(self) -> tuple[tuple[str, float], ...]:
+        """(name, lr) of every adapter the learner holds: the policy adapters, then, for an offline algorithm with
+        a KL term, a frozen copy of each (``offline_<name>``, lr 0: never stepped), the online phase's reference."""
+        cfg = self.cfg
+        trained = [(n, cfg.learner.adapter_lr.get(n, cfg.learner.actor_lr)) for n in self.adapters]
+        if not (self.algo.offline and self.algo.uses_reference(self.algo_cfg)):
+            return tuple(trained)
+        trained = trained or [("default", cfg.learner.actor_lr)]
+        return (*trained, *((f"offline_{n}", 0.0) for n, _ in trained))
+
+    def freeze_reference(self) -> None:
+        """Copy each policy adapter into its frozen ``offline_<name>`` (the first online iteration: π_off)."""
+        for name in self.adapters or ["default"]:
+            self.learner.load_adapter_weights(self.learner.adapter_weights(name), adapter=f"offline_{name}")
+
+    def reference_logprobs(self, seqs: Any, rows_of: dict[str | None, np.ndarray]) -> np.ndarray:
+        """π_off's log-probs of every row: each row under the frozen copy of its role's adapter."""
+        ref = np.zeros(seqs.input_ids.shape, np.float32)
+        for name, rows in rows_of.items():
+            ref[rows] = self.learner.logprobs(seqs.rows(rows), adapter=f"offline_{name or 'default'}")
+        return ref
+
+    def sample(self, prompts: Sequence[np.ndarray], role: str, seed: int) -> list[Any]:
+        """One response per prompt from ``role``'s adapter, spread over the rollout workers, in prompt order."""
+        n = len(self.rollout)
+        shards = [list(range(k, len(prompts), n)) for k in range(n)]
+        refs = [
+            self.rollout[k].sample.remote([prompts[i].tolist() for i in idx], role, seed + k)
+            for k, idx in enumerate(shards)
+            if idx
+        ]
+        out: list[Any] = [None] * len(prompts)
+        for idx, results in zip([s for s in shards if s], ray.get(refs), strict=True):
+            for i, r in zip(idx, results, strict=True):
+                out[i] = r
+        return out
 
     def export_weights(self) -> dict[str | None, dict[str, np.ndarray]]:
         """The policy adapters' tensors by adapter name (None: the one adapter every role uses)."""
@@ -289,7 +326,7 @@ class Trainer:
         readable checkpoint and the update redone on the same rollouts."""
         while True:
             try:
-                return self.update(trajs, self.algo, self.algo_cfg, seed=self.cfg.seed + it)
+                return self.update(trajs, self.algo, self.algo_cfg, seed=self.cfg.seed + it, iteration=it)
             except RayActorError as e:
                 self.rebuild_learner(e)
 
@@ -413,6 +450,7 @@ class Trainer:
         seed: int,
         lr: float | None = None,
         mini_batch_size: int | None = None,
+        iteration: int = 0,
     ):
         """The pure half (``learners.prepare``) around the learner group's forward passes and update; returns
         (metrics, timings)."""
@@ -427,9 +465,14 @@ class Trainer:
             if algo.uses_old_logprobs:
                 for name, rows in rows_of.items():  # each row under the adapter of its turn's role
                     logprobs[rows] = self.learner.logprobs(seqs.rows(rows), adapter=name)
-            ref = self.learner.logprobs(seqs, reference=True) if algo.uses_reference(algo_cfg) else None
+            offline = self.offline if algo is self.algo else None
+            ref = None
+            if algo.uses_reference(algo_cfg):
+                if offline is None:
+                    ref = self.learner.logprobs(seqs, reference=True)
+                elif offline.online(iteration):
+                    ref = self.reference_logprobs(seqs, rows_of)
         model_stats: dict[str, float] = {}
-        offline = self.offline if algo is self.algo else None
         if algo.reward_models:
             assert self.hisr is not None
             with timed(timings, "reward_models"):
@@ -767,8 +810,11 @@ class Trainer:
             if self.offline is not None:
                 with timed(timings, "rollout"):
                     trajs, new = self.offline.iteration_data(it)
+                if it == self.offline.first_online() and self.algo.uses_reference(self.algo_cfg):
+                    self.freeze_reference()  # π_off: the policy the offline phase ended with
+                episodes = [t for t in trajs if not t.info.get("anchor")]
                 # train success is that of the iteration's own rollouts; the stored data's is not the policy's
-                stats = {**trajectory_stats(new or trajs), "buffer_trajectories": float(len(trajs))}
+                stats = {**trajectory_stats(new or episodes), "buffer_trajectories": float(len(episodes))}
                 if not new:
                     stats["success"] = float("nan")
             else:

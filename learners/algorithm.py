@@ -62,6 +62,12 @@ class Algorithm:
     iteration's trajectories with them (``launch.hisr``) before ``compute_targets``.
     ``offline``: the RL iterations train on a stored dataset (expert demonstrations + BC-policy rollouts,
     ``launch.offline``), not on fresh rollouts; rollouts only build the data and evaluate.
+    With ``offline`` and ``uses_reference(cfg)``, the KL reference is the policy as the online phase found it: a
+    frozen copy of each policy adapter (``offline_<name>`` on the learner), taken at the first online iteration;
+    offline iterations have no KL term.
+    ``anchor_role``: every offline iteration, a share ``cfg.anchor_fraction`` of this role's dataset states get one
+    response sampled from the current policy, added as one-turn trajectories with ``info["anchor"]`` (Multi2's
+    policy-anchored term; ``launch.offline``).
     ``target_critic``: the learner keeps a soft-updated copy of the critic (``cfg.target_tau`` per critic step) that
     value slots with ``target=True`` read, and the first ``cfg.warmup_steps`` optimizer steps train the critic alone.
     """
@@ -79,6 +85,7 @@ class Algorithm:
     reward_models: bool = False
     offline: bool = False
     target_critic: bool = False
+    anchor_role: str = ""
 
     def __post_init__(self) -> None:
         if bool(self.value_slots) != (self.value_loss is not None):

@@ -18,6 +18,7 @@ Papers: STEP-HRL = seeds/000, HiPER = seeds/001, HISR = seeds/003, Multi2 = seed
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Literal
 
 import torch
@@ -395,6 +396,26 @@ def iql_q_loss(
     if mask is not None:
         err = _zero_masked(err, mask.to(torch.bool))
     return _mean(err**2, mask)
+
+
+def iql_slot_loss(
+    values: Tensor, target: Tensor, weight: Tensor, is_v_slot: Sequence[bool], expectile: float
+) -> tuple[Tensor, dict[str, float]]:
+    """An IQL critic's loss over value slots ``[B, K]``: ``sum w (y - Q)^2`` on Q slots (STEP-HRL Eq. 11, Multi2
+    Eq. 4) and ``sum w L2^tau(y - V)`` on V slots (STEP-HRL Eq. 12, Multi2 Eq. 5); ``weight`` ``[B, K]`` is 0 where
+    a slot has no target (target-network slots, other roles' slots), so only weighted terms count. No 1/2 factor,
+    as in both papers. Returns the loss and its Q / V parts."""
+    err = target.float() - values
+    is_v = torch.tensor(list(is_v_slot), dtype=torch.bool, device=values.device)
+    per = torch.where(is_v[None, :], expectile_loss(err, expectile), err**2)
+    w = weight.float()
+    contrib = torch.where(w > 0, per * w, torch.zeros_like(per))
+    loss = contrib.sum()
+    return loss, {
+        "value_loss": float(loss.detach()),
+        "q_loss": float(contrib[:, ~is_v].sum().detach()),
+        "v_loss": float(contrib[:, is_v].sum().detach()),
+    }
 
 
 def awr_weights(advantages: Tensor, beta: float, max_weight: float = 100.0) -> Tensor:

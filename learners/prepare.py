@@ -56,7 +56,7 @@ def learner_batch(
     mean |engine − learner| over response tokens, for algorithms that read π_old).
     ``ref_logprobs`` float32[B, L] when ``algo.uses_reference(algo_cfg)``; ``values`` float32[B, K] when the
     algorithm has a critic. ``negate_advantages``: the benchmark negative control (train on −A)."""
-    if algo.uses_reference(algo_cfg) and ref_logprobs is None:
+    if algo.uses_reference(algo_cfg) and ref_logprobs is None and not algo.offline:
         raise ValueError(f"{algo.name} with this config needs the reference policy's log-probs")
     if algo.value_slots and values is None:
         raise ValueError(f"{algo.name} needs critic values for its {len(algo.value_slots)} value slots")

@@ -36,6 +36,7 @@ import numpy as np
 from actors.trajectory import Trajectory
 
 ROLES: tuple[str, ...] = ("high", "low", "progress")
+MULTI2_ROLES: tuple[str, ...] = ("planner", "executor")
 
 
 @dataclass(frozen=True)
@@ -125,4 +126,45 @@ def step_hrl_transitions(traj: Trajectory, env_reward_scale: float = 1.0) -> Ste
                 next_turn[j] = later[0]
             elif traj.terminated:
                 done[j] = True
+    return StepTransitions(reward=reward, next_turn=next_turn, done=done, subtask=subtask)
+
+
+def multi2_transitions(traj: Trajectory, env_reward_scale: float = 1.0) -> StepTransitions:
+    """The executor's sub-goal-conditioned transitions (o_t, g, a_t, r_t, o_{t+1}) of a ``multi2`` trajectory
+    (Multi2 Sec. 4.1 Eq. 2, App. B). Each planner turn opens sub-goal g; the executor turns after it act under g.
+
+    * **executor**: r_t = ``env_reward_scale`` · the env reward + 1 when the step completes g (App. B: "an internal
+      reward of 1 when the active sub-goal is completed ... the environment reward remains unchanged"; completion
+      judged as for STEP-HRL's low level: the completion flag with the env score risen, or the winning step). s' is
+      the next executor turn under the same g; done when the step ends g (flag) or the episode terminated, so values
+      are conditioned on one sub-goal, V(o, g), as Eq. 4-5 write them.
+    * **planner**: trained by SFT (Eq. 3), no critic: r = its shaping terms, done.
+    """
+    turns = traj.turns
+    n = len(turns)
+    for t in turns:
+        if t.role not in MULTI2_ROLES:
+            raise ValueError(f"turn role {t.role!r} is not a Multi2 role; allowed: {', '.join(MULTI2_ROLES)}")
+    reward = np.array([sum(t.shaped.values()) for t in turns], dtype=np.float64)
+    next_turn = np.full(n, -1, dtype=np.int64)
+    done = np.zeros(n, dtype=bool)
+    subtask = np.cumsum([t.role == "planner" for t in turns]).astype(np.int64)
+    subtask = np.maximum(subtask - 1, 0)
+    score_at_start = 0.0
+    score = 0.0
+    prev: int | None = None  # the previous executor turn of the current sub-goal
+    for j, t in enumerate(turns):
+        if t.role == "planner":
+            done[j] = True
+            score_at_start, prev = score, None
+            continue
+        if prev is not None:
+            next_turn[prev] = j
+        reward[j] += env_reward_scale * t.env_reward + (1.0 if _completes(traj, j, score_at_start) else 0.0)
+        score = float(t.info.get("score", score))
+        if bool(t.decision.extra.get("completion", False)) or t.terminated:
+            done[j] = True
+            score_at_start, prev = score, None
+        else:
+            prev = j
     return StepTransitions(reward=reward, next_turn=next_turn, done=done, subtask=subtask)

@@ -42,7 +42,7 @@ import torch
 from actors.trajectory import Trajectory
 from learners.algorithm import Algorithm
 from learners.batch import TurnBatch
-from learners.losses import awr_weights, expectile_loss
+from learners.losses import awr_weights, iql_slot_loss
 from learners.targets import (
     CriticInputs,
     PolicyInputs,
@@ -77,8 +77,10 @@ class Config:
     """Collected BC-policy trajectories per expert trajectory (the 1:2 mixture, App. A)."""
     collect_temperature: float = 0.7
     """Sampling temperature of the BC-policy collection (App. B: 0.7 for high/progress; see launch.offline)."""
+    offline_iterations: int = 0
+    """Iterations on the stored data alone before the online collection (``online_groups``) starts."""
     online_groups: int = 0
-    """> 0: every iteration also collects this many groups (``rollout.group_size`` each) with the current policy
+    """> 0: every iteration after ``offline_iterations`` also collects this many groups (``rollout.group_size`` each) with the current policy
     and appends them to the buffer (online fine-tuning); 0: offline only (the paper)."""
     env_reward_scale: float = 1.0
     """Multiplies the env reward in the high level's R_k: the paper reads ScienceWorld's reward on a 0-1 scale
@@ -165,22 +167,13 @@ def policy_loss(new_lp: torch.Tensor, inputs: PolicyInputs, cfg: Config):
     }
 
 
+IS_V_SLOT = tuple(k < N_CURRENT and k % 2 == 1 for k in range(len(VALUE_SLOTS)))
+
+
 def value_loss(values: torch.Tensor, inputs: CriticInputs, cfg: Config):
     """Σ w · ℓ over float[B, 12]: ℓ = (y − Q)² on Q slots (Eq. 11), L₂^τ₂(y − V) on V slots (Eq. 12), with w the
-    convention's ``value_weight`` (0 on the target slots and on the other roles' slots). No ½ factor, as in the
-    paper (AdamW does not see a constant factor)."""
-    err = inputs.value_target.float() - values
-    is_v = torch.zeros(values.shape[-1], dtype=torch.bool, device=values.device)
-    is_v[1:N_CURRENT:2] = True
-    per = torch.where(is_v[None, :], expectile_loss(err, cfg.expectile), err**2)
-    weight = inputs.value_weight.float()
-    contrib = torch.where(weight > 0, per * weight, torch.zeros_like(per))
-    loss = contrib.sum()
-    return loss, {
-        "value_loss": float(loss.detach()),
-        "q_loss": float(contrib[:, ~is_v].sum().detach()),
-        "v_loss": float(contrib[:, is_v].sum().detach()),
-    }
+    convention's ``value_weight`` (0 on the target slots and on the other roles' slots)."""
+    return iql_slot_loss(values, inputs.value_target, inputs.value_weight, IS_V_SLOT, cfg.expectile)
 
 
 ALGORITHM = Algorithm(

@@ -326,6 +326,62 @@ def test_step_hrl_offline_data_is_cached_and_a_resume_reproduces_the_losses(ray_
         assert again[key] == pytest.approx(rl[1][key], rel=1e-5, abs=1e-7), key
 
 
+MULTI2_TINY = [
+    "algo=multi2",
+    "rollout.agent=multi2",
+    'model.role_adapters={"planner": "planner", "executor": "executor"}',
+    "algo.offline_iterations=1",  # iteration 1 offline (SFT + IQL + AWR + the anchor term), iteration 2 online
+    "algo.online_groups=1",
+    "algo.anchor_fraction=0.5",
+    "algo.kl_coef=1.0",
+    "learner.ppo_epochs=1",
+]
+
+
+@pytest.mark.slow
+def test_multi2_offline_then_online_and_a_resume_reproduces_the_losses(ray_local, tmp_path):
+    """Multi2 end to end on the planner and executor adapters: the offline iteration adds policy-anchored samples
+    from the served executor and trains both adapters and the critic; the online iteration collects, freezes the
+    executor as π_off (a copy on the learner, equal to the executor the offline phase ended with) and adds the KL
+    term; a resumed run reads the cached anchors and online groups back and repeats the losses."""
+    from actors.rollout import read_peft_adapter
+
+    full = _run(tmp_path / "full", [*MULTI2_TINY, "iterations=2"])
+    root = tmp_path / "full" / "offline"
+    assert (root / "anchor_1.jsonl").exists() and not (root / "anchor_2.jsonl").exists()
+    assert (root / "online_2.jsonl").exists() and not (root / "online_1.jsonl").exists()
+    rl = [r for r in full if r.get("phase") == "rl"]
+    assert [r["iteration"] for r in rl] == [1, 2]
+    assert rl[0]["anchor_rows"] > 0 and "kl" not in rl[0]
+    assert rl[1]["anchor_rows"] == 0 and math.isfinite(rl[1]["executor/kl"]) and rl[1]["executor/kl"] >= 0
+    for r in rl:
+        for key in ("value_loss", "planner/nll", "executor/nll", "awr_weight", "sft_rows"):
+            assert key in r and math.isfinite(r[key]), key
+    ckpt = tmp_path / "full" / "checkpoints"
+    offline_end, _ = read_peft_adapter(ckpt / "iter_1" / "adapter" / "executor")
+    frozen, _ = read_peft_adapter(ckpt / "iter_2" / "adapter" / "offline_executor")
+    trained, _ = read_peft_adapter(ckpt / "iter_2" / "adapter" / "executor")
+    assert max(float(abs(offline_end[k] - frozen[k]).max()) for k in frozen) == 0.0
+    assert max(float(abs(trained[k] - frozen[k]).max()) for k in frozen) > 0.0
+
+    part = tmp_path / "part"
+    _run(part, [*MULTI2_TINY, "iterations=1"])
+    resumed = _run(part, [*MULTI2_TINY, "iterations=2", "resume=true"])
+    again = next(r for r in resumed if r.get("phase") == "rl" and r["iteration"] == 2)
+    for key in ("value_loss", "awr_weight", "executor/kl", "executor/nll", "buffer_trajectories"):
+        assert again[key] == pytest.approx(rl[1][key], rel=1e-5, abs=1e-7), key
+
+
+@pytest.mark.slow
+def test_multi2_with_one_shared_adapter_keeps_its_own_frozen_copy(ray_local, tmp_path):
+    """The paper's "Shared adapter" ablation (Fig. 6c): every role on one adapter; the online phase's π_off is a
+    frozen copy of it (``offline_default``), and the served adapter stays the trained one."""
+    shared = [a for a in MULTI2_TINY if not a.startswith("model.role_adapters")]
+    rl = [r for r in _run(tmp_path, [*shared, "iterations=2"]) if r.get("phase") == "rl"]
+    assert rl[0]["anchor_rows"] > 0 and "kl" not in rl[0]
+    assert math.isfinite(rl[1]["kl"]) and rl[1]["kl"] >= 0 and math.isfinite(rl[1]["nll"])
+
+
 ROLE_ADAPTERS = [
     "algo=ppo",
     "rollout.agent=multi2",

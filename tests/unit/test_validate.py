@@ -44,7 +44,11 @@ def test_every_preset_and_the_defaults_validate(preset):
 @pytest.mark.parametrize(
     ("override", "key", "allowed"),
     [
-        ("algo=nonsense", "algo", "gigpo, grpo, hiper, hipif, hipif_gigpo, hisr, ppo, rloo, sft, step_hrl"),
+        (
+            "algo=nonsense",
+            "algo",
+            "gigpo, grpo, hiper, hipif, hipif_gigpo, hisr, multi2, ppo, rloo, sft, step_hrl",
+        ),
         ("rollout.agent=reactt", "rollout.agent", "react, plan_execute, hipif, step_hrl, multi2"),
         (
             "env.name=alfwrld",
@@ -98,6 +102,24 @@ def test_step_hrl_is_checked_before_ray():
     assert _error([*sh, "algo.target_tau=0"]).startswith("algo.target_tau: ")
     assert _error([*sh, "algo.actor_loss=awac"]).endswith("allowed: awr, advantage")
     assert validate(resolve_config("step_hrl_synthetic_multi", [])).warmup_steps == 20
+
+
+def test_multi2_is_checked_before_ray():
+    """Multi2's own agent, its ranges, and no one-adapter BC checkpoint beside the online phase's frozen copies."""
+    m2 = ["algo=multi2", "rollout.agent=multi2"]
+    assert _error(["algo=multi2", "rollout.agent=step_hrl"]).endswith("allowed: multi2")
+    assert _error([*m2, "algo.anchor_fraction=1.5"]) == (
+        "algo.anchor_fraction: got 1.5; allowed: a number in [0, 1]"
+    )
+    assert _error([*m2, "algo.offline_iterations=-1"]).startswith("algo.offline_iterations: ")
+    assert _error([*m2, "algo.kl_kind=k4"]).startswith("algo.kl_kind: ")
+    assert _error([*m2, "algo.online_groups=2", "bc.from_run=/x"]).startswith(
+        "bc.from_run: algo=multi2 with an online phase keeps a frozen copy"
+    )
+    zero3 = ["learner.zero_stage=3", "learner.micro_batch_size=32"]
+    assert _error([*m2, *zero3]).startswith("learner.zero_stage: algo=multi2 keeps a target copy")
+    cfg = validate(resolve_config("multi2_synthetic_multi", []))
+    assert (cfg.offline_iterations, cfg.online_groups, cfg.anchor_fraction) == (2, 4, 0.25)
 
 
 def test_role_adapters_name_every_role_and_refuse_single_adapter_features():
@@ -331,7 +353,7 @@ def test_a_bad_algorithm_fails_in_a_fresh_process_before_ray():
     )
     assert out.returncode == 2
     assert out.stderr.splitlines() == [
-        "hierarl train: algo: unknown algorithm 'nonsense'; allowed: gigpo, grpo, hiper, hipif, hipif_gigpo, hisr, ppo, rloo, sft, step_hrl"
+        "hierarl train: algo: unknown algorithm 'nonsense'; allowed: gigpo, grpo, hiper, hipif, hipif_gigpo, hisr, multi2, ppo, rloo, sft, step_hrl"
     ]
     assert _ray_session_state() == before, "a Ray session was started or touched"
 

@@ -1,0 +1,207 @@
+"""Multi2: a planner trained by SFT and an executor trained by offline-to-online RL, on two LoRA adapters (Multi2
+Sec. 4, Alg. 1).
+
+System 1 (the ``planner`` role) maps {task, observation} to a sub-goal g; System 2 (the ``executor`` role) maps
+{g, observation} to an action and a completion flag (``actors.agents.multi2``). With ``model.role_adapters`` each
+system has its own adapter on one base (Sec. 5, "separate LoRA adapters"; one shared adapter is the paper's
+"Shared adapter" ablation, Fig. 6c). The critic (the base with its own LoRA, Q and V heads) scores the executor's
+sub-goal-conditioned transitions (``learners.transitions.multi2_transitions``); V read at the last prompt token,
+Q at the last response token.
+
+    planner   L_SFT = −E_{D_H}[log π_H(g | task, o)]                                      (Eq. 3)
+    critic    L_Q = E[(r + γ (1 − done) V_target(o', g) − Q(o, g, a))²]                  (Eq. 4)
+              L_V = E[L₂^τ(Q_target(o, g, a) − V(o, g))]                                  (Eq. 5)
+    executor  offline: −E_D[w(A) log π(a | o, g)] − λ E_{a'~π}[A'(o, g, a') log π(a' | o, g)]   (Eq. 6)
+              online:  −E_B[w(A) log π_on(a | o, g)] + c KL(π_on ‖ π_off)                 (Eq. 7)
+
+with A = Q − V, w(A) = min(exp(A/β), max_weight), B the offline data plus the online episodes so far, π_off the
+executor at the end of the offline phase (a frozen copy on the learner, ``offline_<adapter>``).
+
+Our copy of the paper lost Eq. 3–7 in extraction; the forms above are reconstructed from its prose, labelled:
+* **Policy-anchored term** (Sec. 4.2: "anchoring learning to actions preferred by the critic when sampling from the
+  current policy"). The authors' public code (park-sangeun/Multi-2-LLM-Agent, ``alg/Multi_RL.py``,
+  ``get_policy_q``) evaluates the target critic's Q on the policy's own sampled action; we take
+  A' = Q_target(o, g, a') − V(o, g) for one a' sampled from the current executor per dataset state (a share
+  ``anchor_fraction`` of the states each offline iteration, ``launch.offline``) and train −λ A' log π(a'), a
+  policy gradient with the critic's advantage. ``anchor_coef`` λ = 1 is ours (the paper's value is illegible);
+  ``anchor_fraction=0`` is the paper's "Vanilla-IQL" ablation (Fig. 7a).
+* **Constants**: the hyperparameter table (App. C.2) lost its values; the authors' ``config/Multi_rl.json`` gives
+  γ 0.99, τ (Polyak) 0.2, expectile 0.95, actor lr 1e-6, critic lr 1e-6, planner lr 1e-5, 10 epochs, and trains
+  the actor with A · log π (``use_adv``), offered here as ``actor_loss="advantage"``. β = 1 and c = 0.1 are ours.
+* **Executor reward**: App. B's internal reward (1 when the active sub-goal is completed) plus the env reward.
+* **KL** per response token with ``kl_kind`` at the buffer's tokens (k3 "low_var_kl" by default), not the exact
+  KL over the vocabulary: buffer actions come from older policies, so the estimate is approximate.
+* **Planner**: SFT on the expert trajectories' planner turns in every iteration (the authors' RL loop keeps the
+  high-level BC step beside the low-level RL step); collected and online episodes never train it.
+* ``low_update_repeat`` (5 executor steps per planner step in the authors' loop) is not reproduced: both adapters
+  take ``learner.ppo_epochs`` passes per iteration, each with its own optimizer and lr (``learner.adapter_lr``).
+* The first ``warmup_steps`` optimizer steps train the critic alone, rounded up to whole passes (as for
+  STEP-HRL); the authors' loop has none (default 0).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from actors.trajectory import Trajectory
+from learners.algorithm import Algorithm
+from learners.batch import TurnBatch
+from learners.losses import awr_weights, iql_slot_loss, kl_estimate
+from learners.targets import CriticInputs, PolicyInputs, Targets, ValueSlot, broadcast_turn_values
+from learners.transitions import multi2_transitions
+from reward.shaping import ShapingConstants
+
+
+@dataclass(frozen=True)
+class Config:
+    """The authors' config (``config/Multi_rl.json``) where it has a value; the rest labelled in the docstring."""
+
+    gamma: float = 0.99
+    beta: float = 1.0
+    """AWR temperature of w(A) = exp(A / β) (Eq. 6-7; the paper's value is illegible)."""
+    expectile: float = 0.95
+    target_tau: float = 0.2
+    """Polyak rate of the target critic, after every critic step."""
+    warmup_steps: int = 0
+    """Critic-only optimizer steps before the actors join, rounded up to whole passes."""
+    max_weight: float = 100.0
+    actor_loss: str = "awr"
+    """awr: w(A) = min(exp(A/β), max_weight); advantage: w = A (the authors' code)."""
+    anchor_coef: float = 1.0
+    """λ of the policy-anchored term (reconstructed, docstring)."""
+    anchor_fraction: float = 1.0
+    """Share of the dataset's executor states that get one sample of the current executor per offline iteration
+    (0: no policy-anchored term, the paper's Vanilla-IQL ablation)."""
+    kl_coef: float = 0.1
+    """c of Eq. 7: KL(π_on ‖ π_off) in the online iterations."""
+    kl_kind: str = "low_var_kl"
+    agg: str = "seq-mean-token-sum"
+    """log π(a|o,g) = Σ_l log π(a_l | ...), mean over transitions."""
+    data_ratio: float = 2.0
+    """Collected BC-policy trajectories per expert trajectory in the offline data (``launch.offline``)."""
+    collect_temperature: float = 0.7
+    offline_iterations: int = 3
+    """Iterations on the offline data alone (Eq. 6); the online phase (Eq. 7) follows when ``online_groups`` > 0."""
+    online_groups: int = 0
+    """Groups (``rollout.group_size`` each) the current policy collects per online iteration, appended to B."""
+    env_reward_scale: float = 1.0
+    reward_terms: tuple[str, ...] = ()
+    shaping: ShapingConstants = field(default_factory=ShapingConstants)
+
+
+VALUE_SLOTS = (
+    ValueSlot("q", 0, "response_last"),
+    ValueSlot("v", 1, "prompt_last"),
+    ValueSlot("q_target", 0, "response_last", target=True),
+    ValueSlot("v_target", 1, "prompt_last", target=True),
+)
+Q, V, Q_TARGET, V_TARGET = range(4)
+IS_V_SLOT = (False, True, False, True)
+
+
+def is_anchor(trajectory: Trajectory) -> bool:
+    """A one-turn trajectory holding a response sampled from the current executor at a dataset state."""
+    return bool(trajectory.info.get("anchor", False))
+
+
+def compute_targets(
+    trajectories: Sequence[Trajectory], batch: TurnBatch, values: np.ndarray | None, cfg: Config
+) -> Targets:
+    """Per row, the weight of −log π on its response tokens (``token_adv``) and the critic targets
+    (``values`` float[B, 4] in ``VALUE_SLOTS`` order):
+
+    * planner turn of an expert trajectory: weight 1 (SFT); any other planner turn: no loss;
+    * executor turn of the data: Q target r + γ(1 − done) V_target(s'), V target Q_target(s, a); weight w(A) with
+      A = Q(s, a) − V(s);
+    * anchor row (``is_anchor``): no critic target; weight λ · (Q_target(s, a') − V(s)).
+    """
+    assert values is not None, "Multi2 needs critic values"
+    b = len(batch)
+    row_of = {ij: r for r, ij in enumerate(batch.index)}
+    trans = [multi2_transitions(t, cfg.env_reward_scale) for t in trajectories]
+    target = np.zeros((b, len(VALUE_SLOTS)), np.float32)
+    valid = np.zeros((b, len(VALUE_SLOTS)), bool)
+    weight = np.zeros(b)
+    trains = np.zeros(b, bool)
+    kind = np.zeros(b, np.int8)  # 0 planner, 1 executor data, 2 anchor
+    adv = np.zeros(b)
+    for r, (i, j) in enumerate(batch.index):
+        traj = trajectories[i]
+        if traj.turns[j].role == "planner":
+            trains[r] = traj.info.get("source") == "expert"
+            weight[r] = 1.0
+            continue
+        trains[r] = True
+        if is_anchor(traj):
+            kind[r] = 2
+            adv[r] = values[r, Q_TARGET] - values[r, V]
+            continue
+        kind[r] = 1
+        tr = trans[i]
+        nxt = row_of.get((i, int(tr.next_turn[j])), r) if tr.next_turn[j] >= 0 else r
+        v_next = 0.0 if tr.done[j] else float(values[nxt, V_TARGET])
+        target[r, Q] = tr.reward[j] + cfg.gamma * v_next
+        target[r, V] = values[r, Q_TARGET]
+        valid[r, [Q, V]] = True
+        adv[r] = values[r, Q] - values[r, V]
+    data, anchor = kind == 1, kind == 2
+    if cfg.actor_loss == "awr":
+        weight[data] = awr_weights(torch.from_numpy(adv[data]), cfg.beta, cfg.max_weight).numpy()
+    else:
+        weight[data] = adv[data]
+    weight[anchor] = cfg.anchor_coef * adv[anchor]
+    resp = batch.response_mask.numpy() & trains[:, None]
+    return Targets(
+        token_adv=broadcast_turn_values(weight, resp),
+        loss_mask=resp,
+        value_target=target,
+        value_valid=valid,
+        stats={
+            "adv_mean": float(adv[data].mean()) if data.any() else 0.0,
+            "adv_abs_mean": float(np.abs(adv[data]).mean()) if data.any() else 0.0,
+            "awr_weight": float(weight[data].mean()) if data.any() else 0.0,
+            "anchor_adv_mean": float(adv[anchor].mean()) if anchor.any() else 0.0,
+            "anchor_rows": float(anchor.sum()),
+            "sft_rows": float((trains & (kind == 0)).sum()),
+        },
+    )
+
+
+def policy_loss(new_lp: torch.Tensor, inputs: PolicyInputs, cfg: Config):
+    """Per-token −w · log π with w = ``inputs.token_adv`` (``compute_targets``' per-row weight), plus
+    c · KL(π ‖ π_off) per token when ``inputs.ref_logprobs`` holds π_off's log-probs (online iterations)."""
+    mask = inputs.loss_mask.bool()
+    zero = torch.zeros_like(new_lp)
+    loss = torch.where(mask, -inputs.token_adv.float() * new_lp, zero)
+    n = mask.sum().clamp(min=1)
+    metrics = {"nll": float(torch.where(mask, -new_lp, zero).detach().sum() / n)}
+    if inputs.ref_logprobs is not None:
+        kl = torch.where(mask, kl_estimate(new_lp, inputs.ref_logprobs.float(), cfg.kl_kind), zero)
+        loss = loss + cfg.kl_coef * kl
+        metrics["kl"] = float(kl.detach().sum() / n)
+    return loss, metrics
+
+
+def value_loss(values: torch.Tensor, inputs: CriticInputs, cfg: Config):
+    """Σ w · ℓ over float[B, 4]: (y − Q)² on the Q slot (Eq. 4), L₂^τ(y − V) on the V slot (Eq. 5)."""
+    return iql_slot_loss(values, inputs.value_target, inputs.value_weight, IS_V_SLOT, cfg.expectile)
+
+
+ALGORITHM = Algorithm(
+    name="multi2",
+    Config=Config,
+    compute_targets=compute_targets,
+    policy_loss=policy_loss,
+    value_slots=VALUE_SLOTS,
+    value_loss=value_loss,
+    uses_reference=lambda cfg: cfg.kl_coef > 0 and cfg.online_groups > 0,
+    uses_old_logprobs=False,  # AWR reads no π_old; expert demonstrations carry no sampling log-probs
+    agents=("multi2",),
+    offline=True,
+    target_critic=True,
+    anchor_role="executor",
+)

@@ -1,0 +1,193 @@
+"""Multi2's pure half: the executor's sub-goal-conditioned transitions, the IQL targets, the per-row weights of the
+planner's SFT, the executor's AWR and the policy-anchored term, and the online KL term, against hand-computed
+values (the arithmetic is in the comments). Each test names the mutation it is there to catch."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from actors.trajectory import Decision, Trajectory, Turn
+from launch.algos import get_algo
+from launch.offline import anchor_trajectory
+from learners.algos import multi2
+from learners.batch import build_turn_batch
+from learners.prepare import learner_batch
+from learners.targets import CriticInputs, PolicyInputs, sequences
+from learners.transitions import multi2_transitions
+
+
+def _turn(role, *, completion=None, score=None, env_reward=0.0, terminated=False, truncated=False, resp=3):
+    extra = {} if completion is None else {"completion": completion}
+    info = {} if score is None else {"score": score}
+    return Turn(
+        prompt_ids=[1, 2, 3, 4],
+        response_ids=list(range(5, 5 + resp)),
+        logprobs=[-0.5] * resp,
+        decision=Decision(action="a" if role == "executor" else "", extra=extra),
+        env_reward=env_reward,
+        terminated=terminated,
+        truncated=truncated,
+        role=role,
+        info=info,
+    )
+
+
+def _won(source: str = "expert") -> Trajectory:
+    """Two sub-goals: get X (go, take: flagged, the score rises), craft Y (one step that wins)."""
+    turns = [
+        _turn("planner"),  # 0  g_0
+        _turn("executor", completion=False, score=0.0),  # 1  go to L
+        _turn("executor", completion=True, score=0.5),  # 2  take X: completes g_0
+        _turn("planner"),  # 3  g_1
+        _turn("executor", completion=True, score=1.0, env_reward=10.0, terminated=True),  # 4  craft Y: wins
+    ]
+    return Trajectory("w", "g", "t", "synthetic", turns, status="finished", won=True, info={"source": source})
+
+
+def test_executor_transitions_of_a_won_episode():
+    """Catches: the sub-goal reward on an unflagged step, the env reward dropped (App. B keeps it), s' across a
+    sub-goal boundary, a completed sub-goal bootstrapping."""
+    tr = multi2_transitions(_won(), env_reward_scale=0.1)
+    # 1: nothing, s' = 2; 2: flagged, score 0 -> 0.5: 1, done; 4: 0.1 · 10 + 1 (won) = 2, done; planners: 0, done
+    assert tr.reward.tolist() == [0.0, 0.0, 1.0, 0.0, 2.0]
+    assert tr.next_turn.tolist() == [-1, 2, -1, -1, -1]
+    assert tr.done.tolist() == [True, False, True, True, True]
+    assert tr.subtask.tolist() == [0, 0, 0, 1, 1]
+
+
+def test_a_false_completion_ends_the_subgoal_unpaid_and_a_cut_one_bootstraps():
+    """Catches: the completion flag paid without progress; a truncated step treated as terminal."""
+    turns = [
+        _turn("planner"),
+        _turn("executor", completion=True, score=0.0),
+        _turn("planner"),
+        _turn("executor", completion=False, score=0.0, truncated=True),
+    ]
+    tr = multi2_transitions(Trajectory("f", "g", "t", "synthetic", turns, status="truncated"))
+    assert tr.reward[1] == 0.0 and tr.done[1]
+    assert tr.next_turn[3] == -1 and not tr.done[3]
+
+
+def test_an_unknown_role_is_refused():
+    with pytest.raises(ValueError, match="not a Multi2 role"):
+        multi2_transitions(Trajectory("x", "g", "t", "synthetic", [_turn("high")]))
+
+
+def _values(b: int) -> np.ndarray:
+    """values[r, k] = 10 r + k² + 1 (slots Q, V, Q_target, V_target)."""
+    return np.array([[10 * r + k * k + 1 for k in range(4)] for r in range(b)], dtype=np.float32)
+
+
+def test_iql_targets_and_row_weights_golden():
+    """Catches: V_target(s') read from the critic (or at s), Q and V slots swapped, γ dropped, done ignored, a
+    planner row given critic targets, A = V − Q, exp(−A/β), the planner's SFT weight dropped."""
+    traj = _won()
+    turns = build_turn_batch([traj], max_len=64, pad_id=0)
+    cfg = multi2.Config(gamma=0.5, beta=2.0)
+    t = multi2.compute_targets([traj], turns, _values(5), cfg)
+    y, ok = t.value_target, t.value_valid
+    # executor 1: r 0 + 0.5 · V_target(row 2) = 0.5 · (20 + 9 + 1) = 15; V target = Q_target(row 1) = 10 + 4 + 1
+    assert y[1, 0] == 15 and y[1, 1] == 15
+    # executor 2: r 1, done -> 1; V target 20 + 5 = 25.  executor 4: 10 + 1 (won), done -> 11; V target 45
+    assert y[2, 0] == 1 and y[2, 1] == 25 and y[4, 0] == 11 and y[4, 1] == 45
+    critic_rows = [False, True, True, False, True]  # the executor rows, on their Q and V slots only
+    assert ok.tolist() == [[c, c, False, False] for c in critic_rows]
+    # executor A = Q − V = (10 r + 1) − (10 r + 2) = −1 -> w = exp(−1 / 2); planner rows (expert) weight 1
+    resp = turns.response_mask.numpy()
+    w = math.exp(-0.5)
+    for r, want in enumerate([1.0, w, w, 1.0, w]):
+        assert t.token_adv[r][resp[r]] == pytest.approx(want) and np.all(t.token_adv[r][~resp[r]] == 0)
+    assert t.loss_mask.tolist() == resp.tolist()
+    assert t.stats["adv_mean"] == pytest.approx(-1.0) and t.stats["sft_rows"] == 2
+
+
+def test_planner_turns_of_collected_episodes_train_nothing():
+    """Catches: SFT on the BC policy's own (partly failed) sub-goals; Eq. 3 clones the expert's."""
+    traj = _won(source="collected")
+    turns = build_turn_batch([traj], max_len=64, pad_id=0)
+    t = multi2.compute_targets([traj], turns, _values(5), multi2.Config())
+    assert not t.loss_mask[0].any() and not t.loss_mask[3].any() and t.loss_mask[1].any()
+
+
+def test_anchor_rows_weigh_the_sampled_action_by_the_target_critics_advantage():
+    """Catches: the anchor's A from the current Q (the authors' code reads the target critic), its sign flipped,
+    anchor rows given critic targets (their action was never taken: no reward to regress on)."""
+    from actors.inference import GenerationResult
+
+    data = _won()
+    sampled = GenerationResult(response_ids=[7, 8], logprobs=[-1.0, -2.0], text="x", finish_reason="stop")
+    anchor = anchor_trajectory(data, data.turns[1], sampled, "anchor-1-0")
+    turns = build_turn_batch([data, anchor], max_len=64, pad_id=0)
+    values = _values(6)
+    values[5] = [1.0, 2.0, 7.0, 0.0]  # the anchor row: Q 1, V 2, Q_target 7
+    t = multi2.compute_targets([data, anchor], turns, values, multi2.Config(anchor_coef=0.5))
+    # weight = λ (Q_target − V) = 0.5 · (7 − 2) = 2.5 on the anchor's two response tokens
+    resp = turns.response_mask.numpy()[5]
+    assert t.token_adv[5][resp].tolist() == [2.5, 2.5] and not t.value_valid[5].any()
+    assert t.stats["anchor_rows"] == 1 and t.stats["anchor_adv_mean"] == 5.0
+    assert anchor.turns[0].prompt_ids.tolist() == data.turns[1].prompt_ids.tolist()
+
+
+def test_advantage_actor_loss_uses_a_itself():
+    traj = _won()
+    turns = build_turn_batch([traj], max_len=64, pad_id=0)
+    t = multi2.compute_targets([traj], turns, _values(5), multi2.Config(actor_loss="advantage"))
+    resp = turns.response_mask.numpy()
+    assert np.all(t.token_adv[1][resp[1]] == -1.0)
+
+
+def test_value_slots_read_q_at_the_action_end_and_v_at_the_state_end():
+    traj = _won()
+    turns = build_turn_batch([traj], max_len=64, pad_id=0)
+    seqs = sequences(turns, multi2.VALUE_SLOTS)
+    # prompt 4 tokens (0-3), response 3 (4-6): Q at 6, V at 3; slots 2, 3 read the target copy
+    assert seqs.value_pos[0].tolist() == [6, 3, 6, 3]
+    assert seqs.value_head.tolist() == [0, 1, 0, 1]
+    assert seqs.value_from_target.tolist() == [False, False, True, True]
+
+
+def test_value_loss_golden():
+    """Catches: the expectile on the Q slot, τ read as 1 − τ, the target slots trained."""
+    values = torch.tensor([[1.0, 2.0, 5.0, 5.0]])
+    target = torch.tensor([[3.0, 1.0, 0.0, 0.0]])
+    weight = torch.tensor([[0.5, 0.5, 0.0, 0.0]])
+    inputs = CriticInputs(value_target=target, old_values=torch.zeros(1, 4), value_weight=weight)
+    loss, m = multi2.value_loss(values, inputs, multi2.Config(expectile=0.9))
+    # Q: 0.5 · (3 − 1)² = 2;  V: d = 1 − 2 = −1 < 0 -> |0.9 − 1| · 1 · 0.5 = 0.05
+    assert float(loss) == pytest.approx(2.05) and m["q_loss"] == pytest.approx(2.0)
+    assert m["v_loss"] == pytest.approx(0.05)
+
+
+def test_policy_loss_golden_offline_and_online():
+    """−w log π per token; online adds c · k3(π ‖ π_off). Catches: the KL's sign, KL(π_off ‖ π), c dropped."""
+    mask = torch.tensor([[False, True, True]])
+    w = torch.tensor([[0.0, 2.0, 2.0]])
+    new_lp = torch.tensor([[0.0, -1.0, -2.0]], requires_grad=True)
+    inputs = PolicyInputs(old_logprobs=torch.zeros(1, 3), token_adv=w, loss_mask=mask)
+    loss, m = multi2.policy_loss(new_lp, inputs, multi2.Config())
+    assert loss.tolist()[0] == pytest.approx([0.0, 2.0, 4.0]) and "kl" not in m
+    ref = torch.tensor([[0.0, -1.0, -1.0]])
+    online = PolicyInputs(old_logprobs=torch.zeros(1, 3), token_adv=w, loss_mask=mask, ref_logprobs=ref)
+    loss, m = multi2.policy_loss(new_lp, online, multi2.Config(kl_coef=0.5, kl_kind="k3"))
+    # token 2: log r = −2 − (−1) = −1, k3 = e^{1} − 1 − 1 = 0.71828; + 0.5 · 0.71828; token 1: log r = 0, k3 = 0
+    assert loss.tolist()[0] == pytest.approx([0.0, 2.0, 4.0 + 0.5 * (math.e - 2)])
+    loss.sum().backward()
+    # d/dlp [−2 lp + 0.5 (e^{ref − lp} + lp − ref − 1)] = −2 + 0.5 (1 − e^{1}) at token 2
+    assert new_lp.grad.tolist()[0] == pytest.approx([0.0, -2.0, -2.0 + 0.5 * (1 - math.e)])
+
+
+def test_learner_batch_with_multi2_needs_no_reference_offline():
+    """Offline iterations have no π_off yet: the glue takes ref None for an offline algorithm with a KL term."""
+    algo = get_algo("multi2")
+    cfg = multi2.Config(online_groups=2)
+    assert algo.uses_reference(cfg) and not algo.uses_reference(multi2.Config(online_groups=0))
+    traj = _won()
+    turns = build_turn_batch([traj], max_len=64, pad_id=0)
+    seqs = sequences(turns, algo.value_slots)
+    zeros = np.zeros(seqs.input_ids.shape, np.float32)
+    batch, _ = learner_batch(algo, cfg, [traj], turns, seqs, zeros, None, _values(5))
+    assert batch.ref_logprobs is None
+    neg, _ = learner_batch(algo, cfg, [traj], turns, seqs, zeros, None, _values(5), negate_advantages=True)
+    np.testing.assert_array_equal(neg.token_adv, -batch.token_adv)
