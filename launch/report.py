@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from actors.trajectory import Trajectory
+from learners.transitions import subgoal_counts
 
 
 def task_type(traj: Trajectory) -> str:
@@ -23,11 +24,14 @@ def eval_rows(trajs: Sequence[Trajectory], random_success: Mapping[str, float]) 
     """One row per task type (sorted) and a final ``all`` row: episodes, success, mean score, valid-format rate
     and the random policy's success on the same tasks (``random_success[type]``, nan where unknown; the ``all``
     row weights the types by their episodes). Protocols with several roles also get ``valid_<role>`` per role
-    (STEP-HRL's high-level subgoal validity, Multi2's planner and executor, ...)."""
+    (STEP-HRL's high-level subgoal validity, Multi2's planner and executor, ...), and protocols with sub-goal turns
+    ``subgoals_done``: the share of issued sub-goals the acting role completed (``subgoal_rate``)."""
     by_type: dict[str, list[Trajectory]] = {}
     for t in trajs:
         by_type.setdefault(task_type(t), []).append(t)
     roles = sorted({turn.role for t in trajs for turn in t.turns} - {"agent"})
+    counts = {id(t): subgoal_counts(t) for t in trajs}
+    with_subgoals = any(issued for issued, _ in counts.values())
 
     def valid(turns: Sequence[Any]) -> float:
         return sum(turn.decision.valid for turn in turns) / len(turns) if turns else math.nan
@@ -42,6 +46,7 @@ def eval_rows(trajs: Sequence[Trajectory], random_success: Mapping[str, float]) 
             "valid_format": sum(turn.decision.valid for turn in turns) / max(1, len(turns)),
             "random": chance,
             **{f"valid_{role}": valid([t for t in turns if t.role == role]) for role in roles},
+            **({"subgoals_done": subgoal_rate([counts[id(t)] for t in members])} if with_subgoals else {}),
         }
 
     rows = [row(k, v, random_success.get(k, math.nan)) for k, v in sorted(by_type.items())]
@@ -52,9 +57,18 @@ def eval_rows(trajs: Sequence[Trajectory], random_success: Mapping[str, float]) 
     return rows
 
 
+def subgoal_rate(counts: Sequence[tuple[int, int]]) -> float:
+    """Completed / issued sub-goals over ``subgoal_counts`` pairs (nan when none was issued)."""
+    issued = sum(i for i, _ in counts)
+    return sum(c for _, c in counts) / issued if issued else math.nan
+
+
 def eval_markdown(rows: Sequence[dict[str, Any]], title: str) -> str:
     roles = [k for k in rows[0] if k.startswith("valid_") and k != "valid_format"] if rows else []
-    extra = "".join(f" valid {k[len('valid_') :]} |" for k in roles)
+    roles += ["subgoals_done"] if rows and "subgoals_done" in rows[0] else []
+    extra = "".join(
+        f" valid {k[len('valid_') :]} |" if k.startswith("valid_") else " subgoals done |" for k in roles
+    )
     lines = [
         f"{title}",
         "",

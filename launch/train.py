@@ -46,10 +46,12 @@ from launch.algos import get_algo
 from launch.config import TrainConfig, check_bc_source, resolve_algo_config, resolved_text
 from launch.hisr import RewardModels
 from launch.offline import OfflineData
+from launch.report import subgoal_rate
 from learners.algorithm import Algorithm
 from learners.group import LearnerGroup
 from learners.prepare import learner_batch, shaped_turns
 from learners.targets import sequences
+from learners.transitions import subgoal_counts
 from learners.worker import LearnerSpec
 
 
@@ -63,8 +65,9 @@ def timed(timings: dict[str, float], name: str):
 def trajectory_stats(trajs: Sequence[Trajectory]) -> dict[str, float]:
     """Success, return, format validity (also per role, ``valid_format_<role>``, for protocols with several roles:
     STEP-HRL's high / low / progress, Multi2's planner / executor), switch rate and mean segment length, tokens per
-    turn."""
+    turn, and for protocols with sub-goal turns the share of issued sub-goals completed (``subgoal_completion``)."""
     turns = [t for tr in trajs for t in tr.turns]
+    counts = [subgoal_counts(t) for t in trajs]
     n = max(1, len(trajs))
     seg_lengths = []
     for tr in trajs:
@@ -85,6 +88,7 @@ def trajectory_stats(trajs: Sequence[Trajectory]) -> dict[str, float]:
             f"valid_format_{role}": float(np.mean([t.decision.valid for t in turns if t.role == role]))
             for role in sorted({t.role for t in turns} - {"agent"})
         },
+        **({"subgoal_completion": subgoal_rate(counts)} if any(i for i, _ in counts) else {}),
     }
 
 
@@ -439,6 +443,7 @@ class Trainer:
             },
             "per_type": {k: sum(v) / len(v) for k, v in sorted(per_type.items())},
             "episodes": len(trajs),
+            **({"subgoal_completion": stats["subgoal_completion"]} if "subgoal_completion" in stats else {}),
         }
 
     def update(
@@ -944,7 +949,7 @@ def checkpoints_to_prune(iterations: Sequence[int], keep_last: int) -> list[int]
 
 def _flat(ev: dict[str, Any]) -> dict[str, float]:
     """An eval result as metric keys: eval_success, eval_random, eval_valid_format, eval_<task type>..."""
-    out = {f"eval_{k}": ev[k] for k in ("success", "random", "valid_format")}
+    out = {f"eval_{k}": ev[k] for k in ("success", "random", "valid_format", "subgoal_completion") if k in ev}
     out.update({f"eval_valid_format_{role}": v for role, v in ev.get("valid_roles", {}).items()})
     out.update({f"eval_{k}": v for k, v in ev.get("per_type", {}).items()})
     return out

@@ -168,3 +168,26 @@ def multi2_transitions(traj: Trajectory, env_reward_scale: float = 1.0) -> StepT
         else:
             prev = j
     return StepTransitions(reward=reward, next_turn=next_turn, done=done, subtask=subtask)
+
+
+SUBGOAL_OPENERS = ("high", "planner")
+"""Roles whose turn issues a sub-goal: STEP-HRL's high level, Multi2's planner."""
+
+
+def subgoal_counts(traj: Trajectory) -> tuple[int, int]:
+    """(sub-goals issued, sub-goals completed) in a STEP-HRL or Multi2 trajectory: each opener turn issues one; the
+    acting role (low / executor) completes it as the transitions judge it (the completion flag with the env score
+    risen since the sub-goal began, or the winning step). (0, 0) for protocols without sub-goal turns. The eval's
+    "executor completion rate" is completed / issued."""
+    issued = completed = 0
+    score_at_start = score = 0.0
+    for j, t in enumerate(traj.turns):
+        if t.role in SUBGOAL_OPENERS:
+            issued += 1
+            score_at_start = score
+        elif t.role in ("low", "executor"):
+            completed += _completes(traj, j, score_at_start)
+            score = float(t.info.get("score", score))
+            if bool(t.decision.extra.get("completion", False)):
+                score_at_start = score
+    return issued, completed

@@ -52,4 +52,27 @@ def test_multi_role_protocols_get_a_validity_column_per_role():
     rows = eval_rows([Trajectory("t", "g", "task", "synthetic", turns, won=True)], {})
     assert rows[0]["valid_high"] == 0.0 and rows[0]["valid_low"] == 1.0 and "valid_agent" not in rows[0]
     text = eval_markdown(rows, "title")
-    assert "| valid high | valid low |" in text and text.rstrip().endswith("| 0.00 | 1.00 |")
+    # one sub-goal issued, none completed (no completion flag, no winning step)
+    assert "| valid high | valid low | subgoals done |" in text and text.rstrip().endswith(
+        "| 0.00 | 1.00 | 0.00 |"
+    )
+
+
+def test_multi2_reports_the_executors_subgoal_completion_rate():
+    """Issue 11's per-role eval: the share of the planner's sub-goals the executor completed. Two sub-goals: the first
+    flagged done with the score risen (completed), the second flagged done without progress (not completed)."""
+    done = {"completion": True}
+    turns = [
+        Turn([1], [2], [0.0], decision=Decision(subgoal="g0"), role="planner"),
+        Turn(
+            [1], [2], [0.0], decision=Decision(action="a", extra=done), role="executor", info={"score": 0.5}
+        ),
+        Turn([1], [2], [0.0], decision=Decision(subgoal="g1"), role="planner"),
+        Turn(
+            [1], [2], [0.0], decision=Decision(action="b", extra=done), role="executor", info={"score": 0.5}
+        ),
+    ]
+    plain = _traj("all", False, 0.0, [True])
+    rows = eval_rows([Trajectory("t", "g", "task", "synthetic", turns), plain], {})
+    assert rows[0]["subgoals_done"] == 0.5  # 1 of 2 issued; the ReAct trajectory issues none
+    assert "subgoals_done" not in eval_rows([plain], {})[0]
