@@ -58,18 +58,25 @@ def _completes(traj: Trajectory, j: int, score_at_start: float) -> bool:
     return flagged and float(turn.info.get("score", 0.0)) > score_at_start
 
 
+def _start(
+    traj: Trajectory, roles: tuple[str, ...], method: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(reward = each turn's shaping terms, next_turn all −1, done all False) after checking every role."""
+    for t in traj.turns:
+        if t.role not in roles:
+            raise ValueError(f"turn role {t.role!r} is not a {method} role; allowed: {', '.join(roles)}")
+    n = len(traj.turns)
+    reward = np.array([sum(t.shaped.values()) for t in traj.turns], dtype=np.float64)
+    return reward, np.full(n, -1, dtype=np.int64), np.zeros(n, dtype=bool)
+
+
 def step_hrl_transitions(traj: Trajectory, env_reward_scale: float = 1.0) -> StepTransitions:
     """The transitions of every turn of a ``step_hrl`` trajectory (module docstring); the high level's R_k is the
     env reward times ``env_reward_scale`` (STEP-HRL reads ScienceWorld's reward on a 0-1 scale, our adapter
     reports the 0-100 score's increments: 0.01)."""
     turns = traj.turns
     n = len(turns)
-    for t in turns:
-        if t.role not in ROLES:
-            raise ValueError(f"turn role {t.role!r} is not a STEP-HRL role; allowed: {', '.join(ROLES)}")
-    reward = np.array([sum(t.shaped.values()) for t in turns], dtype=np.float64)
-    next_turn = np.full(n, -1, dtype=np.int64)
-    done = np.zeros(n, dtype=bool)
+    reward, next_turn, done = _start(traj, ROLES, "STEP-HRL")
     subtask = np.zeros(n, dtype=np.int64)
 
     # subtasks: each high turn opens one; turns before the first high turn belong to subtask 0
@@ -141,13 +148,7 @@ def multi2_transitions(traj: Trajectory, env_reward_scale: float = 1.0) -> StepT
     * **planner**: trained by SFT (Eq. 3), no critic: r = its shaping terms, done.
     """
     turns = traj.turns
-    n = len(turns)
-    for t in turns:
-        if t.role not in MULTI2_ROLES:
-            raise ValueError(f"turn role {t.role!r} is not a Multi2 role; allowed: {', '.join(MULTI2_ROLES)}")
-    reward = np.array([sum(t.shaped.values()) for t in turns], dtype=np.float64)
-    next_turn = np.full(n, -1, dtype=np.int64)
-    done = np.zeros(n, dtype=bool)
+    reward, next_turn, done = _start(traj, MULTI2_ROLES, "Multi2")
     subtask = np.cumsum([t.role == "planner" for t in turns]).astype(np.int64)
     subtask = np.maximum(subtask - 1, 0)
     score_at_start = 0.0

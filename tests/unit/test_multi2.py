@@ -7,8 +7,9 @@ import math
 import numpy as np
 import pytest
 import torch
+from hrl_turns import turn
 
-from actors.trajectory import Decision, Trajectory, Turn
+from actors.trajectory import Trajectory
 from launch.algos import get_algo
 from launch.offline import anchor_trajectory
 from learners.algos import multi2
@@ -18,30 +19,14 @@ from learners.targets import CriticInputs, PolicyInputs, sequences
 from learners.transitions import multi2_transitions
 
 
-def _turn(role, *, completion=None, score=None, env_reward=0.0, terminated=False, truncated=False, resp=3):
-    extra = {} if completion is None else {"completion": completion}
-    info = {} if score is None else {"score": score}
-    return Turn(
-        prompt_ids=[1, 2, 3, 4],
-        response_ids=list(range(5, 5 + resp)),
-        logprobs=[-0.5] * resp,
-        decision=Decision(action="a" if role == "executor" else "", extra=extra),
-        env_reward=env_reward,
-        terminated=terminated,
-        truncated=truncated,
-        role=role,
-        info=info,
-    )
-
-
 def _won(source: str = "expert") -> Trajectory:
     """Two sub-goals: get X (go, take: flagged, the score rises), craft Y (one step that wins)."""
     turns = [
-        _turn("planner"),  # 0  g_0
-        _turn("executor", completion=False, score=0.0),  # 1  go to L
-        _turn("executor", completion=True, score=0.5),  # 2  take X: completes g_0
-        _turn("planner"),  # 3  g_1
-        _turn("executor", completion=True, score=1.0, env_reward=10.0, terminated=True),  # 4  craft Y: wins
+        turn("planner"),  # 0  g_0
+        turn("executor", completion=False, score=0.0),  # 1  go to L
+        turn("executor", completion=True, score=0.5),  # 2  take X: completes g_0
+        turn("planner"),  # 3  g_1
+        turn("executor", completion=True, score=1.0, env_reward=10.0, terminated=True),  # 4  craft Y: wins
     ]
     return Trajectory("w", "g", "t", "synthetic", turns, status="finished", won=True, info={"source": source})
 
@@ -60,10 +45,10 @@ def test_executor_transitions_of_a_won_episode():
 def test_a_false_completion_ends_the_subgoal_unpaid_and_a_cut_one_bootstraps():
     """Catches: the completion flag paid without progress; a truncated step treated as terminal."""
     turns = [
-        _turn("planner"),
-        _turn("executor", completion=True, score=0.0),
-        _turn("planner"),
-        _turn("executor", completion=False, score=0.0, truncated=True),
+        turn("planner"),
+        turn("executor", completion=True, score=0.0),
+        turn("planner"),
+        turn("executor", completion=False, score=0.0, truncated=True),
     ]
     tr = multi2_transitions(Trajectory("f", "g", "t", "synthetic", turns, status="truncated"))
     assert tr.reward[1] == 0.0 and tr.done[1]
@@ -72,7 +57,7 @@ def test_a_false_completion_ends_the_subgoal_unpaid_and_a_cut_one_bootstraps():
 
 def test_an_unknown_role_is_refused():
     with pytest.raises(ValueError, match="not a Multi2 role"):
-        multi2_transitions(Trajectory("x", "g", "t", "synthetic", [_turn("high")]))
+        multi2_transitions(Trajectory("x", "g", "t", "synthetic", [turn("high")]))
 
 
 def _values(b: int) -> np.ndarray:

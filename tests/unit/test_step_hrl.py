@@ -6,8 +6,9 @@ import math
 import numpy as np
 import pytest
 import torch
+from hrl_turns import turn
 
-from actors.trajectory import Decision, Trajectory, Turn
+from actors.trajectory import Trajectory
 from launch.algos import get_algo
 from learners.algos import step_hrl
 from learners.batch import build_turn_batch
@@ -16,32 +17,16 @@ from learners.targets import CriticInputs, PolicyInputs, sequences
 from learners.transitions import step_hrl_transitions
 
 
-def _turn(role, *, completion=None, score=None, env_reward=0.0, terminated=False, truncated=False, resp=3):
-    extra = {} if completion is None else {"completion": completion}
-    info = {} if score is None else {"score": score}
-    return Turn(
-        prompt_ids=[1, 2, 3, 4],
-        response_ids=list(range(5, 5 + resp)),
-        logprobs=[-0.5] * resp,
-        decision=Decision(action="a" if role == "low" else "", extra=extra),
-        env_reward=env_reward,
-        terminated=terminated,
-        truncated=truncated,
-        role=role,
-        info=info,
-    )
-
-
 def _won() -> Trajectory:
     """Two subtasks: get X (go, take: flagged, the score rises), craft Y (one step that wins)."""
     turns = [
-        _turn("high"),  # 0  g_0
-        _turn("low", completion=False, score=0.0),  # 1  go to L
-        _turn("progress"),  # 2  p after 1, read by 3
-        _turn("low", completion=True, score=0.5),  # 3  take X: ends g_0, score 0 -> 0.5
-        _turn("progress"),  # 4  p̂_0, read by the high level
-        _turn("high"),  # 5  g_1
-        _turn("low", completion=True, score=1.0, env_reward=10.0, terminated=True),  # 6  craft Y: wins
+        turn("high"),  # 0  g_0
+        turn("low", completion=False, score=0.0),  # 1  go to L
+        turn("progress"),  # 2  p after 1, read by 3
+        turn("low", completion=True, score=0.5),  # 3  take X: ends g_0, score 0 -> 0.5
+        turn("progress"),  # 4  p̂_0, read by the high level
+        turn("high"),  # 5  g_1
+        turn("low", completion=True, score=1.0, env_reward=10.0, terminated=True),  # 6  craft Y: wins
     ]
     return Trajectory("w", "g", "t", "synthetic", turns, status="finished", won=True)
 
@@ -61,7 +46,7 @@ def test_transitions_of_a_won_episode():
 
 def test_a_false_completion_flag_ends_the_subtask_unpaid():
     """Catches: r̂ from the completion flag alone (a policy declaring completion would be paid for nothing)."""
-    turns = [_turn("high"), _turn("low", completion=True, score=0.0), _turn("progress"), _turn("high")]
+    turns = [turn("high"), turn("low", completion=True, score=0.0), turn("progress"), turn("high")]
     turns[-1].truncated = True
     tr = step_hrl_transitions(Trajectory("f", "g", "t", "synthetic", turns, status="truncated"))
     assert tr.reward[1] == 0.0 and tr.done[1]  # flagged, the score did not rise: the subtask ends, r̂ = 0
@@ -70,7 +55,7 @@ def test_a_false_completion_flag_ends_the_subtask_unpaid():
 
 def test_a_truncated_subtask_bootstraps():
     """Catches: a cut episode treated as terminal (V(s') = 0) instead of bootstrapped (next_turn −1, not done)."""
-    turns = [_turn("high"), _turn("low", completion=False, score=0.0, truncated=True)]
+    turns = [turn("high"), turn("low", completion=False, score=0.0, truncated=True)]
     tr = step_hrl_transitions(Trajectory("c", "g", "t", "synthetic", turns, status="truncated"))
     assert tr.next_turn.tolist() == [-1, -1] and tr.done.tolist() == [False, False]
 
@@ -85,7 +70,7 @@ def test_shaping_terms_add_to_each_roles_reward():
 
 def test_an_unknown_role_is_refused():
     with pytest.raises(ValueError, match="not a STEP-HRL role"):
-        step_hrl_transitions(Trajectory("x", "g", "t", "synthetic", [_turn("agent")]))
+        step_hrl_transitions(Trajectory("x", "g", "t", "synthetic", [turn("agent")]))
 
 
 def _values(b: int) -> np.ndarray:
@@ -125,7 +110,7 @@ def test_iql_targets_golden():
 
 
 def test_truncated_row_bootstraps_from_its_own_target_value():
-    turns_ = [_turn("high"), _turn("low", completion=False, score=0.0, truncated=True)]
+    turns_ = [turn("high"), turn("low", completion=False, score=0.0, truncated=True)]
     traj = Trajectory("c", "g", "t", "synthetic", turns_, status="truncated")
     turns = build_turn_batch([traj], max_len=64, pad_id=0)
     t = step_hrl.compute_targets([traj], turns, _values(2), step_hrl.Config(gamma=0.5))
