@@ -1,7 +1,9 @@
-"""The offline dataset of ``Algorithm.offline`` methods (STEP-HRL): built once per run, cached, resumable (driver side).
+"""The offline dataset of ``Algorithm.offline`` methods (STEP-HRL, Multi2): built once per run, cached, resumable
+(driver side).
 
 STEP-HRL trains on D_r = D ∪ D̃ (Sec. 3.3): D the expert demonstrations behaviour cloning used, D̃ trajectories of
-the behaviour-cloned policy, mixed 1:2 (App. A, "Offline RL Dataset"; ``algo.data_ratio``). After BC the trainer
+the behaviour-cloned policy, mixed 1:2 (App. A, "Offline RL Dataset"; ``algo.data_ratio``); Multi2's offline
+phase trains on the same mixture (our reading: its datasets come from expert trajectories). After BC the trainer
 calls ``prepare``, which builds both and writes them under ``<run_dir>/offline/``:
 
     dataset.jsonl    every trajectory of D_r (``actors.trajectory`` JSON lines; ``info["source"]`` expert/collected)
@@ -28,7 +30,6 @@ import numpy as np
 
 from actors.inference import GenerationResult
 from actors.trajectory import Trajectory, Turn, read_jsonl, to_jsonl
-from learners.transitions import ROLES
 
 if TYPE_CHECKING:
     from launch.train import Trainer
@@ -47,7 +48,8 @@ def manifest(trajs: Sequence[Trajectory], **fields: Any) -> dict[str, Any]:
         part = [t for t in trajs if t.info.get("source") == source]
         out[source] = len(part)
         out[f"{source}_won"] = sum(t.won for t in part)
-    out["transitions"] = {r: sum(turn.role == r for t in trajs for turn in t.turns) for r in ROLES}
+    roles = sorted({turn.role for t in trajs for turn in t.turns})
+    out["transitions"] = {r: sum(turn.role == r for t in trajs for turn in t.turns) for r in roles}
     return out
 
 

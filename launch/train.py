@@ -209,7 +209,7 @@ class Trainer:
         self.resumed_from: Path | None = None
         # HISR's segment reward model and hindsight model: a second learner group, trained before RL
         self.hisr = RewardModels(self) if self.algo.reward_models else None
-        # STEP-HRL's offline dataset (expert demonstrations + BC-policy rollouts), built after BC
+        # STEP-HRL's and Multi2's offline dataset (expert demonstrations + BC-policy rollouts), built after BC
         self.offline = OfflineData(self) if self.algo.offline else None
 
     # -- pieces ----------------------------------------------------------------------------------------------
