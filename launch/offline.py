@@ -135,11 +135,12 @@ class OfflineData:
         return self.acfg.offline_iterations + 1
 
     def anchors(self, it: int) -> list[Trajectory]:
-        """Iteration ``it``'s one-turn anchor trajectories (``Algorithm.anchor_role``; none for other algorithms):
+        """Iteration ``it``'s one-turn anchor trajectories (``Algorithm.anchor_role``; none for other algorithms, nor
+        in a critic warm-up pass):
         the states drawn from (seed, it), the responses sampled from the current policy, cached for resumes."""
         role = self.trainer.algo.anchor_role
-        if not role or self.acfg.anchor_fraction <= 0:
-            return []
+        if not role or self.acfg.anchor_fraction <= 0 or self.warmup_left() > 0:
+            return []  # a warm-up pass trains the critic alone: the anchor term would read nothing
         path = self.root / f"anchor_{it}.jsonl"
         if path.exists():
             return list(read_jsonl(path))

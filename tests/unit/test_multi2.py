@@ -176,3 +176,31 @@ def test_learner_batch_with_multi2_needs_no_reference_offline():
     assert batch.ref_logprobs is None
     neg, _ = learner_batch(algo, cfg, [traj], turns, seqs, zeros, None, _values(5), negate_advantages=True)
     np.testing.assert_array_equal(neg.token_adv, -batch.token_adv)
+
+
+def test_anchors_are_sampled_only_once_the_critic_is_warm(tmp_path):
+    """A critic warm-up pass takes no actor step, so it gets no anchor samples (no generation, no wasted rows)."""
+    from types import SimpleNamespace
+
+    from launch.offline import OfflineData
+
+    calls = []
+
+    def sample(prompts, role, seed):
+        from actors.inference import GenerationResult
+
+        calls.append((len(prompts), role))
+        return [GenerationResult([7], [-1.0], "x", "stop") for _ in prompts]
+
+    trainer = SimpleNamespace(
+        algo=get_algo("multi2"),
+        algo_cfg=multi2.Config(warmup_steps=5, anchor_fraction=1.0),
+        run_dir=tmp_path,
+        cfg=SimpleNamespace(seed=0),
+        sample=sample,
+    )
+    data = OfflineData(trainer)
+    data.dataset = [_won()]
+    assert data.anchors(1) == [] and calls == []
+    data.critic_steps = 5
+    assert len(data.anchors(2)) == 3 and calls == [(3, "executor")]  # the three executor states
