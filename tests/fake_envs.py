@@ -8,6 +8,9 @@ Importable by path, e.g. ``EnvPool("tests.fake_envs:FaultyEnv", 2, {})``.
   ``hang_s``), ``grow`` (keeps ``grow_mb`` more resident memory), ``raise`` (``RuntimeError``).  With
   ``spawn_child=True`` it starts a ``sleep`` subprocess, standing in for the JVM a real adapter owns; its pid
   is in ``info["child_pid"]``.  ``fail_on_init=True`` makes the constructor raise.
+* ``FaultsOnceSyntheticEnv``: the synthetic env whose steps, across every process of a pool, take the faults of
+  ``faults`` once each and in order (the first step anywhere the first fault, ...), claimed through marker files
+  in ``marker_dir``: env-worker deaths and hangs in the middle of a real rollout.
 """
 
 from __future__ import annotations
@@ -16,7 +19,10 @@ import os
 import random
 import subprocess
 import time
+from pathlib import Path
 from typing import Any
+
+from envs.synthetic import SyntheticHierEnv
 
 
 class CounterEnv:
@@ -117,3 +123,24 @@ class FaultyEnv(CounterEnv):
         info = super()._info(valid=valid, won=won)
         info["child_pid"] = self._child.pid if self._child is not None else None
         return info
+
+
+class FaultsOnceSyntheticEnv(SyntheticHierEnv):
+    """``SyntheticHierEnv`` whose next step anywhere takes the next unclaimed fault: ``crash`` (``os._exit``, as a
+    ``kill -9``) or ``hang`` (sleeps an hour, as a stuck simulator)."""
+
+    def __init__(self, marker_dir: str, faults: tuple[str, ...] = ("crash", "hang"), **options: Any) -> None:
+        super().__init__(**options)
+        self._markers = Path(marker_dir)
+        self._faults = tuple(faults)
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        for i, fault in enumerate(self._faults):
+            try:  # O_EXCL: exactly one step of one process claims each fault
+                os.close(os.open(self._markers / f"{i}-{fault}", os.O_CREAT | os.O_EXCL))
+            except FileExistsError:
+                continue
+            if fault == "crash":
+                os._exit(9)
+            time.sleep(3600.0)
+        return super().step(action)

@@ -417,3 +417,31 @@ def test_turn_records_are_valid_turns(tok):
     engine, _ = scripted(tok, ["<think>t</think><action>take wood</action>"])
     traj = play(engine, "react", "stages2-acts1-dist0-seed3", max_steps=1)
     assert isinstance(traj.turns[0], Turn) and traj.turns[0].policy_version == 0
+
+
+def test_env_workers_killed_or_hung_mid_episode_cost_their_groups_a_replay(tok, tmp_path):
+    """Chaos through a real env pool: one env worker dies mid-episode (``os._exit``, as ``kill -9``) and another
+    hangs past ``step_timeout_s``.  Each is counted, restarted, and its group replayed whole: every group comes back
+    with all its episodes unfailed, and the episodes run are exactly the returned ones plus the replayed groups'."""
+    w = _worker(
+        tok,
+        lambda ids: "<think>x</think><action>go to workbench</action>",
+        "tests.fake_envs:FaultsOnceSyntheticEnv",
+        env_options={"marker_dir": str(tmp_path)},
+        use_env_pool=True,
+        num_envs=4,
+        step_timeout_s=2.0,
+    )
+    try:
+        tasks = ["stages2-acts2-dist0-seed3", "stages3-acts2-dist0-seed5"]
+        groups = w.collect(tasks, group_size=2, seed=7)
+        c = w.counters()
+    finally:
+        w.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["0-crash", "1-hang"]  # both faults happened
+    assert (c["env_crashes"], c["env_timeouts"], c["env_restarts"]) == (1, 1, 2)
+    assert sorted(g["task_id"] for g in groups) == sorted(tasks) and c["groups_dropped"] == 0
+    assert 1 <= c["group_retries"] <= 2  # the two faults hit one group twice or each group once
+    assert c["episodes"] == 2 * (len(tasks) + c["group_retries"])  # nothing counted twice, nothing lost
+    trajs = [t for g in groups for t in from_numpy_dict(g["data"])]
+    assert len({t.traj_id for t in trajs}) == 4 and all(t.status != "failed" for t in trajs)
