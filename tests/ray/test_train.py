@@ -141,6 +141,73 @@ def test_checkpoints_are_small_pruned_and_fall_back_when_corrupted(ray_local, tm
     assert sorted(p.name for p in ckpts.iterdir()) == ["iter_0", "iter_2", "iter_3", "latest"]
 
 
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 64 MiB tmpfs: a disk that can really fill up (needs CAP_SYS_ADMIN, as root in the CI container has)."""
+    import subprocess
+
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(disk)], capture_output=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    yield disk
+    subprocess.run(["umount", "-l", str(disk)], check=True)
+
+
+def _fill(disk: Path, leave: int) -> Path:
+    """Fill ``disk`` until a write fails with ENOSPC, then free ``leave`` bytes; returns the filler to delete."""
+    filler = disk / "filler"
+    with filler.open("wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * 2**20)
+                f.flush()
+        except OSError as e:
+            assert e.errno == 28, e  # ENOSPC
+    with filler.open("r+b") as f:
+        f.truncate(max(0, filler.stat().st_size - leave))
+    return filler
+
+
+@pytest.mark.slow
+def test_a_full_disk_fails_the_checkpoint_in_one_line_and_a_resume_after_freeing_it_matches(
+    ray_local, tmp_path, small_disk
+):
+    """Chaos: the disk fills up during iteration 2.  Its checkpoint fails with "no space left on device" (not a
+    torch/iostream error), leaves no partial folder and keeps ``latest`` at iteration 1; once space is freed,
+    ``resume=true`` redoes iteration 2 to the same losses as an uninterrupted run, every metrics row once."""
+    from safetensors.numpy import load_file
+
+    common = ["algo=hiper", "rollout.agent=plan_execute", "eval_every=0"]
+    straight = _run(tmp_path / "straight", [*common, "iterations=2"])
+    run = small_disk / "run"
+    _run(run, [*common, "iterations=1"])
+    filler = _fill(
+        small_disk, leave=256 * 2**10
+    )  # room for the metrics and logs, not for a 0.66 MB checkpoint
+    with pytest.raises(RuntimeError, match=r"checkpoint .*iter_2: no space left on device \(\d+ MiB free"):
+        _run(run, [*common, "iterations=2", "resume=true"])
+    ckpts = run / "checkpoints"
+    assert sorted(p.name for p in ckpts.iterdir()) == ["iter_0", "iter_1", "latest"]  # no partial iter_2
+    assert (ckpts / "latest").read_text() == "iter_1"
+
+    filler.unlink()
+    resumed = _run(run, [*common, "iterations=2", "resume=true"])
+    rows = [r for r in resumed if r.get("phase") in ("bc", "rl")]
+    assert [r["iteration"] for r in rows] == [0, 1, 2]
+    logged = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in logged if r.get("phase") in ("bc", "rl")] == [0, 1, 2]
+    orig = next(r for r in straight if r.get("phase") == "rl" and r["iteration"] == 2)
+    for key in ("success", "loss_tokens", "kl", "value_loss"):
+        assert rows[-1][key] == pytest.approx(orig[key], rel=1e-5, abs=1e-7), key
+    adapter = "checkpoints/iter_2/adapter/adapter_model.safetensors"
+    a, b = load_file(str(tmp_path / "straight" / adapter)), load_file(str(run / adapter))
+    assert a.keys() == b.keys() and all(abs(a[k] - b[k]).max() < 1e-5 for k in a)
+
+
 @pytest.mark.slow
 def test_bc_from_run_reuses_another_algorithms_bc(ray_local, tmp_path):
     """``bc.from_run``: a PPO run takes HiPER's BC checkpoint (policy + optimizer state, critic fresh) instead of
