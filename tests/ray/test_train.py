@@ -141,6 +141,35 @@ def test_checkpoints_are_small_pruned_and_fall_back_when_corrupted(ray_local, tm
     assert sorted(p.name for p in ckpts.iterdir()) == ["iter_0", "iter_2", "iter_3", "latest"]
 
 
+CHAOS = ["algo=hiper", "rollout.agent=plan_execute", "eval_every=0"]
+"""The chaos tests' run: HiPER's adapter and critic change every iteration, so a resume is checked on weights."""
+
+
+@pytest.fixture(scope="module")
+def straight(ray_local, tmp_path_factory) -> Path:
+    """The uninterrupted two-iteration run the chaos tests must end at."""
+    run = tmp_path_factory.mktemp("straight")
+    _run(run, [*CHAOS, "iterations=2"])
+    return run
+
+
+def _assert_matches_straight(rows: list[dict], run: Path, straight: Path) -> None:
+    """Every metrics row once, iteration 2 redone to the uninterrupted run's losses and adapter."""
+    from safetensors.numpy import load_file
+
+    logged = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    for history in (rows, logged):
+        assert [r["iteration"] for r in history if r.get("phase") in ("bc", "rl")] == [0, 1, 2]
+    mine = next(r for r in logged if r.get("phase") == "rl" and r["iteration"] == 2)
+    orig = [json.loads(line) for line in (straight / "metrics.jsonl").read_text().splitlines()]
+    orig2 = next(r for r in orig if r.get("phase") == "rl" and r["iteration"] == 2)
+    for key in ("success", "loss_tokens", "kl", "value_loss"):
+        assert mine[key] == pytest.approx(orig2[key], rel=1e-5, abs=1e-7), key
+    adapter = "checkpoints/iter_2/adapter/adapter_model.safetensors"
+    a, b = load_file(str(straight / adapter)), load_file(str(run / adapter))
+    assert a.keys() == b.keys() and all(abs(a[k] - b[k]).max() < 1e-5 for k in a)
+
+
 @pytest.fixture
 def small_disk(tmp_path):
     """A 64 MiB tmpfs: a disk that can really fill up (needs CAP_SYS_ADMIN, as root in the CI container has)."""
@@ -174,38 +203,65 @@ def _fill(disk: Path, leave: int) -> Path:
 
 @pytest.mark.slow
 def test_a_full_disk_fails_the_checkpoint_in_one_line_and_a_resume_after_freeing_it_matches(
-    ray_local, tmp_path, small_disk
+    ray_local, tmp_path, small_disk, straight
 ):
     """Chaos: the disk fills up during iteration 2.  Its checkpoint fails with "no space left on device" (not a
     torch/iostream error), leaves no partial folder and keeps ``latest`` at iteration 1; once space is freed,
     ``resume=true`` redoes iteration 2 to the same losses as an uninterrupted run, every metrics row once."""
-    from safetensors.numpy import load_file
-
-    common = ["algo=hiper", "rollout.agent=plan_execute", "eval_every=0"]
-    straight = _run(tmp_path / "straight", [*common, "iterations=2"])
     run = small_disk / "run"
-    _run(run, [*common, "iterations=1"])
+    _run(run, [*CHAOS, "iterations=1"])
     filler = _fill(
         small_disk, leave=256 * 2**10
     )  # room for the metrics and logs, not for a 0.66 MB checkpoint
     with pytest.raises(RuntimeError, match=r"checkpoint .*iter_2: no space left on device \(\d+ MiB free"):
-        _run(run, [*common, "iterations=2", "resume=true"])
+        _run(run, [*CHAOS, "iterations=2", "resume=true"])
     ckpts = run / "checkpoints"
     assert sorted(p.name for p in ckpts.iterdir()) == ["iter_0", "iter_1", "latest"]  # no partial iter_2
     assert (ckpts / "latest").read_text() == "iter_1"
 
     filler.unlink()
-    resumed = _run(run, [*common, "iterations=2", "resume=true"])
-    rows = [r for r in resumed if r.get("phase") in ("bc", "rl")]
-    assert [r["iteration"] for r in rows] == [0, 1, 2]
-    logged = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert [r["iteration"] for r in logged if r.get("phase") in ("bc", "rl")] == [0, 1, 2]
-    orig = next(r for r in straight if r.get("phase") == "rl" and r["iteration"] == 2)
-    for key in ("success", "loss_tokens", "kl", "value_loss"):
-        assert rows[-1][key] == pytest.approx(orig[key], rel=1e-5, abs=1e-7), key
-    adapter = "checkpoints/iter_2/adapter/adapter_model.safetensors"
-    a, b = load_file(str(tmp_path / "straight" / adapter)), load_file(str(run / adapter))
-    assert a.keys() == b.keys() and all(abs(a[k] - b[k]).max() < 1e-5 for k in a)
+    _assert_matches_straight(_run(run, [*CHAOS, "iterations=2", "resume=true"]), run, straight)
+
+
+@pytest.mark.slow
+def test_a_driver_killed_mid_iteration_resumes_to_the_uninterrupted_run(ray_local, tmp_path, straight):
+    """Chaos: ``kill -9`` of ``hierarl train`` (and the cluster it started) once iteration 1 is logged, i.e. inside
+    iteration 2; ``resume=true`` continues from iteration 1's checkpoint and ends where an uninterrupted run does."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    run = tmp_path / "run"
+    root = Path(__file__).resolve().parents[2]
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    bare = tmp_path / "defaults.yaml"  # a preset of no keys: the defaults _run resolves, not the main job's
+    bare.write_text("{}\n")
+    cmd = [
+        sys.executable,
+        "-m",
+        "launch.cli",
+        "train",
+        str(bare),
+        *TINY,
+        *CHAOS,
+        "iterations=2",
+        f"run_dir={run}",
+    ]
+    driver = subprocess.Popen(
+        cmd, cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+    metrics, deadline = run / "metrics.jsonl", time.monotonic() + 600
+    while driver.poll() is None and time.monotonic() < deadline:
+        if metrics.exists() and '"phase": "rl"' in metrics.read_text():
+            break
+        time.sleep(0.2)
+    assert driver.poll() is None, "the run ended before it could be killed"
+    os.killpg(driver.pid, signal.SIGKILL)
+    driver.wait()
+    assert (run / "checkpoints" / "latest").read_text() == "iter_1"  # killed before iteration 2's checkpoint
+    _assert_matches_straight(_run(run, [*CHAOS, "iterations=2", "resume=true"]), run, straight)
 
 
 @pytest.mark.slow
