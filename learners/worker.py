@@ -521,9 +521,10 @@ class LearnerWorker:
         and RNG. ~1 % of a full engine checkpoint for a LoRA run."""
         root = Path(path)
         for name, engine in self.engines.items():
-            engine.save_checkpoint(
-                str(root / self._engine_dir(name)), tag="ckpt", exclude_frozen_parameters=True
-            )
+            with self._own_tensors(name):
+                engine.save_checkpoint(
+                    str(root / self._engine_dir(name)), tag="ckpt", exclude_frozen_parameters=True
+                )
         if self.critic is not None:
             self.critic.save_checkpoint(str(root / "critic_ds"), tag="ckpt", exclude_frozen_parameters=True)
         if self.rank == 0:
@@ -540,7 +541,8 @@ class LearnerWorker:
         root = Path(path)
         # not strict: the frozen base weights are not in the checkpoint (they come from spec.model_path)
         for name, engine in self.engines.items():
-            self._load_engine(engine, root / self._engine_dir(name))
+            with self._own_tensors(name):
+                self._load_engine(engine, root / self._engine_dir(name))
         if self.critic is not None and not policy_only:
             self._load_engine(self.critic, root / "critic_ds")
         state = torch.load(root / f"learner_rank{self.rank}.pt", weights_only=False)
@@ -553,6 +555,20 @@ class LearnerWorker:
             if saved is None:
                 raise ValueError(f"checkpoint {path} has no target critic to restore")
             self.critic_target = [t.to(p.device) for t, p in zip(saved, self._critic_params(), strict=True)]
+
+    @contextmanager
+    def _own_tensors(self, name: str) -> Iterator[None]:
+        """Inside, only adapter ``name``'s tensors require gradients: every engine wraps the one module that holds
+        all adapters, so its trainable-only checkpoint would otherwise store every adapter's weights again
+        (measured on Multi2's four: 119 MB per engine instead of 59)."""
+        others = [p for n, p in self.policy.module.named_parameters() if _adapter_of(n) not in (None, name)]
+        for p in others:
+            p.requires_grad_(False)
+        try:
+            yield
+        finally:
+            for p in others:
+                p.requires_grad_(True)
 
     def _engine_dir(self, name: str) -> str:
         """``policy_ds`` for the one adapter of most runs; ``policy_ds_<name>`` per adapter otherwise."""

@@ -521,6 +521,12 @@ def test_two_adapters_train_apart_and_each_equals_a_single_adapter_learner(model
     assert _max_gap(lp_exec, lp_planner0, batch.seqs.response_mask) > 1e-2  # the adapters now differ
 
     two.save_checkpoint(str(tmp_path / "ckpt"))
+    import torch
+
+    for name in ("planner", "executor"):  # each engine stores its own adapter, not the module's every adapter
+        (states,) = (tmp_path / "ckpt" / f"policy_ds_{name}" / "ckpt").glob("mp_rank_*")
+        saved = torch.load(states, map_location="cpu", weights_only=False)["module"]
+        assert saved and {k.split("lora_")[1].split(".")[1] for k in saved} == {name}, sorted(saved)[:3]
     two.logprobs(batch.seqs, reference=True)  # peft's disable_adapter re-freezes all but one adapter on exit
     two.update_policy(batch, grpo.ALGORITHM.policy_loss, LOSS_CFG, adapter="planner")
     two.update_policy(batch, grpo.ALGORITHM.policy_loss, LOSS_CFG, adapter="executor")
