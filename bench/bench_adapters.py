@@ -27,6 +27,7 @@ from _env import setup
 
 ROOT = setup()
 
+from bench_checkpoints import synthetic_batch  # noqa: E402
 from bench_prompts import cpu_model  # noqa: E402
 
 
@@ -34,32 +35,6 @@ def _trainable_mb(worker: Any) -> float:
     """Trainable policy tensors + AdamW's two moments, fp32."""
     n = sum(p.numel() for p in worker.policy.module.parameters() if p.requires_grad)
     return 3 * 4 * n / 2**20
-
-
-def _batch(n: int, width: int, seed: int = 0) -> Any:
-    import numpy as np
-    import torch
-
-    from learners.batch import LearnerBatch, Sequences
-    from learners.losses import aggregation_weights
-
-    rng = np.random.default_rng(seed)
-    ids = rng.integers(10, 2000, (n, width))
-    resp = np.zeros((n, width), bool)
-    resp[:, width // 2 :] = True
-    return LearnerBatch(
-        seqs=Sequences(
-            ids, np.ones((n, width), np.int64), resp, np.zeros((n, 0), np.int64), np.zeros(0, np.int64)
-        ),
-        old_logprobs=np.zeros((n, width), np.float32),
-        ref_logprobs=None,
-        token_adv=(rng.normal(size=(n, width)) * resp).astype(np.float32),
-        loss_mask=resp,
-        value_target=np.zeros((n, 0), np.float32),
-        value_valid=np.zeros((n, 0), bool),
-        old_values=np.zeros((n, 0), np.float32),
-        loss_weight=aggregation_weights(torch.from_numpy(resp), "token-mean").numpy().astype(np.float32),
-    )
 
 
 def run(model: str, steps: int, rows: int, width: int, requests: int, new_tokens: int) -> dict[str, Any]:
@@ -74,7 +49,7 @@ def run(model: str, steps: int, rows: int, width: int, requests: int, new_tokens
     lora = LoraSpec(8, 16, ("q_proj", "v_proj"))
     spec = LearnerSpec(path, lora, "float32", 0, 1e-4, 1e-4, 1.0, rows, seed=0, master_port=29611)
     cfg = grpo.Config(kl_coef=0.0)
-    batch = _batch(rows, width)
+    batch = synthetic_batch(rows, width)
     out: dict[str, Any] = {"model": model}
 
     def steps_ms(worker: LearnerWorker, adapters: list[str | None]) -> float:

@@ -92,6 +92,38 @@ def trajectory_stats(trajs: Sequence[Trajectory]) -> dict[str, float]:
     }
 
 
+def learner_adapters(cfg: TrainConfig, algo: Algorithm, algo_cfg: Any) -> tuple[tuple[str, float], ...]:
+    """(name, lr) of every adapter the learner holds: the policy adapters, then, for an offline algorithm with a
+    KL term, a frozen copy of each (``offline_<name>``, lr 0: never stepped), the online phase's reference."""
+    names = sorted(set(cfg.model.role_adapters.values()))
+    trained = [(n, cfg.learner.adapter_lr.get(n, cfg.learner.actor_lr)) for n in names]
+    if not (algo.offline and algo.uses_reference(algo_cfg)):
+        return tuple(trained)
+    trained = trained or [("default", cfg.learner.actor_lr)]
+    return (*trained, *((f"offline_{n}", 0.0) for n, _ in trained))
+
+
+def learner_spec(
+    cfg: TrainConfig, algo: Algorithm, algo_cfg: Any, model_path: str, device: str
+) -> LearnerSpec:
+    """The learner workers' spec for a run: its LoRA, optimizer settings, the algorithm's critic and adapters."""
+    return LearnerSpec(
+        model_path=model_path,
+        lora=lora_spec(cfg),
+        dtype=cfg.learner.dtype,
+        device=device,
+        zero_stage=cfg.learner.zero_stage,
+        actor_lr=cfg.learner.actor_lr,
+        critic_lr=cfg.learner.critic_lr,
+        max_grad_norm=cfg.learner.max_grad_norm,
+        micro_batch_size=cfg.learner.micro_batch_size,
+        value_heads=algo.value_heads,
+        target_critic=algo.target_critic,
+        adapters=learner_adapters(cfg, algo, algo_cfg),
+        seed=cfg.seed,
+    )
+
+
 def lora_spec(cfg: TrainConfig) -> LoraSpec:
     m = cfg.model
     return LoraSpec(m.lora_rank, m.lora_alpha, m.lora_targets, m.lora_dropout)
@@ -173,21 +205,7 @@ class Trainer:
             WorkerResources(cfg.rollout.cpus_per_worker, gpu),
             self.rollout_cfg,
         )
-        self.learner_spec = LearnerSpec(
-            model_path=self.model_path,
-            lora=self.lora,
-            dtype=cfg.learner.dtype,
-            device=self.device,
-            zero_stage=cfg.learner.zero_stage,
-            actor_lr=cfg.learner.actor_lr,
-            critic_lr=cfg.learner.critic_lr,
-            max_grad_norm=cfg.learner.max_grad_norm,
-            micro_batch_size=cfg.learner.micro_batch_size,
-            value_heads=self.algo.value_heads,
-            target_critic=self.algo.target_critic,
-            adapters=self.learner_adapters(),
-            seed=cfg.seed,
-        )
+        self.learner_spec = learner_spec(cfg, self.algo, self.algo_cfg, self.model_path, self.device)
         self.learner = LearnerGroup(
             self.learner_spec, cfg.learner.num_workers, WorkerResources(cfg.learner.cpus_per_worker, gpu)
         )
@@ -222,16 +240,6 @@ class Trainer:
             return list(env.task_ids(split))
         finally:
             env.close()
-
-    def learner_adapters(self) -> tuple[tuple[str, float], ...]:
-        """(name, lr) of every adapter the learner holds: the policy adapters, then, for an offline algorithm with
-        a KL term, a frozen copy of each (``offline_<name>``, lr 0: never stepped), the online phase's reference."""
-        cfg = self.cfg
-        trained = [(n, cfg.learner.adapter_lr.get(n, cfg.learner.actor_lr)) for n in self.adapters]
-        if not (self.algo.offline and self.algo.uses_reference(self.algo_cfg)):
-            return tuple(trained)
-        trained = trained or [("default", cfg.learner.actor_lr)]
-        return (*trained, *((f"offline_{n}", 0.0) for n, _ in trained))
 
     def freeze_reference(self) -> None:
         """Copy each policy adapter into its frozen ``offline_<name>`` (the first online iteration: π_off)."""

@@ -1,0 +1,191 @@
+"""Checkpoint size and save/load time per algorithm, beside the frozen base weights they no longer contain.
+
+For each preset, the learner worker its run would build (``launch.train.learner_spec``: the algorithm's critic
+heads, target critic, policy adapters and Multi2's frozen offline copies) is created in this process on ``--model``;
+every trained adapter and the critic take one optimizer step (so AdamW's moments exist, as in any RL checkpoint),
+then ``save_checkpoint`` / ``load_checkpoint`` run ``--repeats`` times. Reported per algorithm: the checkpoint's
+size in MB and by part (policy engines, critic engine, the PEFT adapter export, the learner state file holding RNG
+and the target critic), its ratio to the base model's weight file, and median save / load ms. The driver adds
+``driver.pt`` (RNG, cursors: kilobytes). HISR's reward models are a second learner group saved with its stage
+caches, not in every checkpoint (``algo.online_hindsight`` adds the hindsight model's: not measured here).
+
+    python bench/bench_checkpoints.py --model smollm2 --out bench/results/checkpoints.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import platform
+import shutil
+import socket
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from _env import setup
+
+ROOT = setup()
+
+from bench_prompts import cpu_model  # noqa: E402
+
+PRESETS = (
+    "hiper_textcraft_cpu",
+    "ppo_synthetic_multi",
+    "grpo_alfworld",
+    "hipif_synthetic_multi",
+    "hisr_synthetic_multi",
+    "step_hrl_synthetic_multi",
+    "multi2_synthetic_multi",
+)
+
+
+def synthetic_batch(n: int, width: int, slots: int = 0, seed: int = 0) -> Any:
+    """A ``LearnerBatch`` of random tokens: the second half of each row is the response (random advantages); each
+    of ``slots`` value slots is read at the last prompt token by head 0 with a random target."""
+    import numpy as np
+    import torch
+
+    from learners.batch import LearnerBatch, Sequences
+    from learners.losses import aggregation_weights
+
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(10, 2000, (n, width))
+    resp = np.zeros((n, width), bool)
+    resp[:, width // 2 :] = True
+    return LearnerBatch(
+        seqs=Sequences(
+            ids,
+            np.ones((n, width), np.int64),
+            resp,
+            np.full((n, slots), width // 2 - 1, np.int64),
+            np.zeros(slots, np.int64),
+        ),
+        old_logprobs=np.zeros((n, width), np.float32),
+        ref_logprobs=None,
+        token_adv=(rng.normal(size=(n, width)) * resp).astype(np.float32),
+        loss_mask=resp,
+        value_target=rng.normal(size=(n, slots)).astype(np.float32),
+        value_valid=np.ones((n, slots), bool),
+        old_values=np.zeros((n, slots), np.float32),
+        loss_weight=aggregation_weights(torch.from_numpy(resp), "token-mean").numpy().astype(np.float32),
+        value_weight=np.full((n, slots), 1.0 / max(n * slots, 1), np.float32),
+    )
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _mb(path: Path) -> float:
+    files = [path] if path.is_file() else [f for f in path.rglob("*") if f.is_file()]
+    return sum(f.stat().st_size for f in files) / 2**20
+
+
+def _part(name: str) -> str:
+    if name.startswith("policy_ds"):
+        return "policy"
+    return {"critic_ds": "critic", "adapter": "adapter_export"}.get(name, "learner_state")
+
+
+def measure(preset: str, model: str, repeats: int, rows: int, width: int) -> dict[str, Any]:
+    import dataclasses
+
+    from actors.models import resolve_model_path
+    from launch.algos import get_algo
+    from launch.config import resolve_algo_config, resolve_config
+    from launch.train import learner_spec
+    from learners.algos import grpo, ppo
+    from learners.worker import LearnerWorker
+
+    cfg = resolve_config(preset, [f"model.path={model}"])
+    algo = get_algo(cfg.algo)
+    algo_cfg = resolve_algo_config(algo.Config, cfg.algo_overrides)
+    path = resolve_model_path(model)
+    spec = dataclasses.replace(
+        learner_spec(cfg, algo, algo_cfg, path, "cpu"), micro_batch_size=rows, master_port=_free_port()
+    )
+    worker = LearnerWorker(spec)
+    trained = [name for name, lr in spec.adapters if lr > 0] or [None]
+    for name in trained:
+        worker.update_policy(
+            synthetic_batch(rows, width), grpo.ALGORITHM.policy_loss, grpo.Config(kl_coef=0.0), name
+        )
+    if spec.value_heads:
+        worker.update_critic(synthetic_batch(rows, width, slots=1), ppo.value_loss, ppo.Config())
+    tmp = Path(tempfile.mkdtemp(prefix="hierarl-ckpt-"))
+    save, load = [], []
+    try:
+        for i in range(repeats):
+            folder = tmp / f"c{i}"
+            t0 = time.perf_counter()
+            worker.save_checkpoint(str(folder))
+            save.append(1e3 * (time.perf_counter() - t0))
+            t0 = time.perf_counter()
+            worker.load_checkpoint(str(folder))
+            load.append(1e3 * (time.perf_counter() - t0))
+        parts: dict[str, float] = {}
+        for child in (tmp / "c0").iterdir():
+            parts[_part(child.name)] = parts.get(_part(child.name), 0.0) + _mb(child)
+        total = _mb(tmp / "c0")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        del worker
+        gc.collect()
+    base = sum(_mb(f) for f in Path(path).glob("*.safetensors"))
+    return {
+        "preset": preset,
+        "algo": cfg.algo,
+        "adapters": [name for name, _ in spec.adapters] or ["default"],
+        "value_heads": spec.value_heads,
+        "target_critic": spec.target_critic,
+        "total_mb": total,
+        "parts_mb": parts,
+        "base_weights_mb": base,
+        "ratio_to_base": total / base if base else float("nan"),
+        "save_ms": statistics.median(save),
+        "load_ms": statistics.median(load),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="smollm2")
+    ap.add_argument("--presets", default=",".join(PRESETS))
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--rows", type=int, default=4)
+    ap.add_argument("--width", type=int, default=64)
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "checkpoints.json")
+    args = ap.parse_args()
+    results = [
+        measure(p, args.model, args.repeats, args.rows, args.width) for p in args.presets.split(",") if p
+    ]
+    report = {
+        "results": results,
+        "model": args.model,
+        "cpu_model": cpu_model(),
+        "python": platform.python_version(),
+        "args": vars(args) | {"out": str(args.out)},
+    }
+    print(f"model {args.model}, CPU {report['cpu_model']}, fp32")
+    head = f"{'algo':<10} {'MB':>7} {'policy':>7} {'critic':>7} {'export':>7} {'state':>6} {'x base':>7}"
+    print(head + f" {'save ms':>8} {'load ms':>8}  adapters")
+    for r in results:
+        p = r["parts_mb"]
+        print(
+            f"{r['algo']:<10} {r['total_mb']:7.1f} {p.get('policy', 0):7.1f} {p.get('critic', 0):7.1f} "
+            f"{p.get('adapter_export', 0):7.1f} {p.get('learner_state', 0):6.1f} {r['ratio_to_base']:7.3f} "
+            f"{r['save_ms']:8.0f} {r['load_ms']:8.0f}  {','.join(r['adapters'])}"
+        )
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=1))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
