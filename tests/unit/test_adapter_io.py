@@ -65,3 +65,31 @@ def test_init_adapter_of_another_rank_is_refused_before_loading(tmp_path):
     with pytest.raises(ValueError, match="rank/alpha/targets 2/4"):
         trainer.load_init_adapter(str(tmp_path))
     assert trainer.learner.loaded is None
+
+
+def test_merge_lora_golden_and_fused_layers_take_untouched_parts_from_the_base():
+    """W + scale·B·A per module; vLLM's stacked qkv_proj = [q; k; v] rows with k (not a LoRA target) from the base."""
+    from actors.inference import fused_linears, merge_lora
+
+    pre = "model.layers.0.self_attn"
+    base = {f"{pre}.{p}_proj.weight": np.full((2, 3), float(i), np.float32) for i, p in enumerate("qkvo")}
+    a = np.array([[1.0, 0.0, 2.0]], np.float32)  # [r=1, in=3]
+    b = np.array([[1.0], [-1.0]], np.float32)  # [out=2, r=1]
+    weights = {
+        f"base_model.model.{pre}.{p}_proj.lora_{x}.weight": m for p in "qv" for x, m in (("A", a), ("B", b))
+    }
+    merged = merge_lora(base, weights, scale=2.0)
+    assert sorted(merged) == [f"{pre}.q_proj.weight", f"{pre}.v_proj.weight"]
+    # q: 0 + 2·B·A = 2·[[1, 0, 2], [-1, 0, -2]];  v: 2 + the same
+    np.testing.assert_array_equal(merged[f"{pre}.q_proj.weight"], [[2, 0, 4], [-2, 0, -4]])
+    np.testing.assert_array_equal(merged[f"{pre}.v_proj.weight"], [[4, 2, 6], [0, 2, -2]])
+    layers = fused_linears(merged, base)
+    assert list(layers) == [f"{pre}.qkv_proj"]  # o_proj untouched: not replaced
+    np.testing.assert_array_equal(
+        layers[f"{pre}.qkv_proj"],
+        np.concatenate(
+            [merged[f"{pre}.q_proj.weight"], base[f"{pre}.k_proj.weight"], merged[f"{pre}.v_proj.weight"]]
+        ),
+    )
+    o = {f"{pre}.o_proj.weight": np.ones((2, 3), np.float32)}
+    assert list(fused_linears(o, base)) == [f"{pre}.o_proj"]

@@ -347,6 +347,7 @@ def _worker(tok, script: Callable, env_name: str, **kw) -> RolloutWorker:
     fields = {
         "model_path": "smollm2",
         "engine": "auto",
+        "weight_sync": "lora",
         "dtype": "auto",
         "lora": LoraSpec(
             16, 32, ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")

@@ -420,3 +420,16 @@ def test_rollout_command_defaults_are_the_run_configs():
     assert e.value.code == 2
     with pytest.raises(ConfigError, match=r"env\.name: unknown value 'alfwrld'"):
         rollout_run_config(rollout_parser().parse_args(["--env", "alfwrld"]))
+
+
+@pytest.mark.parametrize(
+    ("overrides", "needle"),
+    [
+        (["rollout.weight_sync=merge"], "rollout.weight_sync: unknown value 'merge' (did you mean merged?)"),
+        (["rollout.weight_sync=merged", "rollout.engine=hf"], "needs rollout.engine=vllm and one adapter"),
+        (["rollout.weight_sync=merged", "rollout.engine=auto"], "got engine 'auto'"),
+    ],
+)
+def test_merged_weight_sync_needs_vllm_and_one_adapter(overrides, needle):
+    assert needle in _error(overrides)
+    validate(resolve_config(DEFAULT_PRESET, ["rollout.weight_sync=merged", "rollout.engine=vllm"]))
