@@ -29,3 +29,12 @@ def setup() -> Path:
         os.environ.setdefault(key, value)
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
     return ROOT
+
+
+def write_json(path: Path, report: dict) -> None:
+    """Write a bench's JSON report (folders made as needed) and say where."""
+    import json
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=1))
+    print(f"wrote {path}")

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import platform
 import shutil
 import socket
@@ -26,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _env import setup
+from _env import setup, write_json
 
 ROOT = setup()
 
@@ -182,9 +181,7 @@ def main() -> None:
             f"{p.get('adapter_export', 0):7.1f} {p.get('learner_state', 0):6.1f} {r['ratio_to_base']:7.3f} "
             f"{r['save_ms']:8.0f} {r['load_ms']:8.0f}  {','.join(r['adapters'])}"
         )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=1))
-    print(f"wrote {args.out}")
+    write_json(args.out, report)
 
 
 if __name__ == "__main__":

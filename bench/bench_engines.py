@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _env import setup
+from _env import setup, write_json
 
 ROOT = setup()
 
@@ -134,9 +134,7 @@ def main() -> None:
             f"{r['engine']:<12} {r['startup_s']:8.1f} {r['push_ms']:8.0f} {r['tokens_per_s']:7.1f} "
             f"{r['tokens_per_s_vs_hf']:6.2f} {r['rss_mb']:7.0f}"
         )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=1))
-    print(f"wrote {args.out}")
+    write_json(args.out, report)
 
 
 if __name__ == "__main__":
