@@ -75,6 +75,11 @@ class ModelConfig:
     warm start) instead of a zero adapter; its rank/alpha/targets must match. BC still runs if ``bc.enabled``. The
     optimizer starts fresh (its first steps are larger than after BC's: lower ``learner.actor_lr``)."""
 
+    @property
+    def adapter_names(self) -> list[str]:
+        """The policy adapters ``role_adapters`` names, sorted (empty: the one adapter of most runs)."""
+        return sorted(set(self.role_adapters.values()))
+
 
 @dataclass(frozen=True)
 class EnvConfig:
@@ -767,7 +772,7 @@ def _check_role_adapters(cfg: TrainConfig, roles: Sequence[str]) -> None:
     """``model.role_adapters`` names every role of the protocol and nothing else; the features that assume one
     adapter (a warm start from one adapter folder, one-step-off's behaviour adapter, ZeRO-3) are refused with it."""
     ra, lrs = cfg.model.role_adapters, cfg.learner.adapter_lr
-    names = sorted(set(ra.values()))
+    names = cfg.model.adapter_names
     for key in lrs:
         _choice("learner.adapter_lr", key, names or ["(no model.role_adapters)"])
         _need(lrs[key] > 0, f"learner.adapter_lr.{key}", lrs[key], "a number > 0")

@@ -95,8 +95,7 @@ def trajectory_stats(trajs: Sequence[Trajectory]) -> dict[str, float]:
 def learner_adapters(cfg: TrainConfig, algo: Algorithm, algo_cfg: Any) -> tuple[tuple[str, float], ...]:
     """(name, lr) of every adapter the learner holds: the policy adapters, then, for an offline algorithm with a
     KL term, a frozen copy of each (``offline_<name>``, lr 0: never stepped), the online phase's reference."""
-    names = sorted(set(cfg.model.role_adapters.values()))
-    trained = [(n, cfg.learner.adapter_lr.get(n, cfg.learner.actor_lr)) for n in names]
+    trained = [(n, cfg.learner.adapter_lr.get(n, cfg.learner.actor_lr)) for n in cfg.model.adapter_names]
     if not (algo.offline and algo.uses_reference(algo_cfg)):
         return tuple(trained)
     trained = trained or [("default", cfg.learner.actor_lr)]
@@ -196,7 +195,7 @@ class Trainer:
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         self.pad_id = self.tokenizer.pad_token_id or self.tokenizer.eos_token_id
         self.lora = lora_spec(cfg)
-        self.adapters = sorted(set(cfg.model.role_adapters.values()))
+        self.adapters = cfg.model.adapter_names
         """The policy adapters of ``model.role_adapters`` (empty: one adapter for every role)."""
         gpu = self.gpu = 1.0 if self.device == "cuda" else 0.0
         self.rollout_cfg = rollout_worker_config(cfg, self.model_path, self.device)
