@@ -156,6 +156,9 @@ class LearnerConfig:
     critic_lr: float = 1e-4
     micro_batch_size: int = 8
     """Rows per forward/backward (bounds memory; gradients accumulate over the mini-batch)."""
+    gradient_checkpointing: bool = False
+    """Keep only each decoder layer's input during a training forward and recompute the rest in backward (HF
+    activation checkpointing on the policy and the critic): activation memory ÷ ~layers for ~1 extra forward."""
     mini_batch_size: int = 32
     """Rows per optimizer step."""
     ppo_epochs: int = 1

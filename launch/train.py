@@ -116,6 +116,7 @@ def learner_spec(
         critic_lr=cfg.learner.critic_lr,
         max_grad_norm=cfg.learner.max_grad_norm,
         micro_batch_size=cfg.learner.micro_batch_size,
+        gradient_checkpointing=cfg.learner.gradient_checkpointing,
         value_heads=algo.value_heads,
         target_critic=algo.target_critic,
         adapters=learner_adapters(cfg, algo, algo_cfg),

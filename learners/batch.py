@@ -187,6 +187,15 @@ class Sequences:
     def rows(self, rows: np.ndarray) -> Sequences:
         return _take_rows(self, rows, keep=("value_head", "value_from_target"))
 
+    def narrow(self, width: int) -> Sequences:
+        """The first ``width`` columns (right padding beyond every row's last token dropped)."""
+        return replace(
+            self,
+            input_ids=self.input_ids[:, :width],
+            attention_mask=self.attention_mask[:, :width],
+            response_mask=self.response_mask[:, :width],
+        )
+
 
 @dataclass(frozen=True)
 class LearnerBatch:
@@ -223,6 +232,43 @@ class LearnerBatch:
 
     def rows(self, rows: np.ndarray) -> LearnerBatch:
         return _take_rows(self, rows)
+
+    def narrow(self, width: int) -> LearnerBatch:
+        """The first ``width`` columns of every per-token field."""
+
+        def cut(a: np.ndarray | None) -> np.ndarray | None:
+            return None if a is None else a[:, :width]
+
+        return replace(
+            self,
+            seqs=self.seqs.narrow(width),
+            old_logprobs=cut(self.old_logprobs),
+            ref_logprobs=cut(self.ref_logprobs),
+            token_adv=cut(self.token_adv),
+            loss_mask=cut(self.loss_mask),
+            loss_weight=cut(self.loss_weight),
+        )
+
+
+def row_lengths(attention_mask: np.ndarray) -> np.ndarray:
+    """int64[B]: one past each right-padded row's last attended column (1 for a row with none)."""
+    lengths = attention_mask.shape[1] - np.argmax(attention_mask[:, ::-1], axis=1)
+    lengths[~attention_mask.any(axis=1)] = 1
+    return lengths.astype(np.int64)
+
+
+def micro_batches(attention_mask: np.ndarray, size: int) -> list[tuple[np.ndarray, int]]:
+    """Rows of a right-padded batch (bool[B, L]) in micro-batches of at most ``size``, longest first, each with its
+    width (the column after its longest row's last token). Rows of similar length share a micro-batch, so a forward
+    pass computes on little padding; a causal model's outputs at a row's own positions do not depend on the padding
+    after them, so narrowing changes no result (beyond float rounding of other matrix shapes)."""
+    lengths = row_lengths(attention_mask)
+    order = np.argsort(-lengths, kind="stable")
+    return (
+        [(rows, int(lengths[rows].max())) for rows in np.array_split(order, -(-len(order) // size))]
+        if len(order)
+        else []
+    )
 
 
 def per_turn_to_tokens(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -18,7 +18,7 @@ from ray.util.placement_group import remove_placement_group
 from actors.progress import Ticker
 from cluster.ray_cluster import WorkerResources, place_workers
 from learners.algorithm import PolicyLossFn, ValueLossFn
-from learners.batch import LearnerBatch, Sequences
+from learners.batch import LearnerBatch, Sequences, row_lengths
 from learners.prepare import minibatch
 from learners.worker import LearnerSpec, LearnerWorker
 
@@ -69,34 +69,49 @@ class LearnerGroup:
         self.workers, self.placement_group = place_workers(LearnerWorker, num_workers, resources, spec)
         ray.get([w.ping.remote() for w in self.workers])
 
-    def _map_rows(self, method: str, seqs: Sequences, label: str, **kwargs: Any) -> np.ndarray:
+    def _map_rows(
+        self, method: str, seqs: Sequences, label: str, *, per_token: bool, **kwargs: Any
+    ) -> np.ndarray:
         """``method`` over all rows, split across the workers, in chunks of a few micro-batches per worker so that
-        progress can be shown (the workers run their micro-batches either way)."""
+        progress can be shown (the workers run their micro-batches either way). Rows go out longest first, each
+        chunk cut to its longest row (``learners.batch.micro_batches``' argument: no result changes), and come
+        back in the batch's order; ``per_token`` outputs are float32[B, L], the others [B, ...]."""
         chunk = 4 * self.spec.micro_batch_size * len(self.workers)
+        lengths = row_lengths(seqs.attention_mask)
+        order = np.argsort(-lengths, kind="stable")
         ticker = Ticker(label, len(seqs), "rows")
-        outs = []
+        out: np.ndarray | None = np.zeros(seqs.input_ids.shape, np.float32) if per_token else None
         for start in range(0, len(seqs), chunk):
-            part = seqs.rows(np.arange(start, min(len(seqs), start + chunk)))
-            refs = [
-                getattr(w, method).remote(part.rows(rows), **kwargs)
-                for w, rows in zip(self.workers, _shards(len(part), len(self.workers)), strict=True)
-                if rows.size
-            ]
-            outs += ray.get(refs)
+            idx = order[start : start + chunk]
+            part = seqs.rows(idx).narrow(int(lengths[idx].max()))
+            shards = [rows for rows in _shards(len(part), len(self.workers)) if rows.size]
+            results = ray.get(
+                [
+                    getattr(w, method).remote(part.rows(r), **kwargs)
+                    for w, r in zip(self.workers[: len(shards)], shards, strict=True)
+                ]
+            )
+            for rows, res in zip(shards, results, strict=True):
+                if out is None:
+                    out = np.zeros((len(seqs), *res.shape[1:]), res.dtype)
+                if per_token:
+                    out[idx[rows], : res.shape[1]] = res
+                else:
+                    out[idx[rows]] = res
             ticker.advance(len(part))
         ticker.close()
-        return np.concatenate(outs) if outs else np.zeros((0,))
+        return out if out is not None else np.zeros((0,))
 
     def logprobs(self, seqs: Sequences, *, reference: bool = False, adapter: str | None = None) -> np.ndarray:
         """Under policy adapter ``adapter`` (None: the first), or the reference (adapters disabled)."""
         label = "reference log-probs" if reference else f"log-probs{'' if adapter is None else ' ' + adapter}"
-        return self._map_rows("logprobs", seqs, label, reference=reference, adapter=adapter)
+        return self._map_rows("logprobs", seqs, label, per_token=True, reference=reference, adapter=adapter)
 
     def values(self, seqs: Sequences) -> np.ndarray:
-        return self._map_rows("values", seqs, "values")
+        return self._map_rows("values", seqs, "values", per_token=False)
 
     def entropies(self, seqs: Sequences) -> np.ndarray:
-        return self._map_rows("entropies", seqs, "entropies")
+        return self._map_rows("entropies", seqs, "entropies", per_token=False)
 
     def update(
         self,

@@ -34,7 +34,7 @@ from torch import nn
 from actors.inference import LoraSpec
 from actors.models import pick_dtype
 from learners.algorithm import PolicyLossFn, ValueLossFn
-from learners.batch import LearnerBatch, Sequences
+from learners.batch import LearnerBatch, Sequences, micro_batches
 from learners.targets import CriticInputs, PolicyInputs
 
 
@@ -52,6 +52,8 @@ class LearnerSpec:
     max_grad_norm: float
     micro_batch_size: int
     """Rows per forward/backward (memory bound); gradients accumulate over a whole mini-batch before a step."""
+    gradient_checkpointing: bool
+    """Recompute each decoder layer's activations in backward instead of keeping them (training passes only)."""
     seed: int
     device: str = "cpu"
     value_heads: int = 0
@@ -181,7 +183,6 @@ class LearnerWorker:
     def __init__(self, spec: LearnerSpec, *, rank: int = 0, world_size: int = 1) -> None:
         import deepspeed
         from peft import LoraConfig, get_peft_model
-        from transformers import AutoModelForCausalLM
 
         self.spec, self.rank, self.world_size = spec, rank, world_size
         torch.manual_seed(spec.seed + rank)
@@ -194,7 +195,7 @@ class LearnerWorker:
             target_modules=list(spec.lora.target_modules),
             lora_dropout=spec.lora.dropout,
         )
-        base = AutoModelForCausalLM.from_pretrained(spec.model_path, dtype=torch.float32)
+        base = self._base_model()
         adapters = spec.adapters or (("default", spec.actor_lr),)
         if len(adapters) > 1 and spec.zero_stage == 3:
             raise ValueError("several policy adapters need learner.zero_stage 0-2")
@@ -218,7 +219,7 @@ class LearnerWorker:
         self.policy = self.engines[self.adapter_names[0]]
         self.critic = None
         if spec.value_heads:
-            cbase = AutoModelForCausalLM.from_pretrained(spec.model_path, dtype=torch.float32)
+            cbase = self._base_model()
             cmodel = ValueModel(
                 get_peft_model(cbase, lora_cfg),
                 cbase.config.hidden_size,
@@ -239,6 +240,15 @@ class LearnerWorker:
                 )
             self.critic_target = [p.detach().clone() for p in self._critic_params()]
         self.step_count = 0
+
+    def _base_model(self) -> nn.Module:
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(self.spec.model_path, dtype=torch.float32)
+        if self.spec.gradient_checkpointing:
+            # non-reentrant: the recomputed layers see the LoRA tensors' requires_grad, the frozen inputs need none
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        return model
 
     # -- forward passes ----------------------------------------------------------------------------------------
 
@@ -310,37 +320,38 @@ class LearnerWorker:
         """float32[B, L] log-probs of the response tokens (``response_mask``) under the policy adapter ``adapter``
         (None: the first), or under the reference policy (the same weights with the adapters disabled)."""
         self.policy.eval()
-        out = []
-        for rows in self._micro_rows(len(seqs)):
-            ids, attn = self._dev(seqs.input_ids[rows]), self._dev(seqs.attention_mask[rows])
-            where = self._dev(seqs.response_mask[rows])
+        out = np.zeros(seqs.input_ids.shape, np.float32)
+        for rows, width in self._micro_batches(seqs):
+            s = seqs.rows(rows).narrow(width)
+            ids, attn, where = self._dev(s.input_ids), self._dev(s.attention_mask), self._dev(s.response_mask)
             if reference:
                 with self._reference():
                     lp, _ = self._response_logprobs(ids, attn, where)
             else:
                 with self._active(adapter):
                     lp, _ = self._response_logprobs(ids, attn, where)
-            out.append(lp.cpu().numpy())
-        return np.concatenate(out) if out else np.zeros((0, 0), np.float32)
+            out[rows, :width] = lp.cpu().numpy()
+        return out
 
     @torch.no_grad()
     def entropies(self, seqs: Sequences) -> np.ndarray:
         """float32[B]: the policy's mean token entropy over each row's response tokens (0 for a row without any);
         HISR's entropy segmentation (``reward.segments.entropy_segments``) reads it per turn."""
         self.policy.eval()
-        out = []
-        for rows in self._micro_rows(len(seqs)):
-            where = self._dev(seqs.response_mask[rows])
+        out = np.zeros(len(seqs), np.float32)
+        for rows, width in self._micro_batches(seqs):
+            s = seqs.rows(rows).narrow(width)
+            where = self._dev(s.response_mask)
             _, ent = self._response_logprobs(
-                self._dev(seqs.input_ids[rows]), self._dev(seqs.attention_mask[rows]), where, entropy=True
+                self._dev(s.input_ids), self._dev(s.attention_mask), where, entropy=True
             )
             assert ent is not None
             # ent lists the selected positions row by row; sum them back per row
             counts = where[:, 1:].sum(-1)
             row_of = torch.repeat_interleave(torch.arange(len(rows), device=ent.device), counts)
             sums = torch.zeros(len(rows), device=ent.device).index_add_(0, row_of, ent.float())
-            out.append((sums / counts.clamp(min=1)).cpu().numpy())
-        return np.concatenate(out) if out else np.zeros((0,), np.float32)
+            out[rows] = (sums / counts.clamp(min=1)).cpu().numpy()
+        return out
 
     def _critic_params(self) -> list[torch.Tensor]:
         """The critic's trainable tensors (its LoRA and head), in a fixed order."""
@@ -378,18 +389,18 @@ class LearnerWorker:
         if target is not None and target.any() and self.critic_target is None:
             raise RuntimeError("value slots read a target critic this learner does not keep (target_critic)")
         self.critic.eval()
-        out = []
+        out = np.zeros((len(seqs), len(seqs.value_head)), np.float32)
         head = self._dev(seqs.value_head)
-        for rows in self._micro_rows(len(seqs)):
-            ids, attn = self._dev(seqs.input_ids[rows]), self._dev(seqs.attention_mask[rows])
-            pos = self._dev(seqs.value_pos[rows])
+        for rows, width in self._micro_batches(seqs):
+            s = seqs.rows(rows).narrow(width)
+            ids, attn, pos = self._dev(s.input_ids), self._dev(s.attention_mask), self._dev(s.value_pos)
             got = self._gather_values(self.critic(ids, attn), pos, head)
             if target is not None and target.any():
                 with self._target_weights():
                     from_target = self._gather_values(self.critic(ids, attn), pos, head)
                 got = torch.where(self._dev(target)[None, :], from_target, got)
-            out.append(got.cpu().numpy())
-        return np.concatenate(out) if out else np.zeros((0, len(seqs.value_head)), np.float32)
+            out[rows] = got.cpu().numpy()
+        return out
 
     @staticmethod
     def _gather_values(v: torch.Tensor, pos: torch.Tensor, head: torch.Tensor) -> torch.Tensor:
@@ -398,9 +409,10 @@ class LearnerWorker:
 
     # -- updates ---------------------------------------------------------------------------------------------
 
-    def _micro_rows(self, n: int) -> list[np.ndarray]:
-        mb = self.spec.micro_batch_size
-        return [np.arange(i, min(n, i + mb)) for i in range(0, n, mb)]
+    def _micro_batches(self, seqs: Sequences) -> list[tuple[np.ndarray, int]]:
+        """(rows, width) of each forward pass: rows of similar length together, cut to their longest
+        (``learners.batch.micro_batches``)."""
+        return micro_batches(seqs.attention_mask, self.spec.micro_batch_size)
 
     def _check_zero3_accumulation(self, n_micro: int) -> None:
         """Measured here (tests/ray/test_learner.py): with DeepSpeed 0.19.8's unmanaged accumulation, ZeRO-3 drops
@@ -426,12 +438,12 @@ class LearnerWorker:
             raise ValueError("update_policy needs the mini-batch's loss_weight (set by the learner group)")
         engine = self._engine(adapter)
         engine.train()
-        rows = self._micro_rows(len(batch))
-        self._check_zero3_accumulation(len(rows))
+        chunks = self._micro_batches(batch.seqs)
+        self._check_zero3_accumulation(len(chunks))
         sums: dict[str, float] = {}
         tokens = 0.0
-        for chunk in rows:
-            micro = batch.rows(chunk)
+        for rows, width in chunks:
+            micro = batch.rows(rows).narrow(width)
             s = micro.seqs
             with self._active(adapter):
                 new_lp, ent = self._response_logprobs(
@@ -474,10 +486,10 @@ class LearnerWorker:
         self.critic.train()
         head = self._dev(batch.seqs.value_head)
         total = 0.0
-        chunks = self._micro_rows(len(batch))
+        chunks = self._micro_batches(batch.seqs)
         self._check_zero3_accumulation(len(chunks))
-        for chunk in chunks:
-            micro = batch.rows(chunk)
+        for rows, width in chunks:
+            micro = batch.rows(rows).narrow(width)
             s = micro.seqs
             v = self._gather_values(
                 self.critic(self._dev(s.input_ids), self._dev(s.attention_mask)), self._dev(s.value_pos), head

@@ -93,6 +93,7 @@ def _spec(model_path: str, **kw):
         "critic_lr": 1e-2,
         "max_grad_norm": 1.0,
         "micro_batch_size": 2,
+        "gradient_checkpointing": False,
         "value_heads": 2,
         "seed": 0,
         "master_port": IN_PROCESS_PORT,
@@ -174,6 +175,37 @@ def test_micro_batching_is_exact(model_path):
     assert gap_v < MICRO_TOL
 
 
+def test_gradient_checkpointing_wraps_the_training_passes_and_changes_no_update(model_path):
+    """With ``gradient_checkpointing`` the policy's and the critic's decoder layers run through torch's checkpoint
+    in training passes only (counted on each first layer: one call per training micro-batch; bench_memory.py
+    measures what it saves), and the two updates match the plain worker's."""
+    batch = _batch(0)
+    plain, ckpt = _worker(model_path), _worker(model_path, gradient_checkpointing=True)
+    calls = {"policy": 0, "critic": 0}
+
+    def counting(name, layer):
+        inner = layer._gradient_checkpointing_func
+
+        def wrapped(*args, **kwargs):
+            calls[name] += 1
+            return inner(*args, **kwargs)
+
+        layer._gradient_checkpointing_func = wrapped
+
+    counting("policy", ckpt.policy.module.get_base_model().model.layers[0])
+    counting("critic", ckpt.critic.module.backbone.get_base_model().model.layers[0])
+    _train(plain, batch)
+    _train(ckpt, batch)
+    # 2 steps × ceil(6 rows / micro-batch 2) training micro-batches each; the eval log-prob passes are not wrapped
+    assert calls == {"policy": 2 * 3, "critic": 2 * 3}
+    seqs = batch.seqs
+    gap_lp = _max_gap(plain.logprobs(seqs), ckpt.logprobs(seqs), seqs.response_mask)
+    gap_v = float(np.abs(plain.values(seqs) - ckpt.values(seqs)).max())
+    print(f"gradient checkpointing: max |Δ logprob| {gap_lp:.2e}, |Δ value| {gap_v:.2e}")
+    assert gap_lp < MICRO_TOL
+    assert gap_v < MICRO_TOL
+
+
 # -- 2. data parallel through Ray ------------------------------------------------------------------------------
 
 
@@ -213,6 +245,40 @@ def test_data_parallel_group_equals_single_worker(ray_local, model_path):
     assert gap_w < DP_TOL
     assert gap_lp < DP_TOL
     assert gap_v < DP_TOL
+
+
+def test_rows_come_back_in_order_each_as_if_computed_alone(ray_local, model_path):
+    """The group sends rows longest first in chunks cut to their longest row; each worker splits its share into
+    micro-batches of similar length, cut the same way. Every output must land on its own row and equal that row
+    computed alone at its own length (a causal model's outputs do not depend on the padding after them)."""
+    from cluster.ray_cluster import WorkerResources
+    from learners.group import LearnerGroup
+
+    batch = _batch(2, n=20)  # chunks of 4 micro-batches × 2 rows × 2 workers = 16 rows: two chunks
+    seqs = batch.seqs
+    group = LearnerGroup(_spec(model_path, master_port=_free_port()), 2, WorkerResources(0.5, 0))
+    try:
+        b = dataclasses.replace(batch, old_logprobs=group.logprobs(seqs))
+        common = {"loss_cfg": LOSS_CFG, "agg": "token-mean", "mini_batch_size": 20, "epochs": 1, "seed": 0}
+        group.update(b, policy_loss=grpo.ALGORITHM.policy_loss, value_loss=hiper.value_loss, **common)
+        lp, v = group.logprobs(seqs), group.values(seqs)
+        lengths = seqs.attention_mask.sum(1)
+        alone_lp, alone_v = np.zeros_like(lp), np.zeros_like(v)
+        for i, n in enumerate(lengths):
+            one = seqs.rows(np.array([i])).narrow(int(n))
+            alone_lp[i, :n] = group.logprobs(one)[0]
+            alone_v[i] = group.values(one)[0]
+    finally:
+        for w in group.workers:
+            ray_local.kill(w)
+    assert len(set(lengths.tolist())) > 3 and not np.all(np.diff(lengths) <= 0)  # lengths vary, unsorted
+    assert float(np.abs(v).max()) > 1e-3  # the critic moved: values differ per row
+    gap_lp = _max_gap(lp, alone_lp, seqs.response_mask)
+    gap_v = float(np.abs(v - alone_v).max())
+    print(f"rows batched vs alone: max |Δ logprob| {gap_lp:.2e}, |Δ value| {gap_v:.2e}")
+    assert gap_lp < MICRO_TOL
+    assert gap_v < MICRO_TOL
+    assert not lp[~seqs.response_mask].any()  # nothing outside the response tokens
 
 
 def test_spec_master_port_beats_inherited_env(ray_local, model_path):

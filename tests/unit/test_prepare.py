@@ -202,3 +202,54 @@ def test_hipif_shaping_pass_writes_the_process_rewards_the_advantage_reads():
     np.testing.assert_allclose(batch.token_adv[:, RESP][:, 0], HIPIF_ADV, atol=1e-5)
     _, (plain, _) = _prepare("hipif", case(), hipif.Config(reward_terms=()))
     assert plain.token_adv[1, RESP][0] == pytest.approx(plain.token_adv[0, RESP][0])
+
+
+def test_micro_batches_group_rows_by_length_and_cut_each_to_its_longest():
+    from learners.batch import micro_batches, row_lengths
+
+    # right-padded rows of lengths 3, 5, 1, (none), 4 in a width-6 batch
+    attn = np.zeros((5, 6), bool)
+    for row, n in enumerate([3, 5, 1, 0, 4]):
+        attn[row, :n] = True
+    assert row_lengths(attn).tolist() == [
+        3,
+        5,
+        1,
+        1,
+        4,
+    ]  # a row without tokens counts 1 (a forward needs one)
+    # longest first (stable among equals): 1 (5), 4 (4), 0 (3), 2 (1), 3 (1); 5 rows in ceil(5/2) = 3 chunks
+    got = [(rows.tolist(), width) for rows, width in micro_batches(attn, 2)]
+    assert got == [([1, 4], 5), ([0, 2], 3), ([3], 1)]
+    assert micro_batches(attn[:0], 2) == []
+
+
+def test_narrowing_a_learner_batch_cuts_every_per_token_field_and_keeps_the_rest():
+    from learners.batch import LearnerBatch, Sequences
+
+    rng = np.random.default_rng(0)
+    resp = np.zeros((3, 8), bool)
+    resp[:, 2:7] = True
+    batch = LearnerBatch(
+        seqs=Sequences(
+            rng.integers(0, 50, (3, 8)), np.ones((3, 8), bool), resp, np.full((3, 2), 1), np.zeros(2)
+        ),
+        old_logprobs=rng.normal(size=(3, 8)),
+        ref_logprobs=None,
+        token_adv=rng.normal(size=(3, 8)),
+        loss_mask=resp,
+        value_target=rng.normal(size=(3, 2)),
+        value_valid=np.ones((3, 2), bool),
+        old_values=np.zeros((3, 2)),
+    )
+    batch = minibatch(batch, np.arange(3), "token-mean")
+    cut = batch.narrow(5)
+    for name in ("old_logprobs", "token_adv", "loss_mask", "loss_weight"):
+        assert getattr(cut, name).shape == (3, 5)
+        assert np.array_equal(getattr(cut, name), getattr(batch, name)[:, :5])
+    for name in ("input_ids", "attention_mask", "response_mask"):
+        assert np.array_equal(getattr(cut.seqs, name), getattr(batch.seqs, name)[:, :5])
+    # positions and per-row fields are untouched
+    assert np.array_equal(cut.seqs.value_pos, batch.seqs.value_pos)
+    assert np.array_equal(cut.value_weight, batch.value_weight)
+    assert np.array_equal(cut.value_target, batch.value_target)
