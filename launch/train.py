@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import ray
 import torch
-from ray.exceptions import RayActorError
+from ray.exceptions import OutOfMemoryError, RayActorError
 from ray.util.placement_group import remove_placement_group
 
 from actors.demos import collect_demonstrations
@@ -53,6 +53,11 @@ from learners.prepare import learner_batch, shaped_turns
 from learners.targets import sequences
 from learners.transitions import subgoal_counts
 from learners.worker import LearnerSpec
+
+WORKER_LOST = (RayActorError, OutOfMemoryError)
+"""A worker call that ends one of these lost its worker: it crashed, was killed, or Ray's memory monitor killed its
+process when the node ran low (the call in flight raises ``OutOfMemoryError``, the actor is dead). Measured: a
+16 GB process started beside a training run got its learner worker killed; the recovery is a crash's."""
 
 
 @contextmanager
@@ -291,7 +296,7 @@ class Trainer:
         for i in range(len(self.rollout)):
             try:
                 ok.append(self._send(self.rollout[i], refs))
-            except RayActorError as e:  # a dead worker is replaced with these weights
+            except WORKER_LOST as e:  # a dead worker is replaced with these weights
                 self.replace_rollout_worker(i, e)
                 ok.append(True)
         if not all(ok):
@@ -328,7 +333,7 @@ class Trainer:
                 try:
                     packed.extend(ray.get(c.ref))
                     break
-                except RayActorError as e:
+                except WORKER_LOST as e:
                     self.replace_rollout_worker(c.worker, e)
                     self.submit(c)
         groups = [unpack_group(g) for g in packed]
@@ -340,7 +345,7 @@ class Trainer:
         while True:
             try:
                 return self.update(trajs, self.algo, self.algo_cfg, seed=self.cfg.seed + it, iteration=it)
-            except RayActorError as e:
+            except WORKER_LOST as e:
                 self.rebuild_learner(e)
 
     def rebuild_learner(self, error: Exception) -> None:

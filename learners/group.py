@@ -149,6 +149,8 @@ class LearnerGroup:
             for start in range(0, n, mini_batch_size):
                 mb = minibatch(batch, order[start : start + mini_batch_size], agg)
                 shards = _pad_empty_shards([mb.rows(r) for r in _shards(len(mb), len(self.workers))], mb)
+                # each shard travels cut to its longest row (the workers cut their micro-batches again)
+                shards = [s.narrow(int(row_lengths(s.seqs.attention_mask).max())) for s in shards]
                 refs = (
                     []
                     if policy_loss is None or steps < critic_only_steps

@@ -111,11 +111,15 @@ def test_the_run_config_holds_no_algorithm_defaults():
 
 def test_the_cpu_main_job_preset_is_the_old_embedded_default():
     """``hierarl train`` (no preset) loads hiper_textcraft_cpu: the dataclass defaults + the TextCraft scaling
-    that used to be the ``algo_overrides`` default (HiPER App. C values / 10: TextCraft pays 1, not 10)."""
+    that used to be the ``algo_overrides`` default (HiPER App. C values / 10: TextCraft pays 1, not 10) + CPU-sized
+    learner micro-batches (bench_memory.py)."""
     assert DEFAULT_PRESET == "hiper_textcraft_cpu"
     cfg = resolve_config(DEFAULT_PRESET)
+    base = TrainConfig()
     assert cfg == dataclasses.replace(
-        TrainConfig(), algo_overrides={"shaping.c_keep": 0.03, "shaping.format_penalty": 0.01}
+        base,
+        algo_overrides={"shaping.c_keep": 0.03, "shaping.format_penalty": 0.01},
+        learner=dataclasses.replace(base.learner, micro_batch_size=2),
     )
     algo_cfg = resolve_algo_config(get_algo(cfg.algo).Config, cfg.algo_overrides)
     assert (algo_cfg.shaping.c_keep, algo_cfg.shaping.format_penalty) == (0.03, 0.01)
