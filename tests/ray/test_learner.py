@@ -233,8 +233,7 @@ def test_data_parallel_group_equals_single_worker(ray_local, model_path):
         )
         out[n] = (g.adapter_weights(), g.logprobs(batch.seqs), g.values(batch.seqs))
     for g in groups.values():
-        for w in g.workers:
-            ray_local.kill(w)
+        g.shutdown()  # workers and placement groups: the next test's group needs the CPUs back
     (w1, lp1, v1), (w2, lp2, v2) = out[1], out[2]
     assert set(w1) == set(w2)
     gap_w = max(float(np.abs(w1[k] - w2[k]).max()) for k in w1)
@@ -269,8 +268,7 @@ def test_rows_come_back_in_order_each_as_if_computed_alone(ray_local, model_path
             alone_lp[i, :n] = group.logprobs(one)[0]
             alone_v[i] = group.values(one)[0]
     finally:
-        for w in group.workers:
-            ray_local.kill(w)
+        group.shutdown()
     assert len(set(lengths.tolist())) > 3 and not np.all(np.diff(lengths) <= 0)  # lengths vary, unsorted
     assert float(np.abs(v).max()) > 1e-3  # the critic moved: values differ per row
     gap_lp = _max_gap(lp, alone_lp, seqs.response_mask)
