@@ -42,37 +42,50 @@ PRESETS = (
 )
 
 
-def synthetic_batch(n: int, width: int, slots: int = 0, seed: int = 0) -> Any:
-    """A ``LearnerBatch`` of random tokens: the second half of each row is the response (random advantages); each
-    of ``slots`` value slots is read at the last prompt token by head 0 with a random target."""
+def random_targets(
+    seqs: Any, *, old_logprobs: Any = None, ref_logprobs: Any = None, old_values: Any = None, seed: int = 0
+) -> Any:
+    """A ``LearnerBatch`` on ``seqs`` with random advantages on the response tokens and a random target for every
+    value slot (benchmarks time the learner, not the targets), its weights those of one mini-batch of all rows."""
     import numpy as np
-    import torch
 
-    from learners.batch import LearnerBatch, Sequences
-    from learners.losses import aggregation_weights
+    from learners.batch import LearnerBatch
+    from learners.prepare import minibatch
 
     rng = np.random.default_rng(seed)
-    ids = rng.integers(10, 2000, (n, width))
+    resp = seqs.response_mask.astype(bool)
+    n, k = len(seqs), seqs.value_pos.shape[1]
+    batch = LearnerBatch(
+        seqs=seqs,
+        old_logprobs=np.zeros(resp.shape, np.float32) if old_logprobs is None else old_logprobs,
+        ref_logprobs=ref_logprobs,
+        token_adv=(rng.normal(size=resp.shape) * resp).astype(np.float32),
+        loss_mask=resp,
+        value_target=rng.normal(size=(n, k)).astype(np.float32),
+        value_valid=np.ones((n, k), bool),
+        old_values=np.zeros((n, k), np.float32) if old_values is None else old_values,
+    )
+    return minibatch(batch, np.arange(n), "token-mean")
+
+
+def synthetic_batch(n: int, width: int, slots: int = 0, seed: int = 0) -> Any:
+    """``random_targets`` on random tokens: the second half of each row is the response; each of ``slots`` value
+    slots is read at the last prompt token by head 0."""
+    import numpy as np
+
+    from learners.batch import Sequences
+
+    rng = np.random.default_rng(seed)
     resp = np.zeros((n, width), bool)
     resp[:, width // 2 :] = True
-    return LearnerBatch(
-        seqs=Sequences(
-            ids,
-            np.ones((n, width), np.int64),
-            resp,
-            np.full((n, slots), width // 2 - 1, np.int64),
-            np.zeros(slots, np.int64),
-        ),
-        old_logprobs=np.zeros((n, width), np.float32),
-        ref_logprobs=None,
-        token_adv=(rng.normal(size=(n, width)) * resp).astype(np.float32),
-        loss_mask=resp,
-        value_target=rng.normal(size=(n, slots)).astype(np.float32),
-        value_valid=np.ones((n, slots), bool),
-        old_values=np.zeros((n, slots), np.float32),
-        loss_weight=aggregation_weights(torch.from_numpy(resp), "token-mean").numpy().astype(np.float32),
-        value_weight=np.full((n, slots), 1.0 / max(n * slots, 1), np.float32),
+    seqs = Sequences(
+        rng.integers(10, 2000, (n, width)),
+        np.ones((n, width), np.int64),
+        resp,
+        np.full((n, slots), width // 2 - 1, np.int64),
+        np.zeros(slots, np.int64),
     )
+    return random_targets(seqs, seed=seed)
 
 
 def _free_port() -> int:

@@ -68,36 +68,21 @@ class Phases:
 
 def build_rows(preset: str, model: str, episodes: int, out: Path) -> dict[str, Any]:
     """The preset's expert demonstrations → padded turns → ``Sequences`` arrays, saved to ``out`` (npz)."""
-    import random
-
     import numpy as np
     from transformers import AutoTokenizer
 
-    import envs
-    from actors.demos import collect_demonstrations
     from actors.models import resolve_model_path
     from launch.algos import get_algo
     from launch.config import resolve_algo_config, resolve_config
+    from launch.train import env_task_ids, expert_demonstrations
     from learners.prepare import shaped_turns
     from learners.targets import sequences
 
-    cfg = resolve_config(preset, [f"model.path={model}"])
+    cfg = resolve_config(preset, [f"model.path={model}", f"bc.episodes={episodes}"])
     algo = get_algo(cfg.algo)
     algo_cfg = resolve_algo_config(algo.Config, cfg.algo_overrides)
     tok = AutoTokenizer.from_pretrained(resolve_model_path(model))
-    env = envs.make(cfg.env.name, **dict(cfg.env.options))
-    ids = list(env.task_ids(cfg.env.train_split))
-    env.close()
-    demos = collect_demonstrations(
-        cfg.env.name,
-        cfg.rollout.agent,
-        random.Random(0).sample(ids, min(episodes, len(ids))),
-        tokenizer=tok,
-        env_options=dict(cfg.env.options),
-        max_steps=cfg.env.max_steps,
-        history_length=cfg.rollout.history_length,
-        agent_options=dict(cfg.rollout.agent_options),
-    )
+    demos = expert_demonstrations(cfg, tok, env_task_ids(cfg, cfg.env.train_split))
     pad = tok.pad_token_id or tok.eos_token_id
     turns = shaped_turns(demos, algo_cfg, max_len=cfg.learner.max_seq_len, pad_id=pad)
     seqs = sequences(turns, algo.value_slots)
@@ -118,6 +103,7 @@ def child(preset: str, model: str, overrides: list[str], rows_file: Path) -> dic
     import socket
 
     import numpy as np
+    from bench_checkpoints import random_targets
 
     from actors.models import resolve_model_path
     from launch.algos import get_algo
@@ -146,7 +132,8 @@ def child(preset: str, model: str, overrides: list[str], rows_file: Path) -> dic
         ref = worker.logprobs(seqs, reference=True) if algo.uses_reference(algo_cfg) else None
     with phases("values"):
         values = worker.values(seqs) if algo.value_slots else None
-    batch = _learner_batch(algo, algo_cfg, seqs, lp, ref, values)
+    # the demonstrations carry no rewards worth a target: random advantages and value targets, the algorithm's losses
+    batch = random_targets(seqs, old_logprobs=lp, ref_logprobs=ref, old_values=values)
     mb = minibatch(batch, np.arange(min(len(batch), cfg.learner.mini_batch_size)), algo_cfg.agg)
     with phases("policy_step"):
         policy = worker.update_policy(mb, algo.policy_loss, algo_cfg)
@@ -163,28 +150,6 @@ def child(preset: str, model: str, overrides: list[str], rows_file: Path) -> dic
         "policy_loss": policy.get("loss", float("nan")),
         "value_loss": critic.get("value_loss", float("nan")),
     }
-
-
-def _learner_batch(algo: Any, algo_cfg: Any, seqs: Any, lp: Any, ref: Any, values: Any) -> Any:
-    """A ``LearnerBatch`` with the algorithm's own loss inputs: advantages drawn at random on the response tokens
-    (the demonstrations carry no rewards worth a target), value targets at random where slots are read."""
-    import numpy as np
-
-    from learners.batch import LearnerBatch
-
-    rng = np.random.default_rng(0)
-    resp = seqs.response_mask
-    k = seqs.value_pos.shape[1]
-    return LearnerBatch(
-        seqs=seqs,
-        old_logprobs=lp,
-        ref_logprobs=ref,
-        token_adv=(rng.normal(size=resp.shape) * resp).astype(np.float32),
-        loss_mask=resp,
-        value_target=rng.normal(size=(len(seqs), k)).astype(np.float32),
-        value_valid=np.ones((len(seqs), k), bool),
-        old_values=np.zeros((len(seqs), k), np.float32) if values is None else values,
-    )
 
 
 def main() -> None:

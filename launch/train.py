@@ -129,6 +129,33 @@ def learner_spec(
     )
 
 
+def env_task_ids(cfg: TrainConfig, split: str) -> list[str]:
+    """The run's env's task ids of ``split`` (one env built and closed)."""
+    import envs
+
+    env = envs.make(cfg.env.name, **dict(cfg.env.options))
+    try:
+        return list(env.task_ids(split))
+    finally:
+        env.close()
+
+
+def expert_demonstrations(cfg: TrainConfig, tokenizer: Any, task_ids: Sequence[str]) -> list[Trajectory]:
+    """The env expert's won episodes on ``bc.episodes`` of ``task_ids`` (drawn from the run's seed), in the agent's
+    format and with its prompts."""
+    ids = random.Random(cfg.seed).sample(list(task_ids), min(cfg.bc.episodes, len(task_ids)))
+    return collect_demonstrations(
+        cfg.env.name,
+        cfg.rollout.agent,
+        ids,
+        tokenizer=tokenizer,
+        env_options=dict(cfg.env.options),
+        max_steps=cfg.env.max_steps,
+        history_length=cfg.rollout.history_length,
+        agent_options=dict(cfg.rollout.agent_options),
+    )
+
+
 def lora_spec(cfg: TrainConfig) -> LoraSpec:
     m = cfg.model
     return LoraSpec(m.lora_rank, m.lora_alpha, m.lora_targets, m.lora_dropout)
@@ -239,13 +266,7 @@ class Trainer:
     # -- pieces ----------------------------------------------------------------------------------------------
 
     def task_ids(self, split: str) -> list[str]:
-        import envs
-
-        env = envs.make(self.cfg.env.name, **dict(self.cfg.env.options))
-        try:
-            return list(env.task_ids(split))
-        finally:
-            env.close()
+        return env_task_ids(self.cfg, split)
 
     def freeze_reference(self) -> None:
         """Copy each policy adapter into its frozen ``offline_<name>`` (the first online iteration: π_off)."""
@@ -590,23 +611,11 @@ class Trainer:
         return out
 
     def demonstrations(self) -> list[Trajectory]:
-        """The env expert's won episodes on ``bc.episodes`` training tasks (drawn from the run's seed), in the
-        agent's format: what behaviour cloning trains on, and STEP-HRL's expert data D."""
-        cfg = self.cfg
-        ids = self.task_ids(cfg.env.train_split)
-        ids = random.Random(cfg.seed).sample(ids, min(cfg.bc.episodes, len(ids)))
-        demos = collect_demonstrations(
-            cfg.env.name,
-            cfg.rollout.agent,
-            ids,
-            tokenizer=self.tokenizer,
-            env_options=dict(cfg.env.options),
-            max_steps=cfg.env.max_steps,
-            history_length=cfg.rollout.history_length,
-            agent_options=dict(cfg.rollout.agent_options),
-        )
+        """``expert_demonstrations`` on the run's training tasks: what behaviour cloning trains on, and STEP-HRL's
+        expert data D."""
+        demos = expert_demonstrations(self.cfg, self.tokenizer, self.task_ids(self.cfg.env.train_split))
         if not demos:
-            raise RuntimeError(f"the {cfg.env.name} expert produced no winning demonstration")
+            raise RuntimeError(f"the {self.cfg.env.name} expert produced no winning demonstration")
         return demos
 
     def behaviour_cloning(self) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from ray.util.placement_group import remove_placement_group
 from actors.progress import Ticker
 from cluster.ray_cluster import WorkerResources, place_workers
 from learners.algorithm import PolicyLossFn, ValueLossFn
-from learners.batch import LearnerBatch, Sequences, row_lengths
+from learners.batch import LearnerBatch, Sequences, micro_batches, row_lengths
 from learners.prepare import minibatch
 from learners.worker import LearnerSpec, LearnerWorker
 
@@ -73,17 +73,14 @@ class LearnerGroup:
         self, method: str, seqs: Sequences, label: str, *, per_token: bool, **kwargs: Any
     ) -> np.ndarray:
         """``method`` over all rows, split across the workers, in chunks of a few micro-batches per worker so that
-        progress can be shown (the workers run their micro-batches either way). Rows go out longest first, each
-        chunk cut to its longest row (``learners.batch.micro_batches``' argument: no result changes), and come
-        back in the batch's order; ``per_token`` outputs are float32[B, L], the others [B, ...]."""
+        progress can be shown (the workers run their micro-batches either way). The chunks are
+        ``learners.batch.micro_batches`` of that size (longest rows first, each cut to its longest row: no result
+        changes); results come back in the batch's order; ``per_token`` outputs are float32[B, L], the others [B, ...]."""
         chunk = 4 * self.spec.micro_batch_size * len(self.workers)
-        lengths = row_lengths(seqs.attention_mask)
-        order = np.argsort(-lengths, kind="stable")
         ticker = Ticker(label, len(seqs), "rows")
         out: np.ndarray | None = np.zeros(seqs.input_ids.shape, np.float32) if per_token else None
-        for start in range(0, len(seqs), chunk):
-            idx = order[start : start + chunk]
-            part = seqs.rows(idx).narrow(int(lengths[idx].max()))
+        for idx, width in micro_batches(seqs.attention_mask, chunk):
+            part = seqs.rows(idx).narrow(width)
             shards = [rows for rows in _shards(len(part), len(self.workers)) if rows.size]
             results = ray.get(
                 [

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -36,6 +36,8 @@ from actors.models import pick_dtype
 from learners.algorithm import PolicyLossFn, ValueLossFn
 from learners.batch import LearnerBatch, Sequences, micro_batches
 from learners.targets import CriticInputs, PolicyInputs
+
+_Rows = TypeVar("_Rows", Sequences, LearnerBatch)
 
 
 @dataclass(frozen=True)
@@ -321,8 +323,7 @@ class LearnerWorker:
         (None: the first), or under the reference policy (the same weights with the adapters disabled)."""
         self.policy.eval()
         out = np.zeros(seqs.input_ids.shape, np.float32)
-        for rows, width in self._micro_batches(seqs):
-            s = seqs.rows(rows).narrow(width)
+        for rows, width, s in self._micro_batches(seqs):
             ids, attn, where = self._dev(s.input_ids), self._dev(s.attention_mask), self._dev(s.response_mask)
             if reference:
                 with self._reference():
@@ -339,8 +340,7 @@ class LearnerWorker:
         HISR's entropy segmentation (``reward.segments.entropy_segments``) reads it per turn."""
         self.policy.eval()
         out = np.zeros(len(seqs), np.float32)
-        for rows, width in self._micro_batches(seqs):
-            s = seqs.rows(rows).narrow(width)
+        for rows, _, s in self._micro_batches(seqs):
             where = self._dev(s.response_mask)
             _, ent = self._response_logprobs(
                 self._dev(s.input_ids), self._dev(s.attention_mask), where, entropy=True
@@ -391,8 +391,7 @@ class LearnerWorker:
         self.critic.eval()
         out = np.zeros((len(seqs), len(seqs.value_head)), np.float32)
         head = self._dev(seqs.value_head)
-        for rows, width in self._micro_batches(seqs):
-            s = seqs.rows(rows).narrow(width)
+        for rows, _, s in self._micro_batches(seqs):
             ids, attn, pos = self._dev(s.input_ids), self._dev(s.attention_mask), self._dev(s.value_pos)
             got = self._gather_values(self.critic(ids, attn), pos, head)
             if target is not None and target.any():
@@ -409,10 +408,12 @@ class LearnerWorker:
 
     # -- updates ---------------------------------------------------------------------------------------------
 
-    def _micro_batches(self, seqs: Sequences) -> list[tuple[np.ndarray, int]]:
-        """(rows, width) of each forward pass: rows of similar length together, cut to their longest
-        (``learners.batch.micro_batches``)."""
-        return micro_batches(seqs.attention_mask, self.spec.micro_batch_size)
+    def _micro_batches(self, record: _Rows) -> list[tuple[np.ndarray, int, _Rows]]:
+        """(rows, width, those rows of ``record`` cut to ``width``) of each forward pass: rows of similar length
+        together, cut to their longest (``learners.batch.micro_batches``)."""
+        seqs = record.seqs if isinstance(record, LearnerBatch) else record
+        chunks = micro_batches(seqs.attention_mask, self.spec.micro_batch_size)
+        return [(rows, width, record.rows(rows).narrow(width)) for rows, width in chunks]
 
     def _check_zero3_accumulation(self, n_micro: int) -> None:
         """Measured here (tests/ray/test_learner.py): with DeepSpeed 0.19.8's unmanaged accumulation, ZeRO-3 drops
@@ -438,12 +439,11 @@ class LearnerWorker:
             raise ValueError("update_policy needs the mini-batch's loss_weight (set by the learner group)")
         engine = self._engine(adapter)
         engine.train()
-        chunks = self._micro_batches(batch.seqs)
+        chunks = self._micro_batches(batch)
         self._check_zero3_accumulation(len(chunks))
         sums: dict[str, float] = {}
         tokens = 0.0
-        for rows, width in chunks:
-            micro = batch.rows(rows).narrow(width)
+        for _, _, micro in chunks:
             s = micro.seqs
             with self._active(adapter):
                 new_lp, ent = self._response_logprobs(
@@ -486,10 +486,9 @@ class LearnerWorker:
         self.critic.train()
         head = self._dev(batch.seqs.value_head)
         total = 0.0
-        chunks = self._micro_batches(batch.seqs)
+        chunks = self._micro_batches(batch)
         self._check_zero3_accumulation(len(chunks))
-        for rows, width in chunks:
-            micro = batch.rows(rows).narrow(width)
+        for _, _, micro in chunks:
             s = micro.seqs
             v = self._gather_values(
                 self.critic(self._dev(s.input_ids), self._dev(s.attention_mask)), self._dev(s.value_pos), head
