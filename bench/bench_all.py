@@ -96,24 +96,65 @@ def learner(tmp: Path, quick: bool) -> list[dict[str, Any]]:
     ]
 
 
+def bare_policy_steps(path: str, spec: Any, batch: Any, steps: int, device: str) -> list[float]:
+    """ms per optimizer step of the bare loop: the PEFT model in DeepSpeed with ``spec``'s config, forward,
+    −A·log π on the response tokens, backward, step; no learner code (the process group must exist)."""
+    import deepspeed
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from actors.models import pick_dtype
+    from learners.worker import _ds_config
+
+    torch.manual_seed(0)
+    net = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32),
+        LoraConfig(
+            r=spec.lora.rank, lora_alpha=spec.lora.alpha, target_modules=list(spec.lora.target_modules)
+        ),
+    )
+    params = [p for p in net.parameters() if p.requires_grad]
+    bf16 = pick_dtype(spec.dtype, device) == torch.bfloat16
+    engine, _, _, _ = deepspeed.initialize(
+        model=net, optimizer=torch.optim.AdamW(params, lr=spec.actor_lr), config=_ds_config(spec, 1, bf16)
+    )
+    lm = net.get_base_model()
+    dev = engine.device
+    raw = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        for start in range(0, len(batch.seqs), spec.micro_batch_size):
+            sl = slice(start, start + spec.micro_batch_size)
+            ids = torch.from_numpy(batch.seqs.input_ids[sl]).to(dev)
+            sel = torch.from_numpy(batch.seqs.response_mask[sl])[:, 1:].to(dev)
+            hidden = lm.get_decoder()(input_ids=ids).last_hidden_state[:, :-1][sel]
+            logp = torch.log_softmax(lm.get_output_embeddings()(hidden).float(), -1)
+            picked = logp.gather(-1, ids[:, 1:][sel][:, None]).squeeze(-1)
+            adv = torch.from_numpy(batch.token_adv[sl][:, 1:][sel.cpu().numpy()]).to(dev)
+            engine.backward(-(adv * picked).sum() / float(batch.loss_mask.sum()))
+        engine.step()
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        raw.append(1e3 * (time.perf_counter() - t0))
+    del engine, net, lm
+    return raw
+
+
 def learner_child(out: Path, quick: bool) -> None:
     """Median ms per optimizer step: the bare loop here, then ``LearnerGroup.update`` with one Ray actor."""
     import dataclasses
 
-    import deepspeed
     import numpy as np
     import ray
-    import torch
     from bench_checkpoints import _free_port, synthetic_batch
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM
 
     from actors.inference import LoraSpec
     from actors.models import resolve_model_path
     from cluster.ray_cluster import WorkerResources
     from learners.algos import grpo
     from learners.group import LearnerGroup
-    from learners.worker import LearnerSpec, _ds_config, _init_dist
+    from learners.worker import LearnerSpec, _init_dist
 
     model = "tiny" if quick else "smollm2"
     rows, width, steps = (8, 128, 4) if quick else (16, 256, 4)
@@ -123,31 +164,7 @@ def learner_child(out: Path, quick: bool) -> None:
     batch = synthetic_batch(rows, width)
 
     _init_dist(0, 1, spec.master_port, "cpu")
-    torch.manual_seed(0)
-    net = get_peft_model(
-        AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32),
-        LoraConfig(r=lora.rank, lora_alpha=lora.alpha, target_modules=list(lora.target_modules)),
-    )
-    params = [p for p in net.parameters() if p.requires_grad]
-    engine, _, _, _ = deepspeed.initialize(
-        model=net, optimizer=torch.optim.AdamW(params, lr=spec.actor_lr), config=_ds_config(spec, 1, False)
-    )
-    lm = net.get_base_model()
-    raw = []
-    for _ in range(steps + 1):
-        t0 = time.perf_counter()
-        for start in range(0, rows, spec.micro_batch_size):
-            sl = slice(start, start + spec.micro_batch_size)
-            ids = torch.from_numpy(batch.seqs.input_ids[sl])
-            sel = torch.from_numpy(batch.seqs.response_mask[sl])[:, 1:]
-            hidden = lm.get_decoder()(input_ids=ids).last_hidden_state[:, :-1][sel]
-            logp = torch.log_softmax(lm.get_output_embeddings()(hidden), -1)
-            picked = logp.gather(-1, ids[:, 1:][sel][:, None]).squeeze(-1)
-            adv = torch.from_numpy(batch.token_adv[sl][:, 1:][sel.numpy()])
-            engine.backward(-(adv * picked).sum() / batch.loss_mask.sum())
-        engine.step()
-        raw.append(1e3 * (time.perf_counter() - t0))
-    del engine, net, lm
+    raw = bare_policy_steps(path, spec, batch, steps + 1, "cpu")
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     group = LearnerGroup(dataclasses.replace(spec, master_port=_free_port()), 1, WorkerResources(1, 0))
