@@ -178,6 +178,12 @@ class LearnerConfig:
     negate_advantages: bool = False
     """Negative control for benchmarks only: train on −A (every advantage the algorithm computed, after
     normalisation). A run with it on must not gain over its start (``bench/bench_learning.py --negative-control``)."""
+    behaviour_is_cap: float = 0.0
+    """Off-policy correction for every loss with a PPO ratio (``learners.targets.clipped_policy_loss``), 0: off.
+    When > 0, each token's surrogate is weighted by min(π_old / π_behav, cap), where π_old is the learner's
+    recomputation and π_behav is the rollout engine's reported log-prob. This is decoupled PPO with truncated
+    importance sampling: AReaL Eq. 5, and TIS with C = 2. It corrects a lagging policy (``one_step_off``) and an
+    engine that computes differently (vLLM, bf16)."""
 
 
 @dataclass(frozen=True)
@@ -599,6 +605,12 @@ def _check_ranges(cfg: TrainConfig) -> None:
         (lr.zero_stage in (0, 1, 2, 3), "learner.zero_stage", lr.zero_stage, "0, 1, 2, 3"),
         (lr.actor_lr > 0, "learner.actor_lr", lr.actor_lr, gt0),
         (lr.critic_lr > 0, "learner.critic_lr", lr.critic_lr, gt0),
+        (
+            lr.behaviour_is_cap == 0 or lr.behaviour_is_cap >= 1,
+            "learner.behaviour_is_cap",
+            lr.behaviour_is_cap,
+            "0 (off) or a number >= 1 (a cap below 1 would down-weight on-policy tokens)",
+        ),
         (lr.micro_batch_size >= 1, "learner.micro_batch_size", lr.micro_batch_size, ge1),
         (lr.mini_batch_size >= 1, "learner.mini_batch_size", lr.mini_batch_size, ge1),
         (

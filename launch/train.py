@@ -532,6 +532,7 @@ class Trainer:
                 ref,
                 values,
                 negate_advantages=self.cfg.learner.negate_advantages,
+                behaviour_is_cap=self.cfg.learner.behaviour_is_cap,
             )
             metrics.update(model_stats)
         with timed(timings, "update"):

@@ -214,6 +214,8 @@ class LearnerBatch:
         old_values    float32[B, K]  the critic's values when the targets were computed (value clipping)
         loss_weight   float32[B, L] | None  per-token aggregation weights of the mini-batch (set by the group)
         value_weight  float32[B, K] | None  valid / count of valid targets in the mini-batch (set by the group)
+        behaviour_weight float32[B, L] | None  decoupled PPO's truncated π_old / π_behav per token (the engine's
+                      log-probs as π_behav; ``learner.behaviour_is_cap``); None: off
     """
 
     seqs: Sequences
@@ -226,6 +228,7 @@ class LearnerBatch:
     old_values: np.ndarray
     loss_weight: np.ndarray | None = None
     value_weight: np.ndarray | None = None
+    behaviour_weight: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.seqs)
@@ -247,6 +250,7 @@ class LearnerBatch:
             token_adv=cut(self.token_adv),
             loss_mask=cut(self.loss_mask),
             loss_weight=cut(self.loss_weight),
+            behaviour_weight=cut(self.behaviour_weight),
         )
 
 

@@ -116,6 +116,29 @@ def ppo_token_loss(
     return loss_mat, metrics
 
 
+def behaviour_weights(
+    old_logprobs: Tensor, behaviour_logprobs: Tensor, mask: Tensor, cap: float
+) -> tuple[Tensor, dict[str, float]]:
+    """Decoupled PPO's behaviour weight, truncated: ``w = min(π_old / π_behav, cap)`` per token (1 outside
+    ``mask``; no gradient).
+
+    Decoupled PPO (Hilton et al. 2022; AReaL, Fu et al. 2025, Eq. 5) clips the ratio against a proximal policy
+    π_old, here the learner's own recomputation at the start of the update. It weights each token's surrogate by
+    π_old / π_behav, with π_behav the policy that sampled the token: its log-probs as the rollout engine reported
+    them, an older adapter version under one-step-off, or another numeric path (bf16, vLLM). Truncating the weight
+    at ``cap`` is truncated importance sampling (TIS, Yao et al. 2025, C = 2). Shapes: float[B, L] log-probs,
+    bool[B, L] mask. Metrics: ``is_weight_mean`` over the mask (before the cap) and ``is_weight_capped`` (the
+    share of masked tokens that were capped)."""
+    mask = mask.to(torch.bool)
+    raw = torch.exp(_zero_masked(old_logprobs - behaviour_logprobs, mask)).detach()
+    w = _zero_masked(torch.clamp(raw, max=cap), mask, fill=1.0)
+    metrics = {
+        "is_weight_mean": float(masked_mean(raw, mask)),
+        "is_weight_capped": float(masked_mean((raw > cap).to(raw.dtype), mask)),
+    }
+    return w, metrics
+
+
 def ppo_clip_loss(
     logprobs: Tensor,
     old_logprobs: Tensor,

@@ -23,7 +23,7 @@ import torch
 from actors.trajectory import Trajectory
 from learners.algorithm import Algorithm
 from learners.batch import LearnerBatch, Sequences, TurnBatch, build_turn_batch
-from learners.losses import aggregation_weights
+from learners.losses import aggregation_weights, behaviour_weights
 from reward.shaping import apply_shaping, shaping_for
 
 
@@ -48,6 +48,7 @@ def learner_batch(
     values: np.ndarray | None,
     *,
     negate_advantages: bool = False,
+    behaviour_is_cap: float = 0.0,
 ) -> tuple[LearnerBatch, dict[str, float]]:
     """The batch the learner trains on, and the scalar diagnostics of the step.
 
@@ -55,7 +56,9 @@ def learner_batch(
     in ``turns`` before the targets, so HiPER's β_t and the PPO ratio read the same numbers (``logprob_gap`` is the
     mean |engine − learner| over response tokens, for algorithms that read π_old).
     ``ref_logprobs`` float32[B, L] when ``algo.uses_reference(algo_cfg)``; ``values`` float32[B, K] when the
-    algorithm has a critic. ``negate_advantages``: the benchmark negative control (train on −A)."""
+    algorithm has a critic. ``negate_advantages``: the benchmark negative control (train on −A).
+    ``behaviour_is_cap`` > 0 (algorithms that read π_old): each token's decoupled-PPO weight
+    min(π_learner / π_engine, cap) (``learners.losses.behaviour_weights``) goes into the batch."""
     if algo.uses_reference(algo_cfg) and ref_logprobs is None and not algo.offline:
         raise ValueError(f"{algo.name} with this config needs the reference policy's log-probs")
     if algo.value_slots and values is None:
@@ -70,9 +73,16 @@ def learner_batch(
         if arr is not None and tuple(arr.shape) != tuple(shape):
             raise ValueError(f"{name} {tuple(arr.shape)} do not fit the batch {tuple(shape)}")
     stats: dict[str, float] = {}
+    weight = None
     if algo.uses_old_logprobs:
         engine = turns.old_logprobs.numpy()
         stats["logprob_gap"] = float(np.abs(logprobs - engine)[resp].mean()) if resp.any() else 0.0
+        if behaviour_is_cap > 0:
+            w, w_stats = behaviour_weights(
+                torch.from_numpy(logprobs), turns.old_logprobs, torch.from_numpy(resp), behaviour_is_cap
+            )
+            weight = w.numpy().astype(np.float32)
+            stats.update(w_stats)
     targets = algo.compute_targets(trajectories, turns.with_logprobs(logprobs), values, algo_cfg)
     stats.update(targets.stats)
     batch = LearnerBatch(
@@ -84,6 +94,7 @@ def learner_batch(
         value_target=targets.value_target.astype(np.float32),
         value_valid=targets.value_valid.astype(bool),
         old_values=(np.zeros((len(seqs), k)) if values is None else values).astype(np.float32),
+        behaviour_weight=weight,
     )
     return batch, stats
 

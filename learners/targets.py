@@ -49,12 +49,15 @@ class Targets:
 @dataclass(frozen=True)
 class PolicyInputs:
     """What a policy loss reads besides the new log-probs (torch; one micro-batch): ``old_logprobs``,
-    ``token_adv`` float[B, L], ``loss_mask`` bool[B, L], ``ref_logprobs`` float[B, L] or None (no KL term)."""
+    ``token_adv`` float[B, L], ``loss_mask`` bool[B, L], ``ref_logprobs`` float[B, L] or None (no KL term),
+    ``behaviour_weight`` float[B, L] or None (decoupled PPO's truncated π_old / π_behav per token,
+    ``learners.losses.behaviour_weights``; None: 1)."""
 
     old_logprobs: torch.Tensor
     token_adv: torch.Tensor
     loss_mask: torch.Tensor
     ref_logprobs: torch.Tensor | None = None
+    behaviour_weight: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -164,7 +167,8 @@ def clipped_policy_loss(
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Per-token PPO clipped surrogate + ``cfg.kl_coef`` · KL(π‖π_ref) estimate (HiPER Eq. 28 + the β term of
     Eq. 30; GRPO's KL term). ``cfg`` supplies ``clip_low``, ``clip_high``, ``kl_coef``, ``kl_kind``;
-    ``inputs.ref_logprobs`` must be set when ``kl_coef`` > 0."""
+    ``inputs.ref_logprobs`` must be set when ``kl_coef`` > 0. With ``inputs.behaviour_weight`` the surrogate of
+    each token is multiplied by it (decoupled PPO; the KL term is not: it regularises π_θ itself)."""
     mask = inputs.loss_mask.bool()
     loss, m = ppo_token_loss(
         new_lp,
@@ -174,6 +178,8 @@ def clipped_policy_loss(
         clip_low=cfg.clip_low,
         clip_high=cfg.clip_high,
     )
+    if inputs.behaviour_weight is not None:
+        loss = loss * inputs.behaviour_weight.detach()
     metrics = {k: float(v) for k, v in m.items()}
     if has_kl_term(cfg):
         if inputs.ref_logprobs is None:

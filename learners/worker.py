@@ -457,6 +457,9 @@ class LearnerWorker:
                 token_adv=self._dev(micro.token_adv),
                 loss_mask=self._dev(micro.loss_mask),
                 ref_logprobs=None if micro.ref_logprobs is None else self._dev(micro.ref_logprobs),
+                behaviour_weight=None
+                if micro.behaviour_weight is None
+                else self._dev(micro.behaviour_weight),
             )
             token_loss, m = loss_fn(new_lp, inputs, loss_cfg)
             loss = (token_loss * self._dev(micro.loss_weight).float()).sum() * self.world_size

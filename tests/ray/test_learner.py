@@ -175,6 +175,30 @@ def test_micro_batching_is_exact(model_path):
     assert gap_v < MICRO_TOL
 
 
+def test_behaviour_weight_reaches_the_loss(model_path):
+    """Decoupled PPO's weight (``LearnerBatch.behaviour_weight``) multiplies each token's surrogate: rows weighted 0
+    must train exactly as rows with advantage 0 (the same aggregation weights), and unlike unweighted rows."""
+    batch = _batch(3)
+    batch = dataclasses.replace(batch, old_logprobs=_worker(model_path).logprobs(batch.seqs))
+    weight = np.ones(batch.token_adv.shape, np.float32)
+    weight[:3] = 0.0
+    zero_adv = batch.token_adv.copy()
+    zero_adv[:3] = 0.0
+    runs = {
+        "weighted": dataclasses.replace(batch, behaviour_weight=weight),
+        "zero_adv": dataclasses.replace(batch, token_adv=zero_adv),
+        "plain": batch,
+    }
+    lp = {}
+    for name, b in runs.items():
+        worker = _worker(model_path)
+        worker.update_policy(b, grpo.ALGORITHM.policy_loss, LOSS_CFG)
+        lp[name] = worker.logprobs(batch.seqs)
+    resp = batch.seqs.response_mask
+    assert _max_gap(lp["weighted"], lp["zero_adv"], resp) < MICRO_TOL
+    assert _max_gap(lp["weighted"], lp["plain"], resp) > 1e-3
+
+
 def test_gradient_checkpointing_wraps_the_training_passes_and_changes_no_update(model_path):
     """With ``gradient_checkpointing`` the policy's and the critic's decoder layers run through torch's checkpoint
     in training passes only (counted on each first layer: one call per training micro-batch; bench_memory.py

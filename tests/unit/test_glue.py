@@ -16,6 +16,7 @@ import torch
 from actors.trajectory import Decision, Trajectory, Turn
 from learners.algos import gigpo, grpo, hiper, hipif, hipif_gigpo, ppo, rloo
 from learners.batch import build_turn_batch
+from learners.losses import behaviour_weights
 from learners.targets import (
     PolicyInputs,
     bootstrap_value,
@@ -204,6 +205,37 @@ def test_kl_term_adds_to_the_surrogate():
     assert float(loss.detach()) == pytest.approx(-1.0 + 0.5 * 0.1065307, abs=1e-6)
     loss.sum().backward()
     assert float(lp.grad) == pytest.approx(-1.0 + 0.5 * 0.3934693, abs=1e-6)
+
+
+def test_behaviour_weights_are_truncated_ratios_of_the_learners_to_the_engines_logprobs():
+    """learner [-1, -2, -0.5], engine [-1.5, -1, -0.5], cap 1.5: exp(0.5) = 1.6487213 capped to 1.5, exp(-1) =
+    0.3678794, exp(0) = 1; the masked 4th token is 1 whatever its log-probs. Mean before the cap
+    (1.6487213 + 0.3678794 + 1) / 3 = 1.0055336; one of three tokens capped. Swapping learner and engine would
+    give [0.6065, 1.5, 1]."""
+    learner = torch.tensor([[-1.0, -2.0, -0.5, 9.0]])
+    engine = torch.tensor([[-1.5, -1.0, -0.5, 0.0]])
+    mask = torch.tensor([[True, True, True, False]])
+    w, m = behaviour_weights(learner, engine, mask, cap=1.5)
+    assert w.tolist()[0] == pytest.approx([1.5, 0.3678794, 1.0, 1.0], abs=1e-6)
+    assert m["is_weight_mean"] == pytest.approx(1.0055336, abs=1e-6)
+    assert m["is_weight_capped"] == pytest.approx(1 / 3, abs=1e-6)
+
+
+def test_behaviour_weight_scales_the_surrogate_but_not_the_kl_term():
+    """Ratio 1 with A = +1 and weight 0.25: surrogate -0.25 (grad -0.25), plus 0.5 * 0.1065307 for KL to a reference
+    0.5 nats below (grad 0.5 * 0.3934693 = 0.1967347), the KL unweighted: loss -0.1967347, grad -0.0532654."""
+    lp = torch.full((1, 1), -1.0, requires_grad=True)
+    micro = PolicyInputs(
+        old_logprobs=torch.full((1, 1), -1.0),
+        ref_logprobs=torch.full((1, 1), -1.5),
+        token_adv=torch.ones((1, 1)),
+        loss_mask=torch.ones((1, 1), dtype=torch.bool),
+        behaviour_weight=torch.full((1, 1), 0.25),
+    )
+    loss, _ = clipped_policy_loss(lp, micro, ppo.Config(kl_coef=0.5))
+    assert float(loss.detach()) == pytest.approx(-0.25 + 0.5 * 0.1065307, abs=1e-6)
+    loss.sum().backward()
+    assert float(lp.grad) == pytest.approx(-0.25 + 0.5 * 0.3934693, abs=1e-6)
 
 
 def test_kl_term_gradient_is_finite_under_far_off_padding():

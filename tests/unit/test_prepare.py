@@ -71,6 +71,25 @@ def test_logprob_gap_is_engine_vs_learner_on_response_tokens():
     assert stats["logprob_gap"] == pytest.approx((2 * 0.2350018 + 5 * 0.2) / 7, abs=1e-6)
 
 
+def test_behaviour_weights_are_the_learners_over_the_engines_on_response_tokens_only():
+    """``learner.behaviour_is_cap`` 2: switch tokens engine log(0.8)/2, learner log(0.5)/2 → w = sqrt(0.5 / 0.8) =
+    0.7905694 (swapped: 1.2649111); the other five response tokens learner = engine + log 3 → 3, capped to 2;
+    prompt and padding 1 (the learner's 5.0 there is ignored). Off (cap 0): no weights."""
+    turns, _ = _hiper_case()
+    learner_lp = turns.old_logprobs.numpy().copy()
+    learner_lp[:, SW] = math.log(0.5) / 2
+    learner_lp[:, SW.stop : RESP.stop] += math.log(3.0)
+    learner_lp[:, : RESP.start] = 5.0
+    _, (batch, stats) = _hiper_case(learner_lp=learner_lp, behaviour_is_cap=2.0)
+    expected = np.ones(batch.old_logprobs.shape, np.float32)
+    expected[:, SW] = math.sqrt(0.5 / 0.8)
+    expected[:, SW.stop : RESP.stop] = 2.0
+    np.testing.assert_allclose(batch.behaviour_weight, expected, atol=1e-6)
+    assert stats["is_weight_capped"] == pytest.approx(5 / 7, abs=1e-6)
+    _, (off, off_stats) = _hiper_case(learner_lp=learner_lp)
+    assert off.behaviour_weight is None and "is_weight_mean" not in off_stats
+
+
 def test_behaviour_cloning_reports_no_gap():
     _, (_batch, stats) = _prepare("sft", [_traj("a", [0.0, 1.0])], sft.Config(), ref=False)
     assert "logprob_gap" not in stats
@@ -241,10 +260,11 @@ def test_narrowing_a_learner_batch_cuts_every_per_token_field_and_keeps_the_rest
         value_target=rng.normal(size=(3, 2)),
         value_valid=np.ones((3, 2), bool),
         old_values=np.zeros((3, 2)),
+        behaviour_weight=rng.uniform(0.5, 2.0, size=(3, 8)),
     )
     batch = minibatch(batch, np.arange(3), "token-mean")
     cut = batch.narrow(5)
-    for name in ("old_logprobs", "token_adv", "loss_mask", "loss_weight"):
+    for name in ("old_logprobs", "token_adv", "loss_mask", "loss_weight", "behaviour_weight"):
         assert getattr(cut, name).shape == (3, 5)
         assert np.array_equal(getattr(cut, name), getattr(batch, name)[:, :5])
     for name in ("input_ids", "attention_mask", "response_mask"):

@@ -195,6 +195,7 @@ def test_every_listed_protocol_option_is_an_agent_field():
         ("rollout.max_new_tokens=0", "rollout.max_new_tokens"),
         ("rollout.num_workers=0", "rollout.num_workers"),
         ("learner.zero_stage=4", "learner.zero_stage"),
+        ("learner.behaviour_is_cap=0.5", "learner.behaviour_is_cap"),
         ("learner.ppo_epochs=0", "learner.ppo_epochs"),
         ("model.lora_rank=0", "model.lora_rank"),
         ("model.lora_dropout=1.0", "model.lora_dropout"),
