@@ -240,6 +240,7 @@ def main() -> None:
     ap.add_argument("--micro-batch-size", type=int, default=8)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--gen-tokens", type=int, default=64)
+    ap.add_argument("--gradient-checkpointing", action="store_true", help="learner.gradient_checkpointing")
     ap.add_argument(
         "--skip-zero-check",
         action="store_true",
@@ -267,6 +268,7 @@ def main() -> None:
         "rows": args.rows,
         "width": args.width,
         "micro_batch_size": args.micro_batch_size,
+        "gradient_checkpointing": args.gradient_checkpointing,
         "lora": dataclasses.asdict(lora),
         "shapes": {},
     }
@@ -274,7 +276,7 @@ def main() -> None:
         for i, shape in enumerate(s for s in args.shapes.split(",") if s):
             model = build_model(shape, args.tokenizer, Path(tmp) / shape, args.device)
             spec = LearnerSpec(
-                model, lora, "auto", 0, 1e-5, 1e-5, 1.0, args.micro_batch_size, False, seed=0,
+                model, lora, "auto", 0, 1e-5, 1e-5, 1.0, args.micro_batch_size, args.gradient_checkpointing, seed=0,
                 device=args.device, value_heads=2, master_port=port,
             )  # fmt: skip
             row, worker = learner_phases(spec, batch, args.repeats)
