@@ -4,8 +4,11 @@ One worker = one data-parallel rank. It holds
 * the **policy**: the base model with a LoRA adapter (peft), in a DeepSpeed engine (ZeRO stage configurable; gloo on
   CPU, NCCL on GPU). The **reference policy** for the KL term is the same model with the adapter disabled — no second
   copy of the weights;
-* optionally the **critic**: the same base with its own LoRA and a linear value head with ``value_heads`` outputs
-  (1 for PPO's V(s); 2 for HiPER's [V_high, V_low]), in its own DeepSpeed engine.
+* optionally the **critic**: its own LoRA adapter (``critic``) on the policy's frozen base — one copy of the base
+  weights for policy, reference and critic (measured at a Llama-3-8B shape in bf16 on an H100: 14 GB less at
+  every phase's peak; docs/results) — and a value head
+  with ``value_heads`` outputs (1 for PPO's V(s); 2 for HiPER's [V_high, V_low]), in its own DeepSpeed engine.
+  Under ZeRO-3, which partitions the base per engine, the critic keeps a base of its own.
 
 Where values are read (``learners.batch``): head h of row b at the sequence position ``value_pos[b, h]``. HiPER
 reads V_high(s_t) and V_low(s_t, o_{t-1}) at the last prompt token (the prompt holds the observation and the
@@ -22,7 +25,7 @@ import os
 import random
 import socket
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -72,9 +75,35 @@ class LearnerSpec:
     """torch.distributed rendezvous port; 0: ``LearnerGroup`` picks a free one."""
 
 
+CRITIC_ADAPTER = "critic"
+"""The critic's LoRA adapter on the policy's base (a policy adapter may not take this name)."""
+
+
+@contextmanager
+def _using_adapter(model: nn.Module, adapter: str | None) -> Iterator[None]:
+    """Forward passes of ``model`` (a peft model) inside use LoRA adapter ``adapter`` (None: unchanged). Sets each
+    LoRA layer's active adapter directly: peft's ``set_adapter`` would also flip ``requires_grad``, which the
+    engines' optimizers and checkpoints key on."""
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    if adapter is None:
+        yield
+        return
+    layers = [m for m in model.modules() if isinstance(m, BaseTunerLayer)]
+    before = [m._active_adapter for m in layers]
+    for m in layers:
+        m._active_adapter = [adapter]
+    try:
+        yield
+    finally:
+        for m, b in zip(layers, before, strict=True):
+            m._active_adapter = b
+
+
 class ValueModel(nn.Module):
-    """Base LM (own LoRA) + a head on the last hidden state: values float[B, L, H]. The head is linear, or with
-    ``mlp_hidden`` > 0 the two-layer W₂·SiLU(W₁h) of HISR Eq. 2. The output layer starts at 0 (every value 0)."""
+    """Base LM with its active LoRA adapter + a head on the last hidden state: values float[B, L, H]. The head is
+    linear, or with ``mlp_hidden`` > 0 the two-layer W₂·SiLU(W₁h) of HISR Eq. 2. The output layer starts at 0
+    (every value 0)."""
 
     def __init__(self, backbone: nn.Module, hidden: int, heads: int, mlp_hidden: int = 0) -> None:
         super().__init__()
@@ -202,16 +231,24 @@ class LearnerWorker:
         if len(adapters) > 1 and spec.zero_stage == 3:
             raise ValueError("several policy adapters need learner.zero_stage 0-2")
         self.adapter_names = [name for name, _ in adapters]
+        if CRITIC_ADAPTER in self.adapter_names:
+            raise ValueError(f"a policy adapter may not be named {CRITIC_ADAPTER!r} (the critic's)")
         policy = get_peft_model(base, lora_cfg, adapter_name=self.adapter_names[0])
         for name in self.adapter_names[1:]:
             policy.add_adapter(name, lora_cfg)
+        # the critic's adapter on the same base (ZeRO-3 partitions a module per engine: there it has its own)
+        self.shared_base = bool(spec.value_heads) and spec.zero_stage < 3
+        if self.shared_base:
+            policy.add_adapter(CRITIC_ADAPTER, lora_cfg)
         # every adapter stays trainable (peft freezes all but the active one); the active one is chosen per call
         # (``_active``), so only its tensors get gradients, and each engine's optimizer holds its own adapter's
         for n, p in policy.named_parameters():
             p.requires_grad_(_adapter_of(n) is not None)
         self.engines: dict[str, Any] = {}
         for name, lr in adapters:
-            params = [p for n, p in policy.named_parameters() if _adapter_of(n) == name]
+            params = [
+                p for n, p in policy.named_parameters() if _adapter_of(n) == name
+            ]  # its own tensors only
             opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
             engine, _, _, _ = deepspeed.initialize(
                 model=policy, optimizer=opt, config=_ds_config(spec, world_size, bf16)
@@ -221,15 +258,14 @@ class LearnerWorker:
         self.policy = self.engines[self.adapter_names[0]]
         self.critic = None
         if spec.value_heads:
-            cbase = self._base_model()
             cmodel = ValueModel(
-                get_peft_model(cbase, lora_cfg),
-                cbase.config.hidden_size,
+                policy if self.shared_base else get_peft_model(self._base_model(), lora_cfg),
+                base.config.hidden_size,
                 spec.value_heads,
                 spec.value_head_hidden,
             )
-            cparams = [p for p in cmodel.parameters() if p.requires_grad]
-            copt = torch.optim.AdamW(cparams, lr=spec.critic_lr, weight_decay=0.0)
+            self._critic_module = cmodel
+            copt = torch.optim.AdamW(self._critic_params(), lr=spec.critic_lr, weight_decay=0.0)
             self.critic, self.critic_opt, _, _ = deepspeed.initialize(
                 model=cmodel, optimizer=copt, config=_ds_config(spec, world_size, bf16)
             )
@@ -262,24 +298,15 @@ class LearnerWorker:
 
     @contextmanager
     def _active(self, adapter: str | None) -> Iterator[None]:
-        """Forward passes inside use ``adapter`` (None: the first). Sets each LoRA layer's active adapter directly:
-        peft's ``set_adapter`` would also flip ``requires_grad``, which the engines' optimizers and checkpoints key
-        on."""
-        from peft.tuners.tuners_utils import BaseTunerLayer
-
+        """Forward passes inside use policy adapter ``adapter`` (None: the first)."""
         self._engine(adapter)
-        if len(self.adapter_names) == 1:
+        with _using_adapter(self.policy.module, adapter or self.adapter_names[0]):
             yield
-            return
-        layers = [m for m in self.policy.module.modules() if isinstance(m, BaseTunerLayer)]
-        before = [m._active_adapter for m in layers]
-        for m in layers:
-            m._active_adapter = [adapter or self.adapter_names[0]]
-        try:
-            yield
-        finally:
-            for m, b in zip(layers, before, strict=True):
-                m._active_adapter = b
+
+    def _critic_active(self) -> AbstractContextManager[None]:
+        """Critic passes inside use the critic's adapter on the shared base. Backward passes too: with gradient
+        checkpointing they recompute the forward, which must see the same adapter."""
+        return _using_adapter(self.policy.module, CRITIC_ADAPTER if self.shared_base else None)
 
     @contextmanager
     def _reference(self) -> Iterator[None]:
@@ -354,9 +381,12 @@ class LearnerWorker:
         return out
 
     def _critic_params(self) -> list[torch.Tensor]:
-        """The critic's trainable tensors (its LoRA and head), in a fixed order."""
-        assert self.critic is not None
-        return [p for p in self.critic.module.parameters() if p.requires_grad]
+        """The critic's trainable tensors (its LoRA and head, not the policy adapters on a shared base), in a fixed
+        order."""
+        own = (None, CRITIC_ADAPTER) if self.shared_base else (None, "default")
+        return [
+            p for n, p in self._critic_module.named_parameters() if p.requires_grad and _adapter_of(n) in own
+        ]
 
     @contextmanager
     def _target_weights(self) -> Iterator[None]:
@@ -391,14 +421,15 @@ class LearnerWorker:
         self.critic.eval()
         out = np.zeros((len(seqs), len(seqs.value_head)), np.float32)
         head = self._dev(seqs.value_head)
-        for rows, _, s in self._micro_batches(seqs):
-            ids, attn, pos = self._dev(s.input_ids), self._dev(s.attention_mask), self._dev(s.value_pos)
-            got = self._gather_values(self.critic(ids, attn), pos, head)
-            if target is not None and target.any():
-                with self._target_weights():
-                    from_target = self._gather_values(self.critic(ids, attn), pos, head)
-                got = torch.where(self._dev(target)[None, :], from_target, got)
-            out[rows] = got.cpu().numpy()
+        with self._critic_active():
+            for rows, _, s in self._micro_batches(seqs):
+                ids, attn, pos = self._dev(s.input_ids), self._dev(s.attention_mask), self._dev(s.value_pos)
+                got = self._gather_values(self.critic(ids, attn), pos, head)
+                if target is not None and target.any():
+                    with self._target_weights():
+                        from_target = self._gather_values(self.critic(ids, attn), pos, head)
+                    got = torch.where(self._dev(target)[None, :], from_target, got)
+                out[rows] = got.cpu().numpy()
         return out
 
     @staticmethod
@@ -445,6 +476,7 @@ class LearnerWorker:
         tokens = 0.0
         for _, _, micro in chunks:
             s = micro.seqs
+            # forward and backward under the adapter: a checkpointed backward recomputes the forward
             with self._active(adapter):
                 new_lp, ent = self._response_logprobs(
                     self._dev(s.input_ids),
@@ -452,23 +484,23 @@ class LearnerWorker:
                     self._dev(s.response_mask),
                     entropy=True,
                 )
-            inputs = PolicyInputs(
-                old_logprobs=self._dev(micro.old_logprobs),
-                token_adv=self._dev(micro.token_adv),
-                loss_mask=self._dev(micro.loss_mask),
-                ref_logprobs=None if micro.ref_logprobs is None else self._dev(micro.ref_logprobs),
-                behaviour_weight=None
-                if micro.behaviour_weight is None
-                else self._dev(micro.behaviour_weight),
-            )
-            token_loss, m = loss_fn(new_lp, inputs, loss_cfg)
-            loss = (token_loss * self._dev(micro.loss_weight).float()).sum() * self.world_size
-            engine.backward(loss)
-            n = float(micro.loss_mask.sum())
-            tokens += n
-            m["entropy"] = float(ent.mean()) if ent is not None and ent.numel() else 0.0
-            for k, v in m.items():
-                sums[k] = sums.get(k, 0.0) + float(v) * n
+                inputs = PolicyInputs(
+                    old_logprobs=self._dev(micro.old_logprobs),
+                    token_adv=self._dev(micro.token_adv),
+                    loss_mask=self._dev(micro.loss_mask),
+                    ref_logprobs=None if micro.ref_logprobs is None else self._dev(micro.ref_logprobs),
+                    behaviour_weight=None
+                    if micro.behaviour_weight is None
+                    else self._dev(micro.behaviour_weight),
+                )
+                token_loss, m = loss_fn(new_lp, inputs, loss_cfg)
+                loss = (token_loss * self._dev(micro.loss_weight).float()).sum() * self.world_size
+                engine.backward(loss)
+                n = float(micro.loss_mask.sum())
+                tokens += n
+                m["entropy"] = float(ent.mean()) if ent is not None and ent.numel() else 0.0
+                for k, v in m.items():
+                    sums[k] = sums.get(k, 0.0) + float(v) * n
         engine.step()
         self.step_count += 1
         metrics = {k: v / max(tokens, 1.0) for k, v in sums.items()}
@@ -491,19 +523,22 @@ class LearnerWorker:
         total = 0.0
         chunks = self._micro_batches(batch)
         self._check_zero3_accumulation(len(chunks))
-        for _, _, micro in chunks:
-            s = micro.seqs
-            v = self._gather_values(
-                self.critic(self._dev(s.input_ids), self._dev(s.attention_mask)), self._dev(s.value_pos), head
-            )
-            inputs = CriticInputs(
-                value_target=self._dev(micro.value_target),
-                old_values=self._dev(micro.old_values),
-                value_weight=self._dev(micro.value_weight),
-            )
-            loss, _ = loss_fn(v, inputs, loss_cfg)
-            self.critic.backward(loss * self.world_size)
-            total += float(loss.detach())
+        with self._critic_active():
+            for _, _, micro in chunks:
+                s = micro.seqs
+                v = self._gather_values(
+                    self.critic(self._dev(s.input_ids), self._dev(s.attention_mask)),
+                    self._dev(s.value_pos),
+                    head,
+                )
+                inputs = CriticInputs(
+                    value_target=self._dev(micro.value_target),
+                    old_values=self._dev(micro.old_values),
+                    value_weight=self._dev(micro.value_weight),
+                )
+                loss, _ = loss_fn(v, inputs, loss_cfg)
+                self.critic.backward(loss * self.world_size)
+                total += float(loss.detach())
         self.critic.step()
         if target_tau > 0:
             self.soft_update_target(target_tau)
@@ -540,9 +575,12 @@ class LearnerWorker:
                     str(root / self._engine_dir(name)), tag="ckpt", exclude_frozen_parameters=True
                 )
         if self.critic is not None:
-            self.critic.save_checkpoint(str(root / "critic_ds"), tag="ckpt", exclude_frozen_parameters=True)
+            with self._own_tensors(CRITIC_ADAPTER):
+                self.critic.save_checkpoint(
+                    str(root / "critic_ds"), tag="ckpt", exclude_frozen_parameters=True
+                )
         if self.rank == 0:
-            self.policy.module.save_pretrained(str(root / "adapter"))
+            self.policy.module.save_pretrained(str(root / "adapter"), selected_adapters=self.adapter_names)
         rng = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
         torch.save(
             {"rng": rng, "step_count": self.step_count, "critic_target": self.critic_target},
@@ -558,7 +596,8 @@ class LearnerWorker:
             with self._own_tensors(name):
                 self._load_engine(engine, root / self._engine_dir(name))
         if self.critic is not None and not policy_only:
-            self._load_engine(self.critic, root / "critic_ds")
+            with self._own_tensors(CRITIC_ADAPTER):
+                self._load_engine(self.critic, root / "critic_ds")
         state = torch.load(root / f"learner_rank{self.rank}.pt", weights_only=False)
         torch.set_rng_state(state["rng"]["torch"])
         np.random.set_state(state["rng"]["numpy"])
@@ -572,9 +611,10 @@ class LearnerWorker:
 
     @contextmanager
     def _own_tensors(self, name: str) -> Iterator[None]:
-        """Inside, only adapter ``name``'s tensors require gradients: every engine wraps the one module that holds
-        all adapters, so its trainable-only checkpoint would otherwise store every adapter's weights again
-        (measured on Multi2's four: 119 MB per engine instead of 59)."""
+        """Inside, only adapter ``name``'s tensors (and the value head's, outside the peft model) require
+        gradients: every engine wraps the one module that holds all adapters, so its trainable-only checkpoint
+        would otherwise store every adapter's weights again (measured on Multi2's four: 119 MB per engine instead
+        of 59)."""
         others = [p for n, p in self.policy.module.named_parameters() if _adapter_of(n) not in (None, name)]
         for p in others:
             p.requires_grad_(False)

@@ -175,6 +175,26 @@ def test_micro_batching_is_exact(model_path):
     assert gap_v < MICRO_TOL
 
 
+def test_critic_and_policy_share_the_base_but_not_their_updates(model_path):
+    """The critic is an adapter on the policy's base (one copy of the base weights): a critic step must leave every
+    policy log-prob as it was, and a policy step every value (the critic's forward and backward run under its own
+    adapter, the policy's under the policy's)."""
+    worker = _worker(model_path)
+    assert worker.critic.module.backbone is worker.policy.module
+    batch = _batch(4)
+    seqs, resp = batch.seqs, batch.seqs.response_mask
+    batch = dataclasses.replace(batch, old_logprobs=worker.logprobs(seqs))
+    lp0, v0 = worker.logprobs(seqs), worker.values(seqs)
+    worker.update_critic(batch, hiper.value_loss, hiper.Config())
+    lp1, v1 = worker.logprobs(seqs), worker.values(seqs)
+    np.testing.assert_array_equal(lp1, lp0)
+    assert float(np.abs(v1 - v0).max()) > 1e-3
+    worker.update_policy(batch, grpo.ALGORITHM.policy_loss, LOSS_CFG)
+    lp2, v2 = worker.logprobs(seqs), worker.values(seqs)
+    np.testing.assert_array_equal(v2, v1)
+    assert _max_gap(lp2, lp1, resp) > 1e-3
+
+
 def test_behaviour_weight_reaches_the_loss(model_path):
     """Decoupled PPO's weight (``LearnerBatch.behaviour_weight``) multiplies each token's surrogate: rows weighted 0
     must train exactly as rows with advantage 0 (the same aggregation weights), and unlike unweighted rows."""
@@ -205,23 +225,22 @@ def test_gradient_checkpointing_wraps_the_training_passes_and_changes_no_update(
     measures what it saves), and the two updates match the plain worker's."""
     batch = _batch(0)
     plain, ckpt = _worker(model_path), _worker(model_path, gradient_checkpointing=True)
-    calls = {"policy": 0, "critic": 0}
+    calls = 0
+    # policy and critic share one base (the critic is an adapter on it): one first layer serves both
+    layer = ckpt.policy.module.get_base_model().model.layers[0]
+    assert ckpt.critic.module.backbone.get_base_model().model.layers[0] is layer
+    inner = layer._gradient_checkpointing_func
 
-    def counting(name, layer):
-        inner = layer._gradient_checkpointing_func
+    def counting(*args, **kwargs):
+        nonlocal calls
+        calls += 1
+        return inner(*args, **kwargs)
 
-        def wrapped(*args, **kwargs):
-            calls[name] += 1
-            return inner(*args, **kwargs)
-
-        layer._gradient_checkpointing_func = wrapped
-
-    counting("policy", ckpt.policy.module.get_base_model().model.layers[0])
-    counting("critic", ckpt.critic.module.backbone.get_base_model().model.layers[0])
+    layer._gradient_checkpointing_func = counting
     _train(plain, batch)
     _train(ckpt, batch)
-    # 2 steps × ceil(6 rows / micro-batch 2) training micro-batches each; the eval log-prob passes are not wrapped
-    assert calls == {"policy": 2 * 3, "critic": 2 * 3}
+    # (policy + critic) × 2 steps × ceil(6 rows / micro-batch 2) training micro-batches; eval passes not wrapped
+    assert calls == 2 * 2 * 3
     seqs = batch.seqs
     gap_lp = _max_gap(plain.logprobs(seqs), ckpt.logprobs(seqs), seqs.response_mask)
     gap_v = float(np.abs(plain.values(seqs) - ckpt.values(seqs)).max())
