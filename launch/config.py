@@ -798,10 +798,10 @@ def _check_role_adapters(cfg: TrainConfig, roles: Sequence[str]) -> None:
     for role, name in ra.items():
         _choice("model.role_adapters", role, list(roles))
         _need(
-            isinstance(name, str) and name.isidentifier(),
+            isinstance(name, str) and name.isidentifier() and name != "critic",
             f"model.role_adapters.{role}",
             name,
-            "an adapter name",
+            "an adapter name other than 'critic' (the critic's adapter on the shared base)",
         )
     missing = [r for r in roles if r not in ra]
     if missing:

@@ -137,6 +137,9 @@ def test_role_adapters_name_every_role_and_refuse_single_adapter_features():
     for bad in ("one_step_off=true", "bc.from_run=/x", "model.init_adapter=/x", "learner.zero_stage=3"):
         key = bad.split("=")[0]
         assert _error([*m2, both, bad]).startswith(f"{key}: "), bad
+    assert _error([*m2, 'model.role_adapters={"planner": "critic", "executor": "e"}']).startswith(
+        "model.role_adapters.planner: got 'critic'"
+    )
     assert _error(['learner.adapter_lr={"x": 1e-5}']).startswith("learner.adapter_lr: unknown value 'x'")
     assert _error([*m2, both, 'learner.adapter_lr={"planner": -1}']).startswith(
         "learner.adapter_lr.planner: "
