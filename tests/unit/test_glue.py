@@ -191,20 +191,24 @@ def test_kl_term_pulls_towards_the_reference(algo, kind):
     np.testing.assert_allclose(lp.grad[0].numpy(), [0.0, *(0.5 * g for g in expected_grad), 0.0], atol=1e-6)
 
 
-def test_kl_term_adds_to_the_surrogate():
-    """KL and surrogate add: A = +1 at ratio 1 gives surrogate -1 (grad -1), plus 0.5 * 0.1065307 (grad +0.19673)."""
+@pytest.mark.parametrize("weight", [None, 0.25])
+def test_kl_term_adds_to_the_surrogate(weight):
+    """KL and surrogate add: A = +1 at ratio 1 gives surrogate -1 (grad -1), plus 0.5 * 0.1065307 (grad +0.19673)
+    for KL to a reference 0.5 nats below. A behaviour weight w (decoupled PPO) scales the surrogate only: w = 0.25
+    gives -0.25 + 0.0532654 (grad -0.25 + 0.1967347)."""
+    w = 1.0 if weight is None else weight
     lp = torch.full((1, 1), -1.0, requires_grad=True)
     micro = PolicyInputs(
         old_logprobs=torch.full((1, 1), -1.0),
         ref_logprobs=torch.full((1, 1), -1.5),
         token_adv=torch.ones((1, 1)),
         loss_mask=torch.ones((1, 1), dtype=torch.bool),
+        behaviour_weight=None if weight is None else torch.full((1, 1), weight),
     )
-    cfg = ppo.Config(kl_coef=0.5)
-    loss, _ = clipped_policy_loss(lp, micro, cfg)
-    assert float(loss.detach()) == pytest.approx(-1.0 + 0.5 * 0.1065307, abs=1e-6)
+    loss, _ = clipped_policy_loss(lp, micro, ppo.Config(kl_coef=0.5))
+    assert float(loss.detach()) == pytest.approx(-w + 0.5 * 0.1065307, abs=1e-6)
     loss.sum().backward()
-    assert float(lp.grad) == pytest.approx(-1.0 + 0.5 * 0.3934693, abs=1e-6)
+    assert float(lp.grad) == pytest.approx(-w + 0.5 * 0.3934693, abs=1e-6)
 
 
 def test_behaviour_weights_are_truncated_ratios_of_the_learners_to_the_engines_logprobs():
@@ -219,23 +223,6 @@ def test_behaviour_weights_are_truncated_ratios_of_the_learners_to_the_engines_l
     assert w.tolist()[0] == pytest.approx([1.5, 0.3678794, 1.0, 1.0], abs=1e-6)
     assert m["is_weight_mean"] == pytest.approx(1.0055336, abs=1e-6)
     assert m["is_weight_capped"] == pytest.approx(1 / 3, abs=1e-6)
-
-
-def test_behaviour_weight_scales_the_surrogate_but_not_the_kl_term():
-    """Ratio 1 with A = +1 and weight 0.25: surrogate -0.25 (grad -0.25), plus 0.5 * 0.1065307 for KL to a reference
-    0.5 nats below (grad 0.5 * 0.3934693 = 0.1967347), the KL unweighted: loss -0.1967347, grad -0.0532654."""
-    lp = torch.full((1, 1), -1.0, requires_grad=True)
-    micro = PolicyInputs(
-        old_logprobs=torch.full((1, 1), -1.0),
-        ref_logprobs=torch.full((1, 1), -1.5),
-        token_adv=torch.ones((1, 1)),
-        loss_mask=torch.ones((1, 1), dtype=torch.bool),
-        behaviour_weight=torch.full((1, 1), 0.25),
-    )
-    loss, _ = clipped_policy_loss(lp, micro, ppo.Config(kl_coef=0.5))
-    assert float(loss.detach()) == pytest.approx(-0.25 + 0.5 * 0.1065307, abs=1e-6)
-    loss.sum().backward()
-    assert float(lp.grad) == pytest.approx(-0.25 + 0.5 * 0.3934693, abs=1e-6)
 
 
 def test_kl_term_gradient_is_finite_under_far_off_padding():
