@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import ray
+from ray.exceptions import RayActorError
 from ray.util.placement_group import remove_placement_group
 
 from actors.progress import Ticker
@@ -53,6 +54,9 @@ def _loss_note(sums: dict[str, float], counts: dict[str, int]) -> str:
     return f"{key} {sums[key] / counts[key]:.3f}" if key else ""
 
 
+PORT_TRIES = 3
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -63,11 +67,27 @@ class LearnerGroup:
     """N ``ray.remote(LearnerWorker)`` actors in one placement group."""
 
     def __init__(self, spec: LearnerSpec, num_workers: int, resources: WorkerResources) -> None:
-        if spec.master_port == 0:
-            spec = dataclasses.replace(spec, master_port=_free_port())
-        self.spec = spec
-        self.workers, self.placement_group = place_workers(LearnerWorker, num_workers, resources, spec)
-        ray.get([w.ping.remote() for w in self.workers])
+        """``spec.master_port`` 0: a free port is picked. Another process may bind it between the pick and rank 0's
+        bind (seen beside a second Ray cluster on the machine): the group is then rebuilt on a fresh port, up to
+        ``PORT_TRIES`` times."""
+        picked = spec.master_port == 0
+        for attempt in range(PORT_TRIES if picked else 1):
+            if picked:
+                spec = dataclasses.replace(spec, master_port=_free_port())
+            self.spec = spec
+            self.workers, self.placement_group = place_workers(LearnerWorker, num_workers, resources, spec)
+            try:
+                ray.get([w.ping.remote() for w in self.workers])
+                return
+            except RayActorError as e:
+                self.shutdown()
+                if not picked or "Address already in use" not in str(e) or attempt == PORT_TRIES - 1:
+                    raise
+                print(
+                    f"[hierarl] learner rendezvous port {spec.master_port} was taken before rank 0 bound it; "
+                    "retrying on another",
+                    flush=True,
+                )
 
     def _map_rows(
         self, method: str, seqs: Sequences, label: str, *, per_token: bool, **kwargs: Any

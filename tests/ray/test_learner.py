@@ -322,6 +322,30 @@ def test_rows_come_back_in_order_each_as_if_computed_alone(ray_local, model_path
     assert not lp[~seqs.response_mask].any()  # nothing outside the response tokens
 
 
+def test_a_rendezvous_port_taken_after_it_was_picked_is_replaced(ray_local, model_path, monkeypatch, capsys):
+    """The group picks a free port, but another process may bind it before rank 0 does (a CI run failed so beside
+    a training run's Ray cluster): the group is rebuilt on a fresh port."""
+    import socket
+
+    from cluster.ray_cluster import WorkerResources
+    from learners import group as group_mod
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        ports = iter([taken.getsockname()[1], _free_port()])
+        monkeypatch.setattr(group_mod, "_free_port", lambda: next(ports))
+        group = group_mod.LearnerGroup(
+            _spec(model_path, master_port=0, value_heads=0), 1, WorkerResources(1, 0)
+        )
+        try:
+            assert group.spec.master_port != taken.getsockname()[1]
+            assert group.logprobs(_batch(0).seqs).shape == (B, L)
+        finally:
+            group.shutdown()
+    assert "was taken before rank 0 bound it" in capsys.readouterr().out
+
+
 def test_spec_master_port_beats_inherited_env(ray_local, model_path):
     """A learner process that inherited MASTER_PORT (here: the port this test process's gloo store listens on)
     must still rendezvous on ``LearnerSpec.master_port``."""
