@@ -7,8 +7,10 @@ load ("push") latency, and generation throughput when requests alternate adapter
   moments (fp32) in MB: what a second adapter adds on top of the one base the two share.
 * ``push``: export the adapter(s) from the learner (``adapter_weights``) and load them into the HF engine
   (``load_adapter``); one adapter vs both. The object-store hop is ``bench_weight_sync.py``'s.
-* ``generate``: the HF engine (both adapters resident) generates ``--requests`` prompts × ``--new-tokens`` tokens,
-  every request on one adapter vs requests alternating the two; tokens per second.
+* ``generate``: the rollout engine (``--engine hf`` or ``vllm``; both adapters resident) generates ``--requests``
+  prompts × ``--new-tokens`` tokens, every request on one adapter vs requests alternating the two; tokens per
+  second. The HF engine decodes each adapter's requests as a batch of its own; vLLM batches both adapters'
+  requests together (multi-LoRA, ``max_loras`` 2).
 
     python bench/bench_adapters.py --model tiny --out bench/results/adapters.json
 """
@@ -37,10 +39,12 @@ def _trainable_mb(worker: Any) -> float:
     return 3 * 4 * n / 2**20
 
 
-def run(model: str, steps: int, rows: int, width: int, requests: int, new_tokens: int) -> dict[str, Any]:
+def run(
+    model: str, steps: int, rows: int, width: int, requests: int, new_tokens: int, engine_kind: str
+) -> dict[str, Any]:
     import numpy as np
 
-    from actors.inference import GenerationRequest, HFEngine, LoraSpec, SamplingParams
+    from actors.inference import GenerationRequest, HFEngine, LoraSpec, SamplingParams, VLLMEngine
     from actors.models import resolve_model_path
     from learners.algos import grpo
     from learners.worker import LearnerSpec, LearnerWorker
@@ -50,7 +54,7 @@ def run(model: str, steps: int, rows: int, width: int, requests: int, new_tokens
     spec = LearnerSpec(path, lora, "float32", 0, 1e-4, 1e-4, 1.0, rows, False, seed=0, master_port=29611)
     cfg = grpo.Config(kl_coef=0.0)
     batch = synthetic_batch(rows, width)
-    out: dict[str, Any] = {"model": model}
+    out: dict[str, Any] = {"model": model, "engine": engine_kind}
 
     def steps_ms(worker: LearnerWorker, adapters: list[str | None]) -> float:
         times = []
@@ -68,7 +72,10 @@ def run(model: str, steps: int, rows: int, width: int, requests: int, new_tokens
         "one_state_mb": _trainable_mb(one),
         "two_state_mb": _trainable_mb(two),
     }
-    engine = HFEngine(path, lora, dtype="float32", adapters=("planner", "executor"))
+    if engine_kind == "vllm":
+        engine: Any = VLLMEngine(path, lora, dtype="float32", max_loras=2)
+    else:
+        engine = HFEngine(path, lora, dtype="float32", adapters=("planner", "executor"))
 
     def push_ms(names: list[str]) -> float:
         times = []
@@ -106,9 +113,12 @@ def main() -> None:
     ap.add_argument("--width", type=int, default=128)
     ap.add_argument("--requests", type=int, default=16)
     ap.add_argument("--new-tokens", type=int, default=16)
+    ap.add_argument(
+        "--engine", choices=("hf", "vllm"), default="hf", help="the rollout engine that generates"
+    )
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "adapters.json")
     args = ap.parse_args()
-    r = run(args.model, args.steps, args.rows, args.width, args.requests, args.new_tokens)
+    r = run(args.model, args.steps, args.rows, args.width, args.requests, args.new_tokens, args.engine)
     r.update(
         cpu_model=cpu_model(), python=platform.python_version(), args=vars(args) | {"out": str(args.out)}
     )
@@ -118,7 +128,7 @@ def main() -> None:
         ("push: export + load (ms)", r["push"]["one_ms"], r["push"]["two_ms"]),
         ("generate (tokens/s)", r["generate"]["one_tok_s"], r["generate"]["alternating_tok_s"]),
     ]
-    print(f"\n{args.model} on {r['cpu_model']}")
+    print(f"\n{args.model}, {args.engine} engine, on {r['cpu_model']}")
     print(f"{'':<26} {'one adapter':>12} {'two adapters':>13} {'ratio':>7}")
     for name, a, b in rows:
         print(f"{name:<26} {a:>12.1f} {b:>13.1f} {b / a if a else float('nan'):>7.2f}")
