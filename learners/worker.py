@@ -4,11 +4,11 @@ One worker = one data-parallel rank. It holds
 * the **policy**: the base model with a LoRA adapter (peft), in a DeepSpeed engine (ZeRO stage configurable; gloo on
   CPU, NCCL on GPU). The **reference policy** for the KL term is the same model with the adapter disabled — no second
   copy of the weights;
-* optionally the **critic**: its own LoRA adapter (``critic``) on the policy's frozen base — one copy of the base
-  weights for policy, reference and critic (measured at a Llama-3-8B shape in bf16 on an H100: 14 GB less at
-  every phase's peak; docs/results) — and a value head
-  with ``value_heads`` outputs (1 for PPO's V(s); 2 for HiPER's [V_high, V_low]), in its own DeepSpeed engine.
-  Under ZeRO-3, which partitions the base per engine, the critic keeps a base of its own.
+* optionally the **critic**: its own LoRA adapter (``critic``) on the policy's frozen base (one copy of the base
+  weights for policy, reference and critic: 14 GB less at every phase's peak, measured at a Llama-3-8B shape in
+  bf16 on an H100, docs/results) and a value head with ``value_heads`` outputs (1 for PPO's V(s); 2 for HiPER's
+  [V_high, V_low]), in its own DeepSpeed engine. Under ZeRO-3, which partitions the base per engine, the critic
+  keeps a base of its own.
 
 Where values are read (``learners.batch``): head h of row b at the sequence position ``value_pos[b, h]``. HiPER
 reads V_high(s_t) and V_low(s_t, o_{t-1}) at the last prompt token (the prompt holds the observation and the
@@ -246,9 +246,7 @@ class LearnerWorker:
             p.requires_grad_(_adapter_of(n) is not None)
         self.engines: dict[str, Any] = {}
         for name, lr in adapters:
-            params = [
-                p for n, p in policy.named_parameters() if _adapter_of(n) == name
-            ]  # its own tensors only
+            params = [p for n, p in policy.named_parameters() if _adapter_of(n) == name]
             opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
             engine, _, _, _ = deepspeed.initialize(
                 model=policy, optimizer=opt, config=_ds_config(spec, world_size, bf16)
