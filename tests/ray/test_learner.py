@@ -195,6 +195,25 @@ def test_critic_and_policy_share_the_base_but_not_their_updates(model_path):
     assert _max_gap(lp2, lp1, resp) > 1e-3
 
 
+def test_update_entropy_metric_is_the_token_mean_it_samples(model_path, monkeypatch):
+    """The update's ``entropy`` metric (before the step) is the mean token entropy of the response: exactly
+    ``entropies``' token-weighted mean when ``ENTROPY_SAMPLE`` covers every position, an evenly spaced subset
+    (a different number) when it does not."""
+    import learners.worker as worker_mod
+
+    batch = _batch(5)
+    counts = batch.seqs.response_mask[:, 1:].sum(1)
+    metric = {}
+    for sample in (10_000, 2):
+        monkeypatch.setattr(worker_mod, "ENTROPY_SAMPLE", sample)
+        worker = _worker(model_path, micro_batch_size=B)
+        exact = float((worker.entropies(batch.seqs) * counts).sum() / counts.sum())
+        b = dataclasses.replace(batch, old_logprobs=worker.logprobs(batch.seqs))
+        metric[sample] = worker.update_policy(b, grpo.ALGORITHM.policy_loss, LOSS_CFG)["entropy"]
+    assert metric[10_000] == pytest.approx(exact, rel=1e-5)
+    assert metric[2] != pytest.approx(exact, rel=1e-3)
+
+
 def test_behaviour_weight_reaches_the_loss(model_path):
     """Decoupled PPO's weight (``LearnerBatch.behaviour_weight``) multiplies each token's surrogate: rows weighted 0
     must train exactly as rows with advantage 0 (the same aggregation weights), and unlike unweighted rows."""
