@@ -99,10 +99,10 @@ def _timed(fn: Any, repeats: int) -> tuple[Any, float, float]:
     return out, statistics.median(times[1:]), torch.cuda.max_memory_allocated() / 2**20 if cuda else 0.0
 
 
-def _free(*objs: Any) -> None:
+def _free() -> None:
+    """Return what the dropped models held to the allocator (callers ``del`` their references first)."""
     import torch
 
-    del objs
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
@@ -164,7 +164,8 @@ def engine_check(model: str, spec: Any, worker: Any, prompt_len: int, rows: int,
     seqs = Sequences(ids, attn, resp, np.zeros((rows, 0), np.int64), np.zeros(0, np.int64))
     gap = np.abs(worker.logprobs(seqs) - engine_lp)[resp]
     engine.close()
-    _free(engine)
+    del engine
+    _free()
     return {
         "adapter_loaded": ok,
         "gen_tokens": tokens,
@@ -199,7 +200,8 @@ def zero_stages(spec: Any, batch: Any) -> dict[str, float]:
             )
         else:
             out[f"zero{stage}_vs_zero0_max_abs"] = max(float(np.abs(weights[k] - ref[k]).max()) for k in ref)
-        _free(worker)
+        del worker
+        _free()
     return out
 
 
@@ -219,7 +221,8 @@ def checkpoint_roundtrip(spec: Any, worker: Any, seqs: Any) -> dict[str, float]:
         loaded = time.perf_counter() - t0
         lp = float(np.abs(fresh.logprobs(seqs) - worker.logprobs(seqs)).max())
         v = float(np.abs(fresh.values(seqs) - worker.values(seqs)).max())
-    _free(fresh)
+    del fresh
+    _free()
     return {"save_s": saved, "load_s": loaded, "resume_logprob_max_abs": lp, "resume_value_max_abs": v}
 
 
@@ -283,7 +286,8 @@ def main() -> None:
             row.update(engine_check(model, spec, worker, args.width // 2, args.rows, args.gen_tokens))
             if i == 0:
                 row.update(checkpoint_roundtrip(spec, worker, batch.seqs))
-            _free(worker)
+            del worker
+            _free()
             row["bare_policy_step_ms"] = statistics.median(
                 bare_policy_steps(model, spec, batch, args.repeats + 1, args.device)[1:]
             )
