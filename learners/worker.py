@@ -487,10 +487,10 @@ class LearnerWorker:
         self._check_zero3_accumulation(len(chunks))
         sums: dict[str, float] = {}
         tokens = 0.0
-        for _, _, micro in chunks:
-            s = micro.seqs
-            # forward and backward under the adapter: a checkpointed backward recomputes the forward
-            with self._active(adapter):
+        # forward and backward under the adapter: a checkpointed backward recomputes the forward
+        with self._active(adapter):
+            for _, _, micro in chunks:
+                s = micro.seqs
                 new_lp, ent = self._response_logprobs(
                     self._dev(s.input_ids),
                     self._dev(s.attention_mask),
