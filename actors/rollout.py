@@ -377,6 +377,8 @@ class WorkerConfig:
     seed: int
     agent_options: Mapping[str, Any]
     device: str = "cpu"
+    torch_threads: int = 0
+    """Torch threads of the worker process (``cpu_threads``, resolved by the driver); 0: as the process started."""
     adapter_path: str | None = None
     """PEFT folder whose weights every adapter starts from (its adapter_config.json overrides ``lora``), or a
     folder with one such subfolder per adapter name (a run with ``model.role_adapters``: PEFT saves each adapter
@@ -418,6 +420,34 @@ def zero_lora_weights(model_path: str, spec: LoraSpec) -> dict[str, np.ndarray]:
     return {k: np.zeros(tuple(v.shape), np.float32) for k, v in get_peft_model_state_dict(model).items()}
 
 
+@dataclass
+class _Group:
+    """One group being played: its task, env seed, size, replay attempt and finished episodes."""
+
+    task_id: str | None
+    seed: int | None
+    size: int
+    attempt: int
+    trajs: list[Trajectory] = field(default_factory=list)
+
+
+@dataclass
+class _Groups:
+    """The groups one collection plays: the episode queue ``iter_episodes`` draws from (it may grow while that
+    runs: retries, ``RolloutWorker.enqueue``) and each unfinished group by id."""
+
+    queue: deque[EpisodeRequest] = field(default_factory=deque)
+    pending: dict[str, _Group] = field(default_factory=dict)
+    ticker: Ticker | None = None
+
+    def submit(self, task_id: str | None, seed: int | None, size: int, attempt: int = 0) -> None:
+        gid = f"{task_id}|s{seed}|{uuid.uuid4().hex[:8]}"
+        self.pending[gid] = _Group(task_id, seed, size, attempt)
+        self.queue.extend(EpisodeRequest(task_id, seed, gid, f"{gid}/{i}") for i in range(size))
+        if self.ticker is not None:
+            self.ticker.total += size
+
+
 class RolloutWorker:
     """Owns an inference engine and the env slots; collects whole groups (module docstring for streaming)."""
 
@@ -436,6 +466,10 @@ class RolloutWorker:
         from actors.models import resolve_model_path
 
         self.config = config
+        if config.torch_threads:
+            import torch
+
+            torch.set_num_threads(config.torch_threads)
         self.name = "rollout" if world_size == 1 else f"rollout {rank + 1}/{world_size}"
         self.model_path = resolve_model_path(config.model_path)
         lora, initial = config.lora, None
@@ -487,6 +521,8 @@ class RolloutWorker:
         self._lock = threading.Condition()
         self._collecting = False
         self._staged: list[dict[str, Any]] = []
+        self._serving = _Groups()  # what ``serve`` plays
+        self._stop = False  # ``stop`` was called and ``serve`` has not ended since
         self.stats: dict[str, int] = {"groups": 0, "group_retries": 0, "groups_dropped": 0, "episodes": 0}
 
     # ------------------------------------------------------------------ weights
@@ -539,24 +575,63 @@ class RolloutWorker:
         ``pack_group`` dict (numpy arrays, for Ray); else a ``TrajectoryGroup``.  ``temperature`` overrides the
         configured one for this call (evaluation at the validation temperature); ``sample_seed`` seeds torch's
         RNG first, which makes the HF engine's sampling reproducible (exact resume); vLLM ignores it."""
-        params = (
-            self.params if temperature is None else dataclasses.replace(self.params, temperature=temperature)
-        )
         if sample_seed is not None:
             import torch
 
             torch.manual_seed(sample_seed)
-        queue: deque[EpisodeRequest] = deque()
-        pending: dict[str, dict[str, Any]] = {}
-
-        def submit(task_id: str | None, attempt: int) -> None:
-            gid = f"{task_id}|s{seed}|{uuid.uuid4().hex[:8]}"
-            pending[gid] = {"task_id": task_id, "attempt": attempt, "trajs": []}
-            queue.extend(EpisodeRequest(task_id, seed, gid, f"{gid}/{i}") for i in range(group_size))
-
+        groups = _Groups()
         for task_id in task_ids:
-            submit(task_id, 0)
-        ticker = Ticker(self.name, len(queue), "episodes")
+            groups.submit(task_id, seed, group_size)
+        yield from self._play(groups, self._params(temperature), packed)
+
+    def serve(
+        self, *, temperature: float | None = None, packed: bool = True
+    ) -> Iterator[dict[str, Any] | TrajectoryGroup]:
+        """Asynchronous rollouts (``max_staleness``): play the groups that ``enqueue`` adds, across weight pushes
+        (each applied between two generation rounds; every turn records the version that sampled it), yielding
+        each group as it finishes, until ``stop`` and the groups queued before it are done.  New groups join the
+        running batch as env slots free up.  Call ``enqueue``, ``stop``, ``set_weights`` and ``counters`` in the
+        actor's ``control`` concurrency group while this runs in the default one (either may come first)."""
+        params = self._params(temperature)
+        while True:
+            with self._lock:
+                while not self._serving.queue and not self._stop:
+                    self._lock.wait()
+                if not self._serving.queue:  # stopped, and everything queued is done (or dropped)
+                    self._serving, self._stop = _Groups(), False
+                    return
+            yield from self._play(self._serving, params, packed, report_drops=True)
+
+    def enqueue(self, task_ids: Sequence[str | None], group_size: int, seed: int | None = None) -> None:
+        """Queue one group per task for ``serve`` (the running one, or the next to start)."""
+        with self._lock:
+            for task_id in task_ids:
+                self._serving.submit(task_id, seed, group_size)
+            self._lock.notify_all()
+
+    def stop(self, drop_queued: bool = False) -> None:
+        """End ``serve`` (the running one, or the next to start) once the groups queued so far are done;
+        ``drop_queued``: once the episodes already playing end (the rest of the queue, and so their unfinished
+        groups, are dropped)."""
+        with self._lock:
+            self._stop = True
+            if drop_queued:
+                self._serving.queue.clear()
+            self._lock.notify_all()
+
+    def _params(self, temperature: float | None) -> SamplingParams:
+        return (
+            self.params if temperature is None else dataclasses.replace(self.params, temperature=temperature)
+        )
+
+    def _play(
+        self, groups: _Groups, params: SamplingParams, packed: bool, report_drops: bool = False
+    ) -> Iterator[dict[str, Any] | TrajectoryGroup]:
+        """Play ``groups``' queue (which may grow while this runs), yielding each whole group (module docstring);
+        ``report_drops``: also yield ``{"dropped_group": task_id, "seed": seed}`` for a group dropped after its
+        retries (``serve``: the driver counts what it queued)."""
+        ticker = Ticker(self.name, len(groups.queue), "episodes")
+        groups.ticker = ticker
         steps = 0
         with self._lock:
             self._collecting = True
@@ -564,7 +639,7 @@ class RolloutWorker:
             for traj in iter_episodes(
                 self.engine,
                 self.envs,
-                queue,
+                groups.queue,
                 protocol=self.config.protocol,
                 env_name=self.config.env_name,
                 params=params,
@@ -579,24 +654,27 @@ class RolloutWorker:
                 self.stats["episodes"] += 1
                 steps += len(traj.turns)
                 ticker.advance(1, f"{steps} env steps in finished episodes")
-                g = pending[traj.group_id]
-                g["trajs"].append(traj)
-                if len(g["trajs"]) < group_size:
-                    continue
-                del pending[traj.group_id]
-                if any(t.status == "failed" for t in g["trajs"]):
-                    if g["attempt"] < self.config.max_group_retries:
-                        self.stats["group_retries"] += 1
-                        submit(g["task_id"], g["attempt"] + 1)
-                        ticker.total += group_size
-                    else:
-                        self.stats["groups_dropped"] += 1
-                    continue
-                g["trajs"].sort(key=lambda t: int(t.traj_id.rsplit("/", 1)[1]))
-                group = TrajectoryGroup(traj.group_id, str(g["task_id"] or g["trajs"][0].task_id), g["trajs"])
+                with self._lock:
+                    g = groups.pending[traj.group_id]
+                    g.trajs.append(traj)
+                    if len(g.trajs) < g.size:
+                        continue
+                    del groups.pending[traj.group_id]
+                    if any(t.status == "failed" for t in g.trajs):
+                        if g.attempt < self.config.max_group_retries:
+                            self.stats["group_retries"] += 1
+                            groups.submit(g.task_id, g.seed, g.size, g.attempt + 1)
+                        else:
+                            self.stats["groups_dropped"] += 1
+                            if report_drops:
+                                yield {"dropped_group": str(g.task_id), "seed": g.seed}
+                        continue
+                g.trajs.sort(key=lambda t: int(t.traj_id.rsplit("/", 1)[1]))
+                group = TrajectoryGroup(traj.group_id, str(g.task_id or g.trajs[0].task_id), g.trajs)
                 self.stats["groups"] += 1
-                yield pack_group(group, seed=seed, attempts=g["attempt"] + 1) if packed else group
+                yield pack_group(group, seed=g.seed, attempts=g.attempt + 1) if packed else group
         finally:
+            groups.ticker = None
             ticker.close(f"{steps} env steps, {steps / max(ticker.elapsed, 1e-9):.1f}/s")
             with self._lock:
                 self._collecting = False

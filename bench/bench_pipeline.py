@@ -1,14 +1,19 @@
-"""Synchronous vs one-step-off training loop: time per RL iteration and where it goes.
+"""Synchronous vs one-step-off vs asynchronous training loops: time per RL iteration and where it goes.
 
-Two ``hierarl train`` runs of one setting, identical except ``one_step_off`` (``<out>/sync``, ``<out>/one_step_off``;
-a finished run is read, not re-run).  In the synchronous loop the rollout workers idle while the learner updates and
-vice versa; one-step-off generates iteration k+1 during iteration k's update.  Iteration 1 is synchronous in both
-(it follows BC's push), so the medians are over iterations 2..N.  Printed per mode: the median of each timed phase
-(``rollout`` = waiting for the iteration's rollouts, ``rollout_wait`` = waiting after the update for the next
-iteration's), the iteration time, its ratio to the synchronous one, and train success; written: ``<out>/pipeline.json``.
+``hierarl train`` runs of one setting that differ only in the loop (``<out>/<mode>``; a finished run is read, not
+re-run): ``sync`` (the rollout workers idle while the learner updates and vice versa), ``one_step_off`` (iteration
+k+1 generates during iteration k's update; the push waits for it) and ``async<k>`` (``max_staleness=k``: the workers
+never wait, pushes land between generation rounds, groups are taken as they finish).  All on the same cores:
+``cpu_threads`` auto gives each phase of the synchronous loop every core and the overlapping loops one per worker.
+Iteration 1 follows BC's push in every mode, so the medians are over iterations 2..N.  Printed per mode: the median
+of each timed phase (``rollout`` = waiting for the iteration's groups, ``rollout_wait`` = one-step-off's wait after
+the update), the iteration time, its ratio to the synchronous one, the policy lag, groups dropped as stale, and
+train success; written: ``<out>/pipeline.json``.  ``env.options`` with ``step_latency_s``/``latency_sigma`` give
+the synthetic env slow, long-tailed steps::
 
     python bench/bench_pipeline.py --out bench/results/pipeline --preset hiper_synthetic_small \\
-        --set iterations=3 eval_every=0 eval_episodes=8 rollout.groups_per_iter=2 learner.ppo_epochs=1
+        --modes sync,one_step_off,async1,async2 \\
+        --set iterations=4 eval_every=0 rollout.groups_per_iter=2 learner.ppo_epochs=1
 """
 
 from __future__ import annotations
@@ -27,17 +32,32 @@ setup()
 PHASES = ("rollout", "logprobs", "values", "update", "rollout_wait", "push", "iteration")
 
 
+def mode_overrides(mode: str) -> list[str]:
+    """``sync``, ``one_step_off`` or ``async<k>`` as run-config overrides."""
+    if mode in ("sync", "one_step_off"):
+        return [f"one_step_off={mode == 'one_step_off'}", "max_staleness=0"]
+    if mode.startswith("async") and mode[5:].isdigit() and int(mode[5:]) >= 1:
+        return ["one_step_off=false", f"max_staleness={int(mode[5:])}"]
+    raise SystemExit(f"--modes: unknown mode {mode!r}; allowed: sync, one_step_off, async<k> (k >= 1)")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", required=True)
     p.add_argument("--preset", default=None)
-    p.add_argument("--set", nargs="*", default=[], help="key=value overrides for both runs")
+    p.add_argument("--set", nargs="*", default=[], help="key=value overrides for every run")
+    p.add_argument(
+        "--modes", default="sync,one_step_off", help="comma-separated: sync, one_step_off, async<k>"
+    )
     a = p.parse_args(argv)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     result: dict[str, dict] = {}
-    for mode in ("sync", "one_step_off"):
-        history = ensure_run(out, mode, a.preset, [*a.set, f"one_step_off={mode != 'sync'}"])
+    modes = a.modes.split(",")
+    if modes[0] != "sync":
+        raise SystemExit("--modes: the first mode is the baseline of the ratios and must be sync")
+    for mode in modes:
+        history = ensure_run(out, mode, a.preset, [*a.set, *mode_overrides(mode)])
         rl = [r for r in history if r.get("phase") == "rl" and r["iteration"] >= 2]
         if not rl:
             print(f"[bench] {mode}: no RL iteration after the first in {out / mode}", file=sys.stderr)
@@ -45,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         result[mode] = {
             "iterations": len(rl),
             "policy_lag": sorted({r.get("policy_lag", 0) for r in rl}),
+            "groups_stale": sum(r.get("groups_stale", 0) for r in rl),
             "success": statistics.fmean(r["success"] for r in rl),
             **{ph: statistics.median(r.get(f"time_{ph}", 0.0) for r in rl) for ph in PHASES},
         }
@@ -54,11 +75,15 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"\n{'mode':<13} {'n':>2} "
         + " ".join(f"{ph:>12}" for ph in PHASES)
-        + f" {'speedup':>8} {'success':>8}"
+        + f" {'speedup':>8} {'lag':>6} {'stale':>5} {'success':>8}"
     )
     for mode, r in result.items():
         cells = " ".join(f"{r[ph]:>11.1f}s" for ph in PHASES)
-        print(f"{mode:<13} {r['iterations']:>2} {cells} {r['speedup']:>7.2f}x {r['success']:>8.3f}")
+        lag = ",".join(str(v) for v in r["policy_lag"])
+        print(
+            f"{mode:<13} {r['iterations']:>2} {cells} {r['speedup']:>7.2f}x {lag:>6} {r['groups_stale']:>5.0f} "
+            f"{r['success']:>8.3f}"
+        )
     (out / "pipeline.json").write_text(json.dumps({"args": vars(a), "result": result}, indent=1))
     print(f"[bench] wrote {out / 'pipeline.json'}")
     return 0

@@ -15,6 +15,7 @@ from typing import Any
 import ray
 import ray._private.ray_constants as ray_constants
 from ray._private.runtime_env.constants import RAY_JOB_CONFIG_JSON_ENV_VAR
+from ray.exceptions import OutOfMemoryError, RayActorError
 from ray.util.placement_group import PlacementGroup, placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -31,6 +32,12 @@ WORKER_ENV = {
 }
 
 
+WORKER_LOST = (RayActorError, OutOfMemoryError)
+"""A worker call that ends one of these lost its worker: it crashed, was killed, or Ray's memory monitor killed its
+process when the node ran low (the call in flight raises ``OutOfMemoryError``, the actor is dead). Measured: a
+16 GB process started beside a training run got its learner worker killed; the recovery is a crash's."""
+
+
 def worker_env(device: str) -> dict[str, str]:
     env = {k: os.environ.get(k, v) for k, v in WORKER_ENV.items()}
     if device.startswith("cuda"):
@@ -40,6 +47,12 @@ def worker_env(device: str) -> dict[str, str]:
     if "HIERARL_SHARED" in os.environ:
         env["HIERARL_SHARED"] = os.environ["HIERARL_SHARED"]
     return env
+
+
+def node_cores() -> int:
+    """The cores this process may run on (its CPU affinity: a container's or ``taskset``'s limit, not the host's
+    count); on a local cluster, the workers' node."""
+    return len(os.sched_getaffinity(0))
 
 
 def job_env_vars(job_config_json: str) -> dict[str, str]:
@@ -103,13 +116,16 @@ class WorkerResources:
 
     num_cpus: float = 0.5
     num_gpus: float = 0.0
+    concurrency_groups: tuple[tuple[str, int], ...] = ()
+    """Named method groups that run beside the default one, (name, threads) each: a rollout worker's ``control``
+    group takes weights and requests while its asynchronous collection runs (``max_staleness``)."""
 
 
 def place_workers(
     cls: type, n: int, resources: WorkerResources, *args: Any, **kwargs: Any
 ) -> tuple[list[Any], PlacementGroup]:
     """Create ``n`` Ray actors of plain class ``cls`` in one PACK placement group (one bundle each); returns the
-    actors and the group (to remove when done)."""
+    actors and the group (to remove when done). ``resources.concurrency_groups``: see ``WorkerResources``."""
     bundle: dict[str, float] = {"CPU": resources.num_cpus}
     if resources.num_gpus:
         bundle["GPU"] = resources.num_gpus
@@ -124,8 +140,9 @@ def spawn_in_bundle(
 ) -> Any:
     """Actor ``index`` of ``n`` in bundle ``index`` of ``pg``: how ``place_workers`` creates them, and how a dead
     one is replaced in the place it held."""
+    groups = dict(resources.concurrency_groups)
     return (
-        ray.remote(cls)
+        (ray.remote(concurrency_groups=groups)(cls) if groups else ray.remote(cls))
         .options(
             num_cpus=resources.num_cpus,
             num_gpus=resources.num_gpus,

@@ -22,8 +22,10 @@ Splits are disjoint by task *content*, not just by id, so a test task never repl
 
 from __future__ import annotations
 
+import math
 import random
 import re
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -116,7 +118,18 @@ class SyntheticHierEnv:
         train_tasks_per_stage: int = 200,
         test_tasks_per_stage: int = 50,
         seed: int | None = None,
+        step_latency_s: float = 0.0,
+        latency_sigma: float = 0.0,
     ) -> None:
+        """``step_latency_s`` > 0: every step sleeps a log-normal time with this median and log-scale
+        ``latency_sigma`` (sigma 1: 1 step in 20 takes > 5x the median), standing in for envs whose steps are slow and
+        long-tailed (ALFWorld, ScienceWorld, a web browser) when timing a rollout loop (``bench/bench_pipeline.py``)."""
+        if step_latency_s < 0 or latency_sigma < 0:
+            raise ValueError(
+                f"step_latency_s and latency_sigma must be >= 0, got {step_latency_s}, {latency_sigma}"
+            )
+        self.step_latency_s, self.latency_sigma = float(step_latency_s), float(latency_sigma)
+        self._latency_rng = random.Random(seed)
         self.max_steps = int(max_steps)
         self.stages = (stages,) if isinstance(stages, int) else tuple(stages)
         self.actions_per_stage = int(actions_per_stage)
@@ -177,6 +190,8 @@ class SyntheticHierEnv:
         if self._crafted:  # stepping a finished episode changes nothing and pays nothing
             return "The task is already complete.", 0.0, True, False, self._info(valid=False)
         self._steps += 1
+        if self.step_latency_s:
+            time.sleep(self.step_latency_s * math.exp(self.latency_sigma * self._latency_rng.gauss(0.0, 1.0)))
         command = clean_action(action)
         admissible = self._admissible()
         if command not in admissible:

@@ -235,6 +235,22 @@ class TrainConfig:
     """Generate iteration k+1's rollouts (with the adapter of iteration k-1's update) while iteration k updates, as
     verl's one-step-off trainer does: the learner and the rollout workers overlap, the policy lags one version
     (logged as ``policy_lag``). Off: synchronous lock-step, every rollout from the newest adapter."""
+    max_staleness: int = 0
+    """Asynchronous rollouts, 0: off (the synchronous loop, or ``one_step_off``). k >= 1: the rollout workers
+    generate without pausing for updates; a weight push lands between two generation rounds, so an episode may
+    span adapter versions (each turn records its own). Each iteration trains on the first
+    ``rollout.groups_per_iter`` groups to finish whose every turn is at most k versions older than the learner's
+    adapter; older groups are dropped and counted (``groups_stale``). Groups are queued k iterations ahead. Pair
+    it with ``learner.behaviour_is_cap`` (decoupled PPO) to correct for the lag. A resumed run restarts the queue
+    from its checkpoint's adapter: it continues, but unlike the synchronous and one-step-off loops it does not
+    repeat the uninterrupted run's samples (they depended on when pushes landed)."""
+    cpu_threads: int = 0
+    """Torch threads of each rollout and learner worker on CPU (CUDA workers are left alone). 0: every core of the
+    node divided among the workers that compute at the same time: in the synchronous loop the rollout workers and
+    the learner group take turns, so each phase gets the whole node (the learner's phases ran 1.8x faster on 2
+    threads than on 1, docs/results); with ``one_step_off`` they overlap and share it. A sweep running several
+    cells at once gives each 1. Set it when something else shares the cores: torch threads that find their core
+    busy run up to 10x slower (platform.md)."""
     seed: int = 0
     """Seeds tasks, sampling, initialisation and shuffling."""
     run_dir: str = "runs/default"
@@ -578,6 +594,14 @@ def _check_ranges(cfg: TrainConfig) -> None:
         (e.step_timeout_s > 0, "env.step_timeout_s", e.step_timeout_s, gt0),
         (bool(e.train_split), "env.train_split", e.train_split, "a split name of the env"),
         (bool(e.eval_split), "env.eval_split", e.eval_split, "a split name of the env"),
+        (cfg.cpu_threads >= 0, "cpu_threads", cfg.cpu_threads, "an integer >= 0 (0: auto)"),
+        (cfg.max_staleness >= 0, "max_staleness", cfg.max_staleness, "an integer >= 0 (0: off)"),
+        (
+            not (cfg.max_staleness and cfg.one_step_off),
+            "max_staleness",
+            cfg.max_staleness,
+            "0 with one_step_off=true (max_staleness=1 is its asynchronous form: choose one)",
+        ),
         (r.num_workers >= 1, "rollout.num_workers", r.num_workers, ge1),
         (r.cpus_per_worker >= 0, "rollout.cpus_per_worker", r.cpus_per_worker, ge0),
         (r.group_size >= 1, "rollout.group_size", r.group_size, ge1),
@@ -762,11 +786,12 @@ def _check_algo(cfg: TrainConfig) -> Any:
             f"bc.from_run: algo={cfg.algo} with an online phase keeps a frozen copy of each adapter beside it, which "
             "a one-adapter checkpoint does not fit; allowed: bc.from_run='' (BC in this run), or algo.online_groups=0"
         )
-    if algo.offline and cfg.one_step_off:
-        raise ConfigError(
-            f"one_step_off: algo={cfg.algo} trains on a stored dataset, there are no rollouts to overlap; "
-            "allowed: one_step_off=false"
-        )
+    for key, value in (("one_step_off", cfg.one_step_off), ("max_staleness", cfg.max_staleness)):
+        if algo.offline and value:
+            raise ConfigError(
+                f"{key}: algo={cfg.algo} trains on a stored dataset, there are no rollouts to overlap; "
+                f"allowed: {key}={'false' if key == 'one_step_off' else 0}"
+            )
     if (
         algo.offline
         and (factory := _env_factory(cfg.env.name)) is not None
@@ -813,6 +838,7 @@ def _check_role_adapters(cfg: TrainConfig, roles: Sequence[str]) -> None:
         (not cfg.model.init_adapter, "model.init_adapter", cfg.model.init_adapter),
         (not cfg.bc.from_run, "bc.from_run", cfg.bc.from_run),
         (not cfg.one_step_off, "one_step_off", cfg.one_step_off),
+        (not cfg.max_staleness, "max_staleness", cfg.max_staleness),
         (cfg.learner.zero_stage <= 2, "learner.zero_stage", cfg.learner.zero_stage),
     ):
         if not ok:
@@ -847,6 +873,18 @@ def _expert_envs() -> list[str]:
     from envs.base import env_names
 
     return [n for n in env_names() if hasattr(_env_factory(n), "expert_plan")]
+
+
+def torch_threads(cfg: TrainConfig, workers: int, cores: int, device: str) -> int:
+    """Torch threads for each of ``workers`` workers of one kind (rollout or learner) on a node with ``cores`` cores
+    (``cpu_threads``); 0 leaves the process's own setting (CUDA workers)."""
+    if device != "cpu":
+        return 0
+    if cfg.cpu_threads:
+        return cfg.cpu_threads
+    if cfg.one_step_off or cfg.max_staleness:  # the rollout workers and the learner group compute at once
+        workers = cfg.rollout.num_workers + cfg.learner.num_workers
+    return max(1, cores // workers)
 
 
 def read_run_config(run_dir: str | Path) -> TrainConfig:

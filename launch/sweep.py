@@ -297,6 +297,11 @@ def run_sweep(spec: SweepSpec, grid: Sequence[Cell], ray_address: str = "") -> i
         if not _fits(need, {}, total):
             raise ConfigError(f"sweep cell {cell.name} needs {need}, more than the cluster has ({total})")
         todo.append((cell, cfg, need))
+    if len(todo) > 1 and _fits({k: 2 * v for k, v in todo[0][2].items()}, {}, total):
+        # cells run side by side: ``cpu_threads`` auto would give each of them the whole node
+        todo = [
+            (c, cfg if cfg.cpu_threads else dataclasses.replace(cfg, cpu_threads=1), n) for c, cfg, n in todo
+        ]
     task = ray.remote(num_cpus=0, max_retries=0)(_run_cell)
     running: dict[Any, tuple[Cell, dict[str, float]]] = {}
     used: dict[str, float] = {}

@@ -31,7 +31,6 @@ from typing import Any
 import numpy as np
 import ray
 import torch
-from ray.exceptions import OutOfMemoryError, RayActorError
 from ray.util.placement_group import remove_placement_group
 
 from actors.demos import collect_demonstrations
@@ -40,24 +39,27 @@ from actors.models import resolve_model_path
 from actors.rollout import RolloutWorker, WorkerConfig, read_peft_adapter, unpack_group
 from actors.trajectory import Trajectory
 from cluster.metrics import RunMetrics
-from cluster.ray_cluster import WorkerResources, init_ray, place_workers, spawn_in_bundle
+from cluster.ray_cluster import (
+    WORKER_LOST,
+    WorkerResources,
+    init_ray,
+    node_cores,
+    place_workers,
+    spawn_in_bundle,
+)
 from envs.random_policy import random_policy_success
 from launch.algos import get_algo
-from launch.config import TrainConfig, check_bc_source, resolve_algo_config, resolved_text
+from launch.config import TrainConfig, check_bc_source, resolve_algo_config, resolved_text, torch_threads
 from launch.hisr import RewardModels
 from launch.offline import OfflineData
 from launch.report import subgoal_rate
+from launch.stream import AsyncRollouts, iteration_tasks
 from learners.algorithm import Algorithm
 from learners.group import LearnerGroup
 from learners.prepare import learner_batch, shaped_turns
 from learners.targets import sequences
 from learners.transitions import subgoal_counts
 from learners.worker import LearnerSpec
-
-WORKER_LOST = (RayActorError, OutOfMemoryError)
-"""A worker call that ends one of these lost its worker: it crashed, was killed, or Ray's memory monitor killed its
-process when the node ran low (the call in flight raises ``OutOfMemoryError``, the actor is dead). Measured: a
-16 GB process started beside a training run got its learner worker killed; the recovery is a crash's."""
 
 
 @contextmanager
@@ -126,6 +128,7 @@ def learner_spec(
         target_critic=algo.target_critic,
         adapters=learner_adapters(cfg, algo, algo_cfg),
         seed=cfg.seed,
+        torch_threads=torch_threads(cfg, cfg.learner.num_workers, node_cores(), device),
     )
 
 
@@ -186,6 +189,7 @@ def rollout_worker_config(cfg: TrainConfig, model_path: str, device: str, **over
         "seed": cfg.seed,
         "agent_options": dict(cfg.rollout.agent_options),
         "adapters": dict(cfg.model.role_adapters) or {"policy": "policy"},
+        "torch_threads": torch_threads(cfg, cfg.rollout.num_workers, node_cores(), device),
     }
     return WorkerConfig(**{**fields, **overrides})
 
@@ -232,11 +236,11 @@ class Trainer:
         """The policy adapters of ``model.role_adapters`` (empty: one adapter for every role)."""
         gpu = self.gpu = 1.0 if self.device == "cuda" else 0.0
         self.rollout_cfg = rollout_worker_config(cfg, self.model_path, self.device)
+        # asynchronous rollouts take weights and requests beside their running collection
+        control = (("control", 1),) if cfg.max_staleness else ()
+        self.rollout_resources = WorkerResources(cfg.rollout.cpus_per_worker, gpu, control)
         self.rollout, self.rollout_pg = place_workers(
-            RolloutWorker,
-            cfg.rollout.num_workers,
-            WorkerResources(cfg.rollout.cpus_per_worker, gpu),
-            self.rollout_cfg,
+            RolloutWorker, cfg.rollout.num_workers, self.rollout_resources, self.rollout_cfg
         )
         self.learner_spec = learner_spec(cfg, self.algo, self.algo_cfg, self.model_path, self.device)
         self.learner = LearnerGroup(
@@ -247,6 +251,9 @@ class Trainer:
         # checkpoint saves the older (its in-flight rollouts' adapter)
         self._pushed: list[dict[str | None, dict[str, np.ndarray]]] = []
         self._pending: list[Collection] = []  # the next iteration's rollouts, in flight (one-step-off)
+        self.stream: AsyncRollouts | None = (
+            None  # the asynchronous rollouts (``max_staleness``), once RL starts
+        )
         self.rollout_restarts = 0  # rollout workers replaced after dying (``rollout.max_restarts``)
         self.learner_restarts = 0  # learner groups rebuilt after a worker died (``learner.max_restarts``)
         self._empty_in_a_row = 0  # consecutive iterations without samples
@@ -301,9 +308,14 @@ class Trainer:
             return {None: self.learner.adapter_weights()}
         return {n: self.learner.adapter_weights(n) for n in self.adapters}
 
+    def _call(self, worker: Any, method: str) -> Any:
+        """``worker.<method>.remote``, beside a running asynchronous collection when there is one."""
+        return self.stream.call(worker, method) if self.stream is not None else getattr(worker, method).remote
+
     def _send(self, worker: Any, weights: dict[str | None, Any]) -> bool:
         """Load every adapter of ``weights`` (tensors or object refs) into one rollout worker."""
-        return all(ray.get([worker.set_weights.remote(w, self.version, n) for n, w in weights.items()]))
+        load = self._call(worker, "set_weights")
+        return all(ray.get([load(w, self.version, n) for n, w in weights.items()]))
 
     def push_weights(self, weights: dict[str | None, dict[str, np.ndarray]] | None = None) -> float:
         """Export each adapter once (or take ``weights``), ``ray.put`` each once, every rollout worker loads them
@@ -416,7 +428,7 @@ class Trainer:
             self.rollout_pg,
             index,
             n,
-            WorkerResources(self.cfg.rollout.cpus_per_worker, self.gpu),
+            self.rollout_resources,
             self.rollout_cfg,
         )
         if self._pushed:
@@ -437,11 +449,8 @@ class Trainer:
         """Iteration ``iteration``'s training groups: tasks and sampling seeds depend on (seed, iteration) only,
         so a resumed or one-step-off run draws exactly what the uninterrupted synchronous one draws."""
         cfg = self.cfg
-        rng = random.Random(cfg.seed * 1_000_003 + iteration)
-        tasks = rng.sample(self.train_ids, min(cfg.rollout.groups_per_iter, len(self.train_ids)))
-        return self.start_collect(
-            tasks, cfg.rollout.group_size, cfg.seed * 7919 + iteration, temperature=cfg.rollout.temperature
-        )
+        tasks, seed = iteration_tasks(self.train_ids, cfg.seed, iteration, cfg.rollout.groups_per_iter)
+        return self.start_collect(tasks, cfg.rollout.group_size, seed, temperature=cfg.rollout.temperature)
 
     def chance(self, task_ids: Sequence[str], seed: int) -> float:
         """Success of a uniformly random policy over the available commands on ``task_ids`` (computed once per task
@@ -833,6 +842,8 @@ class Trainer:
             self.hisr.prepare(self.resumed_from)
         if self.offline is not None:
             self.offline.prepare()
+        if cfg.max_staleness:
+            self.stream = AsyncRollouts(self, first_batch=self.start_iter)
         for it in range(self.start_iter, cfg.iterations + 1):
             timings: dict[str, float] = {}
             t_iter = time.perf_counter()
@@ -846,6 +857,11 @@ class Trainer:
                 stats = {**trajectory_stats(new or episodes), "buffer_trajectories": float(len(episodes))}
                 if not new:
                     stats["success"] = float("nan")
+            elif self.stream is not None:
+                with timed(timings, "rollout"):
+                    groups, stats = self.stream.take(it)
+                trajs = [t for g in groups for t in g.trajectories]
+                stats.update(trajectory_stats(trajs))
             else:
                 with timed(timings, "rollout"):
                     trajs = self.gather(self._pending or self.start_rl_rollouts(it))
@@ -879,6 +895,9 @@ class Trainer:
                 **self.fault_counters(it),
             }
             if cfg.eval_every and it % cfg.eval_every == 0:
+                if self.stream is not None:
+                    with timed(timings, "rollout_pause"):
+                        self.stream.pause()  # evaluation needs the workers' call slot
                 with timed(timings, "eval"):
                     ev = self.evaluate(cfg.eval_episodes, cfg.seed + 10_000)
                 record.update(_flat(ev))
@@ -889,6 +908,8 @@ class Trainer:
             record.update({f"time_{k}": v for k, v in timings.items()})
             self.log(record)
             print(_iteration_line(record), flush=True)
+        if self.stream is not None:
+            self.stream.abandon()
         print(_final_table(self.history), flush=True)
         return self.history
 
@@ -898,7 +919,7 @@ class Trainer:
         when the workers are idle in the synchronous loop (in one-step-off, the next iteration's in-flight
         collection may already count)."""
         totals: dict[str, float] = {}
-        for c in ray.get([w.counters.remote() for w in self.rollout]):
+        for c in ray.get([self._call(w, "counters")() for w in self.rollout]):
             for k, v in c.items():
                 totals[k] = totals.get(k, 0) + v
         totals["rollout_restarts"] = (

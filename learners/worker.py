@@ -73,6 +73,8 @@ class LearnerSpec:
     value slots with ``value_from_target`` read it."""
     master_port: int = 0
     """torch.distributed rendezvous port; 0: ``LearnerGroup`` picks a free one."""
+    torch_threads: int = 0
+    """Torch threads of the worker process (``cpu_threads``, resolved by the driver); 0: as the process started."""
 
 
 ENTROPY_SAMPLE = 64
@@ -219,6 +221,8 @@ class LearnerWorker:
         from peft import LoraConfig, get_peft_model
 
         self.spec, self.rank, self.world_size = spec, rank, world_size
+        if spec.torch_threads:
+            torch.set_num_threads(spec.torch_threads)
         torch.manual_seed(spec.seed + rank)
         _init_dist(rank, world_size, spec.master_port, spec.device)
         dtype = pick_dtype(spec.dtype, spec.device)

@@ -93,6 +93,30 @@ def test_run_writes_everything_and_resume_reproduces_the_losses(ray_local, tmp_p
         assert again[key] == pytest.approx(rl[1][key], rel=1e-5, abs=1e-7), key
 
 
+@pytest.mark.slow
+def test_asynchronous_rollouts_train_within_their_staleness_bound_and_resume(ray_local, tmp_path):
+    """``max_staleness=2``: the rollout workers keep generating through updates and pushes; every iteration trains
+    on ``groups_per_iter`` whole groups none of whose turns lag the learner by more than 2 versions; evaluation
+    pauses the streams and the run goes on after it; a killed run resumes from its checkpoint and continues."""
+    common = [
+        "algo=ppo",
+        "rollout.agent=react",
+        "max_staleness=2",
+        "learner.behaviour_is_cap=2",
+        "eval_every=2",
+    ]
+    history = _run(tmp_path / "run", [*common, "iterations=3"])
+    rl = [r for r in history if r.get("phase") == "rl"]
+    assert [r["iteration"] for r in rl] == [1, 2, 3]
+    for r in rl:
+        assert 0 <= r["policy_lag"] <= 2 and r["groups_stale"] >= 0 and r["groups_dropped"] == 0
+        assert r["is_weight_mean"] > 0
+    assert "eval_success" in rl[1] and "time_rollout_pause" in rl[1]
+    assert any(r["policy_lag"] >= 1 for r in rl[1:])  # the queue runs ahead of the learner
+    resumed = _run(tmp_path / "run", [*common, "iterations=4", "resume=true"])
+    assert [r["iteration"] for r in resumed if r.get("phase") == "rl"] == [1, 2, 3, 4]
+
+
 def test_eval_and_training_build_the_same_rollout_config():
     """`hierarl eval` reuses the training rollout config; only what it overrides differs (it once lost the
     compact-prompt agent options, evaluating a model in a prompt format it was never trained on)."""
@@ -106,6 +130,27 @@ def test_eval_and_training_build_the_same_rollout_config():
     assert eval_cfg.agent_options == train_cfg.agent_options == {"compact": True}
     assert eval_cfg.temperature == 0.4 and eval_cfg.adapter_path == "a"
     assert eval_cfg.env_options == train_cfg.env_options and eval_cfg.lora == train_cfg.lora
+
+
+def test_the_workers_run_the_threads_the_run_config_resolves(ray_local, tmp_path):
+    """``cpu_threads`` auto reaches the worker processes (which start with ``OMP_NUM_THREADS=1``): the synchronous
+    loop gives the one rollout worker and the one learner worker every core of the node."""
+    import ray
+    import torch
+
+    from cluster.ray_cluster import node_cores
+
+    trainer = Trainer(resolve_config(None, [*TINY, f"run_dir={tmp_path}"]))
+    try:
+        threads = ray.get(
+            [
+                w.__ray_call__.remote(lambda _: torch.get_num_threads())
+                for w in trainer.rollout + trainer.learner.workers
+            ]
+        )
+    finally:
+        trainer.close()
+    assert threads == [node_cores(), node_cores()]
 
 
 def _size(path: Path) -> int:

@@ -18,6 +18,7 @@ from launch.config import (
     preset_chain,
     resolve_algo_config,
     resolve_config,
+    torch_threads,
 )
 from reward.shaping import SHAPING_CONSTANTS, ShapingConstants, shaping_for
 
@@ -349,3 +350,18 @@ def test_hisr_cpu_preset_is_the_ppo_pair_plus_its_reward_model_stages():
     }
     assert set(ca.algo_overrides) - set(cb.algo_overrides) <= stage_keys
     assert {k: ca.algo_overrides[k] for k in cb.algo_overrides} == cb.algo_overrides
+
+
+def test_torch_threads_give_each_phase_the_cores_its_workers_share():
+    """Auto (``cpu_threads=0``): the synchronous loop's phases take turns, so the rollout workers, and then the learner
+    workers, divide the whole node among themselves; one-step-off overlaps both kinds, which then divide it together."""
+    cfg = TrainConfig()
+    assert torch_threads(cfg, 1, 2, "cpu") == 2  # one learner (or rollout worker) on 2 cores: both
+    assert torch_threads(cfg, 2, 2, "cpu") == 1  # two learner workers: one core each
+    assert torch_threads(cfg, 2, 16, "cpu") == 8
+    assert torch_threads(cfg, 3, 2, "cpu") == 1  # never 0 threads
+    overlap = dataclasses.replace(cfg, one_step_off=True)
+    assert torch_threads(overlap, 1, 2, "cpu") == 1  # 1 rollout + 1 learner worker at once on 2 cores
+    assert torch_threads(overlap, 1, 8, "cpu") == 4
+    assert torch_threads(dataclasses.replace(cfg, cpu_threads=3), 2, 2, "cpu") == 3  # asked for: as asked
+    assert torch_threads(cfg, 1, 2, "cuda") == 0  # a GPU worker keeps its own setting

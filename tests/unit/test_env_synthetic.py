@@ -123,3 +123,26 @@ def test_distractors_clamped_and_bad_task_ids_rejected():
     assert parse_task_id("stages7-acts2-dist0-seed0") is None
     with pytest.raises(ValueError):
         SyntheticHierEnv().reset(task_id="nonsense")
+
+
+def test_step_latency_is_log_normal_around_its_median_and_off_by_default(monkeypatch):
+    """``step_latency_s``: each step sleeps median × exp(σ·z), z ~ N(0, 1); the sleeps are recorded, not timed.
+    Over 400 steps at median 2 ms and σ = 1, the sample median is 2 ms within ±15 % (its standard error is
+    1.25·σ/√400 ≈ 6 % in log space) and ~5.4 % of the steps exceed 5× the median (P(z > ln 5 = 1.61))."""
+    import envs.synthetic as synthetic
+
+    slept: list[float] = []
+    monkeypatch.setattr(synthetic.time, "sleep", slept.append)
+    env = SyntheticHierEnv(stages=(1,), step_latency_s=0.002, latency_sigma=1.0, seed=0)
+    plain = SyntheticHierEnv(stages=(1,), seed=0)
+    for e in (env, plain):
+        e.reset(task_id=e.task_ids()[0])
+        e.max_steps = 10_000
+        for _ in range(400):
+            e.step("look")
+    assert len(slept) == 400  # the plain env never sleeps
+    slept.sort()
+    assert 0.0017 < slept[200] < 0.0023
+    assert 0.02 < sum(x > 0.010 for x in slept) / 400 < 0.10
+    with pytest.raises(ValueError, match="step_latency_s"):
+        SyntheticHierEnv(step_latency_s=-1.0)

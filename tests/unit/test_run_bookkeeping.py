@@ -128,3 +128,52 @@ def test_a_jobs_own_env_vars_win_over_hierarls():
     assert job_env_vars(job) == {"OMP_NUM_THREADS": "4"}
     assert job_env_vars(json.dumps({"runtime_env": None})) == {}
     assert job_env_vars("") == {}
+
+
+def _group(*versions_per_episode: list[int]):
+    from actors.trajectory import Trajectory, TrajectoryGroup
+
+    def episode(versions: list[int]) -> Trajectory:
+        turns = [SimpleNamespace(policy_version=v) for v in versions]
+        return SimpleNamespace(turns=turns)  # staleness reads the turns' versions only
+
+    return TrajectoryGroup("g", "t", [episode(v) for v in versions_per_episode])  # type: ignore[arg-type]
+
+
+def test_a_groups_staleness_is_its_oldest_turns_lag():
+    """The learner at version 6: an episode whose turns were sampled by versions 3 and 5 (a push landed between
+    them) makes its group 6 - 3 = 3 versions stale, whatever the other episodes' turns are."""
+    from launch.stream import staleness
+
+    assert staleness(_group([5, 6], [3, 5]), 6) == 3
+    assert staleness(_group([6, 6], [6]), 6) == 0
+    assert staleness(_group([], []), 6) == 0  # no turns: nothing stale
+
+
+def test_asynchronous_batches_draw_the_synchronous_iterations_tasks():
+    """Batch b of the asynchronous queue plays what iteration b plays in the synchronous loop: same tasks, same env
+    seed (``Trainer.start_rl_rollouts`` uses the same function); batches differ from each other."""
+    from launch.stream import iteration_tasks
+
+    ids = [f"task{i}" for i in range(50)]
+    a, seed_a = iteration_tasks(ids, 3, 1, 4)
+    assert iteration_tasks(ids, 3, 1, 4) == (a, seed_a) and len(set(a)) == 4
+    b, seed_b = iteration_tasks(ids, 3, 2, 4)
+    assert a != b and seed_b == seed_a + 1 == 3 * 7919 + 2
+    assert len(iteration_tasks(ids[:2], 3, 1, 4)[0]) == 2  # fewer tasks than groups: each once
+
+
+def test_take_skips_groups_older_than_the_bound_and_keeps_finish_order():
+    """The learner at version 5, ``max_staleness=1``, 2 groups per iteration; finished groups with lags 2, 0, 1,
+    0 (in the order they finished): the lag-2 group is dropped and counted, the next two are taken in order, the
+    last waits for the next iteration. (The queue is already ahead, so no worker is asked for anything.)"""
+    from launch.stream import AsyncRollouts
+
+    cfg = SimpleNamespace(max_staleness=1, rollout=SimpleNamespace(groups_per_iter=2))
+    stream = AsyncRollouts(SimpleNamespace(cfg=cfg, version=5), first_batch=10)  # type: ignore[arg-type]
+    groups = [_group([3, 5]), _group([5]), _group([4, 5]), _group([5, 5])]
+    stream.ready = list(groups)
+    taken, stats = stream.take(3)
+    assert taken == groups[1:3]
+    assert stats == {"groups_stale": 1.0, "groups_dropped": 0.0, "groups_ready": 1.0}
+    assert stream.ready == groups[3:]

@@ -199,6 +199,7 @@ def test_every_listed_protocol_option_is_an_agent_field():
         ("rollout.num_workers=0", "rollout.num_workers"),
         ("learner.zero_stage=4", "learner.zero_stage"),
         ("learner.behaviour_is_cap=0.5", "learner.behaviour_is_cap"),
+        ("cpu_threads=-1", "cpu_threads"),
         ("learner.ppo_epochs=0", "learner.ppo_epochs"),
         ("model.lora_rank=0", "model.lora_rank"),
         ("model.lora_dropout=1.0", "model.lora_dropout"),
@@ -397,7 +398,7 @@ def test_worker_configs_restate_no_run_config_default():
             if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
         }
 
-    assert defaulted(WorkerConfig) == {"device", "adapter_path", "adapters"}
+    assert defaulted(WorkerConfig) == {"device", "torch_threads", "adapter_path", "adapters"}
     assert defaulted(LearnerSpec) == {
         "device",
         "value_heads",
@@ -405,6 +406,7 @@ def test_worker_configs_restate_no_run_config_default():
         "adapters",
         "target_critic",
         "master_port",
+        "torch_threads",
     }
 
 
@@ -437,3 +439,21 @@ def test_rollout_command_defaults_are_the_run_configs():
 def test_merged_weight_sync_needs_vllm_and_one_adapter(overrides, needle):
     assert needle in _error(overrides)
     validate(resolve_config(DEFAULT_PRESET, ["rollout.weight_sync=merged", "rollout.engine=vllm"]))
+
+
+def test_asynchronous_rollouts_are_checked_before_ray():
+    """``max_staleness``: an integer >= 0, not beside one_step_off (its synchronous-barrier form), not for an
+    algorithm that trains on a stored dataset, not with several adapters."""
+    assert _error(["max_staleness=-1"]) == "max_staleness: got -1; allowed: an integer >= 0 (0: off)"
+    assert _error(["max_staleness=1", "one_step_off=true"]).startswith(
+        "max_staleness: got 1; allowed: 0 with one_"
+    )
+    step_hrl = ["algo=step_hrl", "rollout.agent=step_hrl", "max_staleness=1"]
+    assert _error(step_hrl).startswith("max_staleness: algo=step_hrl trains on a stored dataset")
+    adapters = [
+        "rollout.agent=multi2",
+        'model.role_adapters={"planner": "p", "executor": "e"}',
+        "max_staleness=2",
+    ]
+    assert _error(adapters).startswith("max_staleness: 2 is not supported with several adapters")
+    validate(resolve_config(DEFAULT_PRESET, ["max_staleness=2"]))

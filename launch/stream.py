@@ -1,0 +1,188 @@
+"""Asynchronous rollouts (``max_staleness=k``), driver side: the rollout workers never wait for the learner.
+
+Each rollout worker runs one long ``RolloutWorker.serve`` call (a Ray streaming generator) that plays whatever groups
+the driver queues with ``enqueue``, continuously batched over its env slots, and yields every group as it finishes.
+The driver keeps the groups of k iterations queued ahead of the one it trains, takes each iteration's
+``groups_per_iter`` groups in the order they finish (``ray.wait`` over the workers' streams, so one slow group
+never holds up the rest), and drops a group in which any turn is more than k adapter versions older than the
+learner's. Weight pushes, requests and counters go through the workers' ``control`` concurrency group, beside the
+running ``serve``; a worker applies a pushed adapter between two generation rounds.
+
+With k = 1 this is one-step-off without its barrier: the push after iteration i's update no longer waits for
+iteration i+1's rollouts, which continue on the new adapter. Evaluation pauses the streams (the groups they still
+finish are kept for the next iteration, staleness permitting).
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import ray
+
+from actors.rollout import unpack_group
+from actors.trajectory import TrajectoryGroup
+from cluster.ray_cluster import WORKER_LOST
+
+if TYPE_CHECKING:
+    from launch.train import Trainer
+
+CONTROL = "control"
+"""The rollout workers' concurrency group for calls made while ``serve`` runs."""
+
+
+def iteration_tasks(train_ids: Sequence[str], seed: int, batch: int, groups: int) -> tuple[list[str], int]:
+    """The tasks and env seed of batch ``batch`` (the training groups the synchronous loop plays in iteration
+    ``batch``: ``Trainer.start_rl_rollouts`` draws the same)."""
+    rng = random.Random(seed * 1_000_003 + batch)
+    return rng.sample(list(train_ids), min(groups, len(train_ids))), seed * 7919 + batch
+
+
+def staleness(group: TrajectoryGroup, version: int) -> int:
+    """How many adapter versions the oldest turn of ``group`` is behind ``version`` (0: all on the newest)."""
+    versions = [turn.policy_version for t in group.trajectories for turn in t.turns]
+    return version - min(versions, default=version)
+
+
+@dataclass
+class _Stream:
+    """One worker's running ``serve``: its generator and the (task, env seed) groups queued and not yet back."""
+
+    gen: Any
+    outstanding: Counter[tuple[str, int]] = field(default_factory=Counter)
+
+
+class AsyncRollouts:
+    """The queue of asynchronous rollout groups (module docstring) for one run."""
+
+    def __init__(self, trainer: Trainer, first_batch: int) -> None:
+        self.t = trainer
+        self.k = trainer.cfg.max_staleness
+        self.next_batch = first_batch
+        self.streams: dict[int, _Stream] = {}
+        self.ready: list[TrajectoryGroup] = []  # finished, not yet taken, in the order they finished
+        self.stale = 0  # groups dropped for staleness since the last ``take``
+        self.dropped = 0  # groups the workers dropped after their retries, since the last ``take``
+
+    # -- the workers' streams ------------------------------------------------------------------------------
+
+    def _start(self, w: int) -> None:
+        worker = self.t.rollout[w]
+        gen = worker.serve.options(num_returns="streaming").remote(temperature=self.t.cfg.rollout.temperature)
+        self.streams[w] = _Stream(gen)
+
+    def _enqueue(self, w: int, tasks: list[tuple[str, int]]) -> None:
+        """Queue (task, env seed) groups on worker ``w``'s stream, one ``enqueue`` call per env seed."""
+        by_seed: dict[int, list[str]] = {}
+        for task, seed in tasks:
+            by_seed.setdefault(seed, []).append(task)
+        worker = self.t.rollout[w]
+        size = self.t.cfg.rollout.group_size
+        ray.get(
+            [worker.enqueue.options(concurrency_group=CONTROL).remote(i, size, s) for s, i in by_seed.items()]
+        )
+        self.streams[w].outstanding.update(tasks)
+
+    def queue_batch(self) -> None:
+        """Queue the next batch's groups, split over the workers as ``Trainer.start_collect`` splits them."""
+        cfg = self.t.cfg
+        tasks, seed = iteration_tasks(
+            self.t.train_ids, cfg.seed, self.next_batch, cfg.rollout.groups_per_iter
+        )
+        self.next_batch += 1
+        n = len(self.t.rollout)
+        for w in range(n):
+            if w not in self.streams:
+                self._start(w)
+            shard = tasks[w::n]
+            if shard:
+                self._enqueue(w, [(task, seed + w) for task in shard])
+
+    def _receive(self, timeout: float | None = None) -> None:
+        """Wait for the next group from any stream and file it in ``ready``; a worker that died is replaced and
+        its outstanding groups are queued again on the replacement."""
+        live = {s.gen: w for w, s in self.streams.items()}
+        done, _ = ray.wait(list(live), num_returns=1, timeout=timeout)
+        for gen in done:
+            w = live[gen]
+            try:
+                item = ray.get(next(gen))
+            except StopIteration:  # stopped (``pause``) and drained
+                del self.streams[w]
+                continue
+            except WORKER_LOST as e:
+                lost = list(self.streams.pop(w).outstanding.elements())
+                self.t.replace_rollout_worker(w, e)
+                self._start(w)
+                self._enqueue(w, lost)
+                continue
+            stream = self.streams[w]
+            if "dropped_group" in item:  # failed after its retries: never comes
+                stream.outstanding[(item["dropped_group"], item["seed"])] -= 1
+                self.dropped += 1
+                continue
+            group = unpack_group(item)
+            stream.outstanding[(group.task_id, item["seed"])] -= 1
+            self.ready.append(group)
+
+    def outstanding(self) -> int:
+        return sum(s.outstanding.total() for s in self.streams.values())
+
+    # -- the driver's calls --------------------------------------------------------------------------------
+
+    def take(self, iteration: int) -> tuple[list[TrajectoryGroup], dict[str, float]]:
+        """Iteration ``iteration``'s groups: the first ``groups_per_iter`` to finish within k versions of the
+        learner's adapter (groups for iterations up to ``iteration + k - 1`` are queued first); then the batch k
+        iterations ahead is queued, to generate during this iteration's update."""
+        need = self.t.cfg.rollout.groups_per_iter
+        while self.next_batch <= iteration + self.k - 1:
+            self.queue_batch()
+        taken: list[TrajectoryGroup] = []
+        while len(taken) < need:
+            if self.ready:
+                group = self.ready.pop(0)
+                if staleness(group, self.t.version) > self.k:
+                    self.stale += 1
+                else:
+                    taken.append(group)
+                continue
+            if self.outstanding() < need - len(taken):  # drops and stale groups used up the queue
+                self.queue_batch()
+            self._receive()
+        while self.next_batch <= iteration + self.k:
+            self.queue_batch()
+        stats = {
+            "groups_stale": float(self.stale),
+            "groups_dropped": float(self.dropped),
+            "groups_ready": float(len(self.ready)),
+        }
+        self.stale = self.dropped = 0
+        return taken, stats
+
+    def pause(self) -> None:
+        """End every stream once its queued groups are done, keeping them in ``ready`` (before an evaluation or
+        the end of the run, which need the workers' default call slot)."""
+        for w in list(self.streams):
+            ray.get(self.t.rollout[w].stop.options(concurrency_group=CONTROL).remote())
+        while self.streams:
+            self._receive()
+
+    def abandon(self) -> None:
+        """End every stream once the episodes already playing end; the groups still queued are dropped (the run
+        is over)."""
+        for w in list(self.streams):
+            ray.get(self.t.rollout[w].stop.options(concurrency_group=CONTROL).remote(drop_queued=True))
+        for s in self.streams.values():
+            try:
+                for _ in s.gen:  # drain: the last finished groups are not needed
+                    pass
+            except WORKER_LOST:
+                pass  # the run is over either way
+        self.streams.clear()
+
+    def call(self, worker: Any, method: str) -> Callable[..., Any]:
+        """``worker.<method>`` through the control group while a stream may run (``set_weights``, ``counters``)."""
+        return getattr(worker, method).options(concurrency_group=CONTROL).remote
