@@ -25,6 +25,7 @@ against RL samples and against wall time.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import itertools
 import re
 import statistics
@@ -126,6 +127,16 @@ def needs(cfg: TrainConfig, gpu: bool) -> dict[str, float]:
     if gpu:
         need["GPU"] = float(cfg.rollout.num_workers + cfg.learner.num_workers)
     return need
+
+
+def one_thread_each(
+    todo: list[tuple[Cell, TrainConfig, dict[str, float]]], total: dict[str, float]
+) -> list[tuple[Cell, TrainConfig, dict[str, float]]]:
+    """Cells that will run side by side (two fit the cluster at once) get ``cpu_threads=1`` where it is auto, which
+    would give each of them every core of the node; a value set by the user stays."""
+    if len(todo) < 2 or not _fits({k: 2 * v for k, v in todo[0][2].items()}, {}, total):
+        return todo
+    return [(c, cfg if cfg.cpu_threads else dataclasses.replace(cfg, cpu_threads=1), n) for c, cfg, n in todo]
 
 
 def finished(history: Sequence[dict[str, Any]], cfg: TrainConfig) -> bool:
@@ -277,7 +288,6 @@ def _fits(need: dict[str, float], used: dict[str, float], total: dict[str, float
 def run_sweep(spec: SweepSpec, grid: Sequence[Cell], ray_address: str = "") -> int:
     """Run the unfinished cells on one Ray cluster, as many at once as its resources allow; then write the table
     and the curves. Returns 0 when every cell finished, 1 otherwise (the failures are printed)."""
-    import dataclasses
 
     import ray
 
@@ -297,11 +307,7 @@ def run_sweep(spec: SweepSpec, grid: Sequence[Cell], ray_address: str = "") -> i
         if not _fits(need, {}, total):
             raise ConfigError(f"sweep cell {cell.name} needs {need}, more than the cluster has ({total})")
         todo.append((cell, cfg, need))
-    if len(todo) > 1 and _fits({k: 2 * v for k, v in todo[0][2].items()}, {}, total):
-        # cells run side by side: ``cpu_threads`` auto would give each of them the whole node
-        todo = [
-            (c, cfg if cfg.cpu_threads else dataclasses.replace(cfg, cpu_threads=1), n) for c, cfg, n in todo
-        ]
+    todo = one_thread_each(todo, total)
     task = ray.remote(num_cpus=0, max_retries=0)(_run_cell)
     running: dict[Any, tuple[Cell, dict[str, float]]] = {}
     used: dict[str, float] = {}

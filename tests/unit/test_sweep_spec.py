@@ -41,3 +41,18 @@ def test_table_over_seeds_with_and_without_eval(tmp_path):
         and bare["wall_s"] == pytest.approx(10.0)
         and bare["final_eval"] != bare["final_eval"]
     )
+
+
+def test_cells_that_run_side_by_side_get_one_thread_each():
+    """Auto ``cpu_threads`` gives a run every core; two sweep cells at once would each take them all. A cluster with
+    room for two cells gives each auto cell 1 (a user's own value stays); room for one changes nothing."""
+    import dataclasses
+
+    from launch.config import TrainConfig
+    from launch.sweep import one_thread_each
+
+    need = {"CPU": 1.0}
+    todo = [("a", TrainConfig(), need), ("b", dataclasses.replace(TrainConfig(), cpu_threads=3), need)]
+    assert [cfg.cpu_threads for _, cfg, _ in one_thread_each(todo, {"CPU": 2.0})] == [1, 3]
+    assert one_thread_each(todo, {"CPU": 1.5}) == todo  # one at a time: each gets the node
+    assert one_thread_each(todo[:1], {"CPU": 8.0}) == todo[:1]  # a single cell runs alone
