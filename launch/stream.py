@@ -66,6 +66,7 @@ class AsyncRollouts:
         self.ready: list[TrajectoryGroup] = []  # finished, not yet taken, in the order they finished
         self.stale = 0  # groups dropped for staleness since the last ``take``
         self.dropped = 0  # groups the workers dropped after their retries, since the last ``take``
+        self.stopping = False  # ``pause`` is draining the streams
 
     # -- the workers' streams ------------------------------------------------------------------------------
 
@@ -118,6 +119,8 @@ class AsyncRollouts:
                 self.t.replace_rollout_worker(w, e)
                 self._start(w)
                 self._enqueue(w, lost)
+                if self.stopping:  # ``pause`` waits for this stream to end as well
+                    ray.get(self.t.rollout[w].stop.options(concurrency_group=CONTROL).remote())
                 continue
             stream = self.streams[w]
             if "dropped_group" in item:  # failed after its retries: never comes
@@ -165,10 +168,12 @@ class AsyncRollouts:
     def pause(self) -> None:
         """End every stream once its queued groups are done, keeping them in ``ready`` (before an evaluation or
         the end of the run, which need the workers' default call slot)."""
+        self.stopping = True
         for w in list(self.streams):
             ray.get(self.t.rollout[w].stop.options(concurrency_group=CONTROL).remote())
         while self.streams:
             self._receive()
+        self.stopping = False
 
     def abandon(self) -> None:
         """End every stream once the episodes already playing end; the groups still queued are dropped (the run

@@ -361,6 +361,36 @@ def test_a_dead_rollout_worker_is_replaced_and_its_groups_recollected(ray_local,
 
 
 @pytest.mark.slow
+def test_a_dead_rollout_worker_mid_stream_is_replaced_and_its_groups_queued_again(ray_local, tmp_path):
+    """Asynchronous rollouts: a rollout worker killed while its stream plays the queued groups is replaced, a new
+    stream starts on the replacement with the groups that had not come back, and the iteration still gets its
+    groups whole; pausing then drains the next batch, queued during the take."""
+    import ray
+
+    from launch.stream import AsyncRollouts
+
+    cfg = resolve_config(
+        None, [*TINY, f"run_dir={tmp_path}", "algo=grpo", "rollout.agent=react", "max_staleness=1"]
+    )
+    trainer = Trainer(cfg)
+    try:
+        trainer.push_weights()
+        trainer.train_ids = trainer.task_ids("train")
+        trainer.stream = stream = AsyncRollouts(trainer, first_batch=1)
+        stream.queue_batch()
+        ray.kill(trainer.rollout[0])  # dies mid-stream
+        groups, stats = stream.take(1)
+        assert trainer.rollout_restarts == 1
+        assert [len(g.trajectories) for g in groups] == [2, 2] and stats["groups_stale"] == 0
+        assert stream.next_batch == 3  # batch 2 was queued for the update to overlap
+        stream.pause()
+        assert len(stream.ready) == 2 and not stream.streams
+    finally:
+        trainer.stream = None
+        trainer.close()
+
+
+@pytest.mark.slow
 def test_a_dead_learner_worker_rebuilds_the_group_from_the_checkpoint(ray_local, tmp_path, capsys):
     """Before: ``kill -9`` of a learner worker ended the run 9.6 s later and the iteration's rollouts were lost.
     Now the group is rebuilt, reloads the newest checkpoint (the adapter is the checkpoint's again) and the update is
