@@ -82,9 +82,7 @@ class AsyncRollouts:
             by_seed.setdefault(seed, []).append(task)
         worker = self.t.rollout[w]
         size = self.t.cfg.rollout.group_size
-        ray.get(
-            [worker.enqueue.options(concurrency_group=CONTROL).remote(i, size, s) for s, i in by_seed.items()]
-        )
+        ray.get([self.call(worker, "enqueue")(ids, size, seed) for seed, ids in by_seed.items()])
         self.streams[w].outstanding.update(tasks)
 
     def queue_batch(self) -> None:
@@ -102,11 +100,11 @@ class AsyncRollouts:
             if shard:
                 self._enqueue(w, [(task, seed + w) for task in shard])
 
-    def _receive(self, timeout: float | None = None) -> None:
+    def _receive(self) -> None:
         """Wait for the next group from any stream and file it in ``ready``; a worker that died is replaced and
         its outstanding groups are queued again on the replacement."""
         live = {s.gen: w for w, s in self.streams.items()}
-        done, _ = ray.wait(list(live), num_returns=1, timeout=timeout)
+        done, _ = ray.wait(list(live), num_returns=1)
         for gen in done:
             w = live[gen]
             try:
@@ -120,7 +118,7 @@ class AsyncRollouts:
                 self._start(w)
                 self._enqueue(w, lost)
                 if self.stopping:  # ``pause`` waits for this stream to end as well
-                    ray.get(self.t.rollout[w].stop.options(concurrency_group=CONTROL).remote())
+                    ray.get(self.call(self.t.rollout[w], "stop")())
                 continue
             stream = self.streams[w]
             if "dropped_group" in item:  # failed after its retries: never comes
@@ -166,11 +164,11 @@ class AsyncRollouts:
         return taken, stats
 
     def pause(self) -> None:
-        """End every stream once its queued groups are done, keeping them in ``ready`` (before an evaluation or
-        the end of the run, which need the workers' default call slot)."""
+        """End every stream once its queued groups are done, keeping them in ``ready`` (before an evaluation, which
+        needs the workers' default call slot)."""
         self.stopping = True
         for w in list(self.streams):
-            ray.get(self.t.rollout[w].stop.options(concurrency_group=CONTROL).remote())
+            ray.get(self.call(self.t.rollout[w], "stop")())
         while self.streams:
             self._receive()
         self.stopping = False
@@ -179,7 +177,7 @@ class AsyncRollouts:
         """End every stream once the episodes already playing end; the groups still queued are dropped (the run
         is over)."""
         for w in list(self.streams):
-            ray.get(self.t.rollout[w].stop.options(concurrency_group=CONTROL).remote(drop_queued=True))
+            ray.get(self.call(self.t.rollout[w], "stop")(drop_queued=True))
         for s in self.streams.values():
             try:
                 for _ in s.gen:  # drain: the last finished groups are not needed
@@ -189,5 +187,6 @@ class AsyncRollouts:
         self.streams.clear()
 
     def call(self, worker: Any, method: str) -> Callable[..., Any]:
-        """``worker.<method>`` through the control group while a stream may run (``set_weights``, ``counters``)."""
+        """``worker.<method>.remote`` through the control group, beside a running stream (``enqueue``, ``stop``,
+        ``set_weights``, ``counters``)."""
         return getattr(worker, method).options(concurrency_group=CONTROL).remote

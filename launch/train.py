@@ -251,9 +251,8 @@ class Trainer:
         # checkpoint saves the older (its in-flight rollouts' adapter)
         self._pushed: list[dict[str | None, dict[str, np.ndarray]]] = []
         self._pending: list[Collection] = []  # the next iteration's rollouts, in flight (one-step-off)
-        self.stream: AsyncRollouts | None = (
-            None  # the asynchronous rollouts (``max_staleness``), once RL starts
-        )
+        # the asynchronous rollouts (``max_staleness``), once RL starts
+        self.stream: AsyncRollouts | None = None
         self.rollout_restarts = 0  # rollout workers replaced after dying (``rollout.max_restarts``)
         self.learner_restarts = 0  # learner groups rebuilt after a worker died (``learner.max_restarts``)
         self._empty_in_a_row = 0  # consecutive iterations without samples
