@@ -359,10 +359,16 @@ def kl_from_logits(logits: Tensor, ref_logits: Tensor) -> Tensor:
     return (logp.exp() * (logp - logq)).sum(dim=-1)
 
 
+def entropy_from_logprobs(logp: Tensor) -> Tensor:
+    """Token entropy ``H = -sum p log p`` from normalised log-probs ``[..., V]`` -> ``[...]``."""
+    return -(logp.exp() * logp).sum(dim=-1)
+
+
 def entropy_from_logits(logits: Tensor) -> Tensor:
-    """Token entropy ``H = logsumexp(z) - sum softmax(z) z``: ``[..., V]`` logits -> ``[...]`` (stable for large z)."""
-    probs = torch.softmax(logits, dim=-1)
-    return torch.logsumexp(logits, dim=-1) - (probs * logits).sum(dim=-1)
+    """Token entropy of ``[..., V]`` logits -> ``[...]``, through log-softmax: the form ``logsumexp(z) - sum
+    softmax(z) z`` cancels two numbers of the logits' size and was 1e-3 off in fp32 on the tiny model's logits (~20)
+    against float64, for entropies of 0.02-0.07; this form was 9e-6 off."""
+    return entropy_from_logprobs(torch.log_softmax(logits, dim=-1))
 
 
 def bc_nll(logprobs: Tensor, mask: Tensor, agg: AggMode = "token-mean") -> Tensor:

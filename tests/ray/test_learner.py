@@ -54,6 +54,9 @@ adapter itself moves them by 16.9)."""
 REF_TOL = 1e-4
 """learner (decoder + lm_head on the selected rows) vs a full HF forward of the same weights: max |Δ logprob|
 measured 2.9e-5 on log-probs of about −20 (the random tiny model), i.e. ~1e-6 relative fp32 rounding."""
+ENTROPY_TOL = 1e-4
+"""learner (fp32, selected rows) vs a full HF forward in float64: max |Δ entropy| measured 4.5e-5 on entropies of
+0.02-0.08 (the learner's log-probs are REF_TOL-close; the fp32 form logsumexp − Σ p·z was 1e-3 off)."""
 ZERO_TOL = 1e-5
 """ZeRO k vs ZeRO 0 after 2 steps: max |Δ logprob| measured 0 for stages 1 and 2 (values 3.6e-7)."""
 
@@ -212,6 +215,28 @@ def test_update_entropy_metric_is_the_token_mean_it_samples(model_path, monkeypa
         metric[sample] = worker.update_policy(b, grpo.ALGORITHM.policy_loss, LOSS_CFG)["entropy"]
     assert metric[10_000] == pytest.approx(exact, rel=1e-5)
     assert metric[2] != pytest.approx(exact, rel=1e-3)
+
+
+def test_entropies_match_a_full_hf_forward(model_path):
+    """``entropies`` (log-softmax over the selected rows only) against the mean token entropy of a plain HF forward
+    over the whole vocabulary: a sign or a normalisation slip in the learner's formula fails this."""
+    from transformers import AutoModelForCausalLM
+
+    from learners.losses import entropy_from_logits
+
+    seqs = _batch(4).seqs
+    base = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
+    with torch.no_grad():
+        logits = base(
+            input_ids=torch.from_numpy(seqs.input_ids), attention_mask=torch.from_numpy(seqs.attention_mask)
+        ).logits.float()
+    h = entropy_from_logits(logits[:, :-1].double()).numpy()
+    where = seqs.response_mask[:, 1:]
+    expected = (h * where).sum(1) / np.maximum(where.sum(1), 1)
+    got = _worker(model_path).entropies(seqs)  # the adapter starts at B = 0: the base model's entropies
+    print(f"entropies vs HF float64: max |Δ| {np.abs(got - expected).max():.1e}")
+    assert expected.min() > 1e-2  # measured 0.024-0.075 on the tiny model: a flipped sign cannot pass
+    np.testing.assert_allclose(got, expected, rtol=0, atol=ENTROPY_TOL)
 
 
 def test_behaviour_weight_reaches_the_loss(model_path):
