@@ -22,9 +22,13 @@ The same with a negative control: the first algorithm once more per seed with ev
     python bench/bench_learning.py --out bench/results/hiper_vs_ppo_multi --preset synthetic_multi \\
         --algos hiper,ppo --seeds 0,1,2 --negative-control
 
-Summarise runs that already exist (any run folders, e.g. the main job's ``runs/default``), labelled by folder::
+Summarise runs that already exist (any run folders, e.g. the main job's ``runs/default``), labelled by folder; runs
+named ``<label>_seed<k>`` are aggregated per label. ``--from-json`` adds the runs of an earlier ``learning.json``
+(folders since deleted keep their curves there)::
 
     python bench/bench_learning.py --out bench/results/main_job --runs runs/default
+    python bench/bench_learning.py --out docs/results/hiper_vs_ppo_multi --runs runs/ppo_seed1 \
+        --from-json docs/results/hiper_vs_ppo_multi/learning.json
 
 ``--preset synthetic_long`` means ``launch/configs/<algo>_synthetic_long.yaml`` per algorithm; otherwise the
 embedded default with ``algo=<name>``.
@@ -35,6 +39,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -120,6 +125,20 @@ def aggregate(curves: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
     return out
 
 
+def eval_gain(c: list[dict[str, Any]]) -> float | None:
+    """Eval success at the last evaluated point minus after BC (None without both): one seed's paired gain."""
+    evals = [p for p in c if p["eval_success"] is not None]
+    start = [p["eval_success"] for p in evals if p["label"] == "bc"]
+    if not start or evals[-1]["label"] == "bc":
+        return None
+    return evals[-1]["eval_success"] - start[0]
+
+
+def label_of(run_name: str) -> str:
+    """The label a run is aggregated under: its name without a trailing ``_seed<k>``."""
+    return re.sub(r"_seed\d+$", "", run_name)
+
+
 def fmt(row: dict[str, Any], key: str) -> str:
     if key not in row:
         return "-"
@@ -180,44 +199,53 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--no-run", action="store_true", help="only summarise the runs already in --out")
     p.add_argument("--runs", nargs="*", default=[], help="summarise these run folders instead (no training)")
+    p.add_argument(
+        "--from-json",
+        nargs="*",
+        default=[],
+        help="also the runs of these earlier learning.json files (no training)",
+    )
     a = p.parse_args(argv)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    summary: dict[str, list[dict[str, Any]]] = {}
-    runs: dict[str, Any] = {}
+    runs: dict[str, list[dict[str, Any]]] = {}
+    for path in map(Path, a.from_json):
+        runs.update(json.loads(path.read_text())["runs"])
     for run_dir in map(Path, a.runs):
         c = curve(read_history(run_dir))
         if c:
             runs[run_dir.name] = c
-            summary[run_dir.name] = aggregate([c])
-            print_run(run_dir.name, c)
-    algos = [] if a.runs else a.algos.split(",")
+    algos = [] if a.runs or a.from_json else a.algos.split(",")
     # (label, algorithm, extra overrides): every algorithm, then the negative control if asked for
     variants = [(algo, algo, []) for algo in algos]
     if a.negative_control and algos:
         variants.append((f"{algos[0]}-negated", algos[0], ["learner.negate_advantages=true"]))
-    curves: dict[str, list[list[dict[str, Any]]]] = {label: [] for label, _, _ in variants}
     # Seed-major order: a sweep cut short still holds every algorithm at the seeds it finished.
     for seed in [int(s) for s in a.seeds.split(",")] if algos else []:
         for label, algo, extra in variants:
             preset = f"{algo}_{a.preset}" if a.preset else None
             overrides = ([] if preset else [f"algo={algo}"]) + [*a.set, *extra, f"seed={seed}"]
             history = ensure_run(out, f"{label}_seed{seed}", preset, overrides, run=not a.no_run)
-            if not history:
-                continue
-            c = curve(history)
-            runs[f"{label}_seed{seed}"] = c
-            curves[label].append(c)
-            print_run(f"{label} seed {seed}", c)
-    for algo, cs in curves.items():
-        if cs:
-            summary[algo] = aggregate(cs)
-    print(f"\n{'algo':<8} {'point':<10} {'train success':>16} {'eval success':>16} {'random policy':>16}")
+            if history:
+                runs[f"{label}_seed{seed}"] = curve(history)
+    curves: dict[str, list[list[dict[str, Any]]]] = {}
+    for name, c in sorted(runs.items()):
+        print_run(name, c)
+        curves.setdefault(label_of(name), []).append(c)
+    summary = {label: aggregate(cs) for label, cs in curves.items()}
+    gains = {label: [g for g in map(eval_gain, cs) if g is not None] for label, cs in curves.items()}
+    print(f"\n{'algo':<14} {'point':<10} {'train success':>16} {'eval success':>16} {'random policy':>16}")
     for algo, rows in summary.items():
         for r in rows:
             cells = " ".join(f"{fmt(r, k):>16}" for k in ("train_success", "eval_success", "eval_random"))
-            print(f"{algo:<8} {r['label']:<10} {cells}")
-    (out / "learning.json").write_text(json.dumps({"summary": summary, "runs": runs}, indent=1))
+            print(f"{algo:<14} {r['label']:<10} {cells}")
+    for label, g in gains.items():
+        if g:
+            per_seed = ", ".join(f"{x:+.3f}" for x in g)
+            print(f"{label}: eval gain over BC per seed {per_seed}; mean {statistics.fmean(g):+.3f}")
+    (out / "learning.json").write_text(
+        json.dumps({"summary": summary, "gains": gains, "runs": runs}, indent=1)
+    )
     if summary:
         plot(summary, out / "learning.png", f"{', '.join(summary)} — {out.name}")
         print(f"[bench] wrote {out / 'learning.json'} and {out / 'learning.png'}")
