@@ -167,11 +167,13 @@ class AsyncRollouts:
         """End every stream once its queued groups are done, keeping them in ``ready`` (before an evaluation, which
         needs the workers' default call slot)."""
         self.stopping = True
-        for w in list(self.streams):
-            ray.get(self.call(self.t.rollout[w], "stop")())
-        while self.streams:
-            self._receive()
-        self.stopping = False
+        try:
+            for w in list(self.streams):
+                ray.get(self.call(self.t.rollout[w], "stop")())
+            while self.streams:
+                self._receive()
+        finally:  # a failed drain must not leave later replacements told to stop
+            self.stopping = False
 
     def abandon(self) -> None:
         """End every stream once the episodes already playing end; the groups still queued are dropped (the run
