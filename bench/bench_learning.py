@@ -164,23 +164,37 @@ def plot(summary: dict[str, list[dict[str, Any]]], path: Path, title: str) -> No
     from matplotlib.ticker import MaxNLocator
 
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    levels: list[float] = []
     for algo, rows in summary.items():
         for key, style in (("eval_success", "-o"), ("train_success", "--s")):
-            pts = [(r["iteration"], r[key], r.get(key + "_std", 0.0)) for r in rows if key in r]
+            pts = [
+                (r["iteration"], r[key], r.get(key + "_std", 0.0), r[key + "_n"]) for r in rows if key in r
+            ]
             if not pts:
                 continue
-            xs, ys, es = zip(*pts, strict=True)
-            ax.errorbar(xs, ys, yerr=es, fmt=style, capsize=3, label=f"{algo} {key.split('_')[0]}")
-        chance = [r["eval_random"] for r in rows if r.get("eval_random") is not None]
-        if chance:  # the same eval tasks every time: one level per run set
-            ax.axhline(statistics.fmean(chance), color="grey", ls=":", label=f"{algo} random policy")
+            # the line joins the points every seed has; a point fewer seeds reached (an extra eval) is hollow
+            full = max(n for *_, n in pts)
+            xs, ys, es, _ = zip(*[q for q in pts if q[3] == full], strict=True)
+            bar = ax.errorbar(
+                xs, ys, yerr=es, fmt=style, capsize=3, label=f"{algo} {key.split('_')[0]} (n={full})"
+            )
+            few = [q for q in pts if q[3] < full]
+            if few:
+                ax.plot(
+                    [q[0] for q in few], [q[1] for q in few], style[-1], mfc="none", color=bar[0].get_color()
+                )
+        chance = [(r["eval_random"], r["eval_random_n"]) for r in rows if r.get("eval_random") is not None]
+        level = statistics.fmean(x for x, n in chance if n == max(m for _, m in chance)) if chance else None
+        if level is not None and all(abs(level - x) > 1e-9 for x in levels):  # one line per distinct task set
+            levels.append(level)
+            ax.axhline(level, color="grey", ls=":", label=f"random policy ({algo}'s tasks)")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("RL iteration (-1 = zero-shot, 0 = after BC)")
     ax.set_ylabel("success rate")
     ax.set_ylim(-0.02, 1.02)
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
