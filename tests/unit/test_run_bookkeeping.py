@@ -177,3 +177,26 @@ def test_take_skips_groups_older_than_the_bound_and_keeps_finish_order():
     assert taken == groups[1:3]
     assert stats == {"groups_stale": 1.0, "groups_dropped": 0.0, "groups_ready": 1.0}
     assert stream.ready == groups[3:]
+
+
+def test_a_failed_pause_does_not_leave_the_queue_stopping() -> None:
+    """``pause`` sets ``stopping`` while it drains; a drain that raises (a stop call to a dead worker) must clear it,
+    or every later replacement of a dead worker would be told to stop at once."""
+    from types import SimpleNamespace
+
+    from launch.stream import AsyncRollouts
+
+    trainer = SimpleNamespace(cfg=SimpleNamespace(max_staleness=1), rollout={0: object()})
+    q = AsyncRollouts(trainer, first_batch=0)  # type: ignore[arg-type]
+    q.streams = {0: SimpleNamespace()}  # type: ignore[dict-item]
+
+    def dead(worker, method):
+        def remote():
+            raise RuntimeError("the worker died")
+
+        return remote
+
+    q.call = dead  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError, match="died"):
+        q.pause()
+    assert q.stopping is False
