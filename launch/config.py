@@ -120,6 +120,9 @@ class RolloutConfig:
     num_workers: int = 1
     """Rollout workers (each owns an inference engine and ``env.workers_per_rollout`` env slots)."""
     cpus_per_worker: float = 0.5
+    gpus_per_worker: float = 1.0
+    """GPUs each rollout worker reserves on a GPU cluster (ignored on CPU): a fraction (0.5) shares one GPU with a
+    learner worker, as on a single-GPU machine; on several GPUs a whole number."""
     group_size: int = 4
     """Trajectories per task and initial state (the group of GRPO/RLOO/GiGPO baselines)."""
     groups_per_iter: int = 2
@@ -150,6 +153,8 @@ class LearnerConfig:
 
     num_workers: int = 1
     cpus_per_worker: float = 0.5
+    gpus_per_worker: float = 1.0
+    """GPUs each learner worker reserves on a GPU cluster (ignored on CPU); as ``rollout.gpus_per_worker``."""
     zero_stage: int = 0
     """DeepSpeed ZeRO stage 0-3 (ZeRO-3 needs ``micro_batch_size`` >= the per-worker mini-batch)."""
     dtype: str = "auto"
@@ -556,6 +561,14 @@ WEIGHT_SYNCS: tuple[str, ...] = ("lora", "merged")
 DTYPES: tuple[str, ...] = ("auto", "float32", "bfloat16")
 
 
+GPU_SHARE = "a fraction in (0, 1] or a whole number of GPUs"
+
+
+def _gpu_share(n: float) -> bool:
+    """Ray gives a worker part of one GPU or whole GPUs, never 1.5."""
+    return n > 0 and (n <= 1 or float(n).is_integer())
+
+
 def _need(ok: bool, key: str, value: Any, allowed: str) -> None:
     if not ok:
         raise ConfigError(f"{key}: got {value!r}; allowed: {allowed}")
@@ -604,6 +617,7 @@ def _check_ranges(cfg: TrainConfig) -> None:
         ),
         (r.num_workers >= 1, "rollout.num_workers", r.num_workers, ge1),
         (r.cpus_per_worker >= 0, "rollout.cpus_per_worker", r.cpus_per_worker, ge0),
+        (_gpu_share(r.gpus_per_worker), "rollout.gpus_per_worker", r.gpus_per_worker, GPU_SHARE),
         (r.group_size >= 1, "rollout.group_size", r.group_size, ge1),
         (r.groups_per_iter >= 1, "rollout.groups_per_iter", r.groups_per_iter, ge1),
         (r.temperature > 0, "rollout.temperature", r.temperature, gt0),
@@ -626,6 +640,7 @@ def _check_ranges(cfg: TrainConfig) -> None:
         ),
         (lr.num_workers >= 1, "learner.num_workers", lr.num_workers, ge1),
         (lr.cpus_per_worker >= 0, "learner.cpus_per_worker", lr.cpus_per_worker, ge0),
+        (_gpu_share(lr.gpus_per_worker), "learner.gpus_per_worker", lr.gpus_per_worker, GPU_SHARE),
         (lr.zero_stage in (0, 1, 2, 3), "learner.zero_stage", lr.zero_stage, "0, 1, 2, 3"),
         (lr.actor_lr > 0, "learner.actor_lr", lr.actor_lr, gt0),
         (lr.critic_lr > 0, "learner.critic_lr", lr.critic_lr, gt0),

@@ -83,7 +83,7 @@ class RewardModels:
             master_port=0,
         )
         self.group = LearnerGroup(
-            spec, cfg.learner.num_workers, WorkerResources(cfg.learner.cpus_per_worker, trainer.gpu)
+            spec, cfg.learner.num_workers, WorkerResources(cfg.learner.cpus_per_worker, trainer.learner_gpus)
         )
         self.segmentation = resolve_segmentation(self.acfg.segmentation, cfg.rollout.agent)
         self.intro = hindsight_intro(cfg.env.name)

@@ -119,13 +119,16 @@ def _text(value: Any) -> str:
 
 
 def needs(cfg: TrainConfig, gpu: bool) -> dict[str, float]:
-    """What a cell's workers reserve: its rollout and learner bundles (one GPU each on a GPU cluster)."""
+    """What a cell's workers reserve: its rollout and learner bundles (``gpus_per_worker`` each on a GPU cluster)."""
     need = {
         "CPU": cfg.rollout.num_workers * cfg.rollout.cpus_per_worker
         + cfg.learner.num_workers * cfg.learner.cpus_per_worker
     }
     if gpu:
-        need["GPU"] = float(cfg.rollout.num_workers + cfg.learner.num_workers)
+        need["GPU"] = (
+            cfg.rollout.num_workers * cfg.rollout.gpus_per_worker
+            + cfg.learner.num_workers * cfg.learner.gpus_per_worker
+        )
     return need
 
 

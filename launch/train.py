@@ -234,17 +234,21 @@ class Trainer:
         self.lora = lora_spec(cfg)
         self.adapters = cfg.model.adapter_names
         """The policy adapters of ``model.role_adapters`` (empty: one adapter for every role)."""
-        gpu = self.gpu = 1.0 if self.device == "cuda" else 0.0
+        on_gpu = self.device == "cuda"
+        self.rollout_gpus = cfg.rollout.gpus_per_worker if on_gpu else 0.0
+        self.learner_gpus = cfg.learner.gpus_per_worker if on_gpu else 0.0
         self.rollout_cfg = rollout_worker_config(cfg, self.model_path, self.device)
         # asynchronous rollouts take weights and requests beside their running collection
         control = (("control", 1),) if cfg.max_staleness else ()
-        self.rollout_resources = WorkerResources(cfg.rollout.cpus_per_worker, gpu, control)
+        self.rollout_resources = WorkerResources(cfg.rollout.cpus_per_worker, self.rollout_gpus, control)
         self.rollout, self.rollout_pg = place_workers(
             RolloutWorker, cfg.rollout.num_workers, self.rollout_resources, self.rollout_cfg
         )
         self.learner_spec = learner_spec(cfg, self.algo, self.algo_cfg, self.model_path, self.device)
         self.learner = LearnerGroup(
-            self.learner_spec, cfg.learner.num_workers, WorkerResources(cfg.learner.cpus_per_worker, gpu)
+            self.learner_spec,
+            cfg.learner.num_workers,
+            WorkerResources(cfg.learner.cpus_per_worker, self.learner_gpus),
         )
         self.version = 0
         # the last two pushes (adapter name, None for the one adapter of most runs → its tensors): a one-step-off
@@ -393,7 +397,7 @@ class Trainer:
         self.learner = LearnerGroup(
             self.learner_spec,
             self.cfg.learner.num_workers,
-            WorkerResources(self.cfg.learner.cpus_per_worker, self.gpu),
+            WorkerResources(self.cfg.learner.cpus_per_worker, self.learner_gpus),
         )
         loaded = self.load_newest_checkpoint()
         if loaded is None:

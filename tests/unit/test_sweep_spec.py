@@ -56,3 +56,16 @@ def test_cells_that_run_side_by_side_get_one_thread_each():
     assert [cfg.cpu_threads for _, cfg, _ in one_thread_each(todo, {"CPU": 2.0})] == [1, 3]
     assert one_thread_each(todo, {"CPU": 1.5}) == todo  # one at a time: each gets the node
     assert one_thread_each(todo[:1], {"CPU": 8.0}) == todo[:1]  # a single cell runs alone
+
+
+def test_a_cell_reserves_its_workers_gpu_shares():
+    """On a GPU cluster a cell needs each worker's ``gpus_per_worker``; on CPU no GPU at all."""
+    from launch.config import resolve_config
+    from launch.sweep import needs
+
+    cfg = resolve_config(
+        None, ["rollout.num_workers=2", "rollout.gpus_per_worker=0.25", "learner.gpus_per_worker=1"]
+    )
+    # 2 rollout workers x 0.25 + 1 learner x 1
+    assert needs(cfg, gpu=True)["GPU"] == 1.5
+    assert "GPU" not in needs(cfg, gpu=False)

@@ -457,3 +457,12 @@ def test_asynchronous_rollouts_are_checked_before_ray():
     ]
     assert _error(adapters).startswith("max_staleness: 2 is not supported with several adapters")
     validate(resolve_config(DEFAULT_PRESET, ["max_staleness=2"]))
+
+
+@pytest.mark.parametrize("key", ["rollout.gpus_per_worker", "learner.gpus_per_worker"])
+def test_a_gpu_share_is_a_fraction_of_one_gpu_or_whole_gpus(key):
+    """Ray places a worker on part of one GPU or on whole GPUs; 1.5 GPUs or none would fail or hang at placement."""
+    for bad in ("0", "1.5", "-1"):
+        assert _error([f"{key}={bad}"]).startswith(f"{key}: got ")
+    for good in ("0.25", "1", "2"):
+        validate(resolve_config(None, [f"{key}={good}"]))
