@@ -4,11 +4,11 @@ the HF engine on CUDA, each worker on a share of the one GPU (``rollout.gpus_per
 The lent GPU machine has no model weights and no vLLM (platform.md), so the model is a random-weight Llama of
 SmolLM2-135M's shape with the SmolLM2 tokenizer (``bench_gpu.build_model``) and the engine is HF. Its outputs are
 noise: these runs check the path (fractional-GPU placement, the NCCL learner group inside Ray actors, CUDA generation,
-adapter pushes through the object store, each method's extra stages, checkpoints and an exact resume) and time each
+adapter pushes through the object store, each method's extra stages, checkpoints) and time each
 phase; they show no learning. Every run is shortened the same way (``SHORT``), and its rc, wall time, phases and the
 tail of a failed run's log go to the JSON.
 
-    python bench/bench_gpu_train.py --tokenizer <folder> --out gpu_train.json [--presets a,b] [--resume-check]
+    python bench/bench_gpu_train.py --tokenizer <folder> --out gpu_train.json [--presets a,b]
 """
 
 from __future__ import annotations
@@ -114,19 +114,6 @@ def main() -> None:
         print(summary(runs[-1]), flush=True)
         if runs[-1]["rc"]:
             print(runs[-1]["log_tail"], flush=True)
-    if a.resume_check:
-        # the same run stopped after iteration 1 and resumed to 2: iteration 2 must match the uninterrupted run's
-        part = train("hiper_synthetic_multi", model, work / "resumed", a.share, ["iterations=1"])
-        rest = train("hiper_synthetic_multi", model, work / "resumed", a.share, ["resume=true"])
-        straight = next((r for r in runs if r["preset"] == "hiper_synthetic_multi"), None)
-        keys = ("success", "return", "approx_kl", "clipfrac", "value_loss", "entropy", "prompt_tokens")
-        last = [r for r in rest["rows"] if r.get("iteration") == 2]
-        ref = [r for r in (straight or {"rows": []})["rows"] if r.get("iteration") == 2]
-        result["resume"] = {
-            "rc": [part["rc"], rest["rc"]],
-            "iteration_2": {k: [last[0].get(k), ref[0].get(k)] for k in keys} if last and ref else None,
-        }
-        print("resume (resumed, uninterrupted):", json.dumps(result["resume"]), flush=True)
     result["runs"] = runs
     write_json(Path(a.out), result)
 
