@@ -93,9 +93,6 @@ def main() -> None:
         "--share", type=float, default=0.25, help="GPU share of each worker (HISR runs three groups)"
     )
     ap.add_argument("--shape", default="smollm2-135m")
-    ap.add_argument(
-        "--resume-check", action="store_true", help="hiper_synthetic_multi: 1 iteration, then resume"
-    )
     a = ap.parse_args()
 
     import torch
