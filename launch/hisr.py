@@ -39,6 +39,7 @@ from learners.reward_models import (
     hindsight_intro,
     hindsight_rows,
     keep_for_reward_models,
+    ranking_auc,
     sprm_sequences,
     write_segment_rewards,
 )
@@ -234,6 +235,7 @@ class RewardModels:
             "sprm_loss": m.get("value_loss", float("nan")),
             "sprm_total_won": float(total[won].mean()) if won.any() else float("nan"),
             "sprm_total_lost": float(total[~won].mean()) if (~won).any() else float("nan"),
+            "sprm_auc": ranking_auc(total, won),  # on its own training trajectories
         }
 
     def _train_hindsight(self, rows: Sequence[Trajectory], epochs: int) -> float:
@@ -282,7 +284,8 @@ class RewardModels:
             self._mark(stages, "sprm", m)
             print(
                 f"[hierarl] HISR: SPRM trained on {len(trajs)} trajectories: loss {m['sprm_loss']:.4f}, "
-                f"predicted outcome won {m['sprm_total_won']:.3f} / lost {m['sprm_total_lost']:.3f}",
+                f"predicted outcome won {m['sprm_total_won']:.3f} / lost {m['sprm_total_lost']:.3f} "
+                f"(ranking AUC {m['sprm_auc']:.2f})",
                 flush=True,
             )
         # the hindsight model is π_ref continued (Eq. 4): start from the policy after behaviour cloning

@@ -261,12 +261,27 @@ def write_segment_rewards(
             turn.shaped[SEGMENT_TERM] = float(v)
         totals.append(float(reward.sum()))
         zs.append(z)
+    predicted = np.nansum(sprm_scores, axis=1)
+    won = np.array([t.won for t in trajectories], bool)
     return {
         "hisr_segments": float(np.mean([s[-1] + 1 for s in segment_ids])),
-        "hisr_sprm_total": float(np.nanmean(np.nansum(sprm_scores, axis=1))),
+        "hisr_sprm_total": float(np.nanmean(predicted)),
         "hisr_segment_reward": float(np.mean(totals)),
         "hisr_importance": float(np.mean(np.concatenate(zs))),
+        # HISR's RL reward is r_fuse alone (Eq. 8), no outcome: it teaches only as far as the SPRM ranks won
+        # trajectories above lost ones
+        "hisr_sprm_auc": ranking_auc(predicted, won),
     }
+
+
+def ranking_auc(scores: np.ndarray, positive: np.ndarray) -> float:
+    """P(score of a positive > score of a negative), ties counting 1/2 (the Mann-Whitney AUC): 0.5 is a reward
+    model that does not tell won from lost trajectories, below 0.5 one that prefers the lost; NaN without both."""
+    pos, neg = scores[positive], scores[~positive]
+    if not (pos.size and neg.size):
+        return float("nan")
+    diff = pos[:, None] - neg[None, :]
+    return float(((diff > 0) + 0.5 * (diff == 0)).mean())
 
 
 def _pad(rows: Sequence[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -19,6 +19,7 @@ from learners.reward_models import (
     hindsight_rows,
     keep_for_reward_models,
     outcome,
+    ranking_auc,
     segment_turn_rewards,
     sprm_sequences,
     write_segment_rewards,
@@ -376,3 +377,26 @@ def test_write_segment_rewards_through_the_real_batches():
     )
     assert b.turns[0].shaped["segment"] == pytest.approx(0.56, rel=1e-6)
     assert stats["hisr_segments"] == 1.5 and stats["hisr_sprm_total"] == pytest.approx(0.9)
+    assert stats["hisr_sprm_auc"] != stats["hisr_sprm_auc"]  # neither trajectory won: no ranking to measure
+    b.won = True  # B's predicted 0.8 against A's 1.0: the SPRM ranks the won one lower
+    stats = write_segment_rewards(
+        [a, b],
+        [np.array([0, 1]), np.array([0])],
+        np.array([[0.5, 0.5], [0.8, np.nan]]),
+        policy=(turns, policy),
+        hindsight=(hturns, hind),
+        beta=0.3,
+        alpha=0.3,
+        keep_sprm_scale=True,
+    )
+    assert stats["hisr_sprm_auc"] == 0.0
+
+
+def test_ranking_auc_counts_pairs_and_half_ties():
+    """Won scores (3, 1), lost (2, 1): pairs 3>2, 3>1, 1<2, 1=1 -> (1 + 1 + 0 + 0.5) / 4 = 0.625. Reversing the
+    labels gives 1 - 0.625 (ties stay 1/2)."""
+    scores = np.array([3.0, 2.0, 1.0, 1.0])
+    won = np.array([True, False, True, False])
+    assert ranking_auc(scores, won) == 0.625
+    assert ranking_auc(scores, ~won) == 0.375
+    assert ranking_auc(scores, np.ones(4, bool)) != ranking_auc(scores, np.ones(4, bool))
