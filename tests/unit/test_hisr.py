@@ -361,16 +361,20 @@ def test_write_segment_rewards_through_the_real_batches():
     for r, vals in enumerate([[-0.3], [-0.2], [-0.1, -0.1]]):
         hind[r][hresp[r]] = vals
     hturns = dataclasses.replace(hturns, index=index)
-    stats = write_segment_rewards(
-        [a, b],
-        [np.array([0, 1]), np.array([0])],
-        np.array([[0.5, 0.5], [0.8, np.nan]]),
-        policy=(turns, policy),
-        hindsight=(hturns, hind),
-        beta=0.3,
-        alpha=0.3,
-        keep_sprm_scale=True,
-    )
+
+    def score() -> dict[str, float]:
+        return write_segment_rewards(
+            [a, b],
+            [np.array([0, 1]), np.array([0])],
+            np.array([[0.5, 0.5], [0.8, np.nan]]),
+            policy=(turns, policy),
+            hindsight=(hturns, hind),
+            beta=0.3,
+            alpha=0.3,
+            keep_sprm_scale=True,
+        )
+
+    stats = score()
     e = math.e
     assert [t.shaped["segment"] for t in a.turns] == pytest.approx(
         [0.7 * e / (e + 1), 0.7 / (e + 1)], rel=1e-6
@@ -379,16 +383,7 @@ def test_write_segment_rewards_through_the_real_batches():
     assert stats["hisr_segments"] == 1.5 and stats["hisr_sprm_total"] == pytest.approx(0.9)
     assert stats["hisr_sprm_auc"] != stats["hisr_sprm_auc"]  # neither trajectory won: no ranking to measure
     b.won = True  # B's predicted 0.8 against A's 1.0: the SPRM ranks the won one lower
-    stats = write_segment_rewards(
-        [a, b],
-        [np.array([0, 1]), np.array([0])],
-        np.array([[0.5, 0.5], [0.8, np.nan]]),
-        policy=(turns, policy),
-        hindsight=(hturns, hind),
-        beta=0.3,
-        alpha=0.3,
-        keep_sprm_scale=True,
-    )
+    stats = score()
     assert stats["hisr_sprm_auc"] == 0.0
 
 
