@@ -105,14 +105,15 @@ def main() -> None:
         "torch": torch.__version__,
         "shape": a.shape,
     }
-    runs = []
+    result["runs"] = runs = []
     for preset in a.presets.split(","):
         runs.append(train(preset, model, work / preset, a.share, []))
         print(summary(runs[-1]), flush=True)
         if runs[-1]["rc"]:
             print(runs[-1]["log_tail"], flush=True)
-    result["runs"] = runs
-    write_json(Path(a.out), result)
+        write_json(
+            Path(a.out), result
+        )  # after every run: a call cut at the machine's time limit keeps the rest
 
 
 if __name__ == "__main__":
