@@ -111,9 +111,8 @@ def main() -> None:
         print(summary(runs[-1]), flush=True)
         if runs[-1]["rc"]:
             print(runs[-1]["log_tail"], flush=True)
-        write_json(
-            Path(a.out), result
-        )  # after every run: a call cut at the machine's time limit keeps the rest
+        # after every run: a call cut at the lent machine's time limit keeps the finished runs
+        write_json(Path(a.out), result)
 
 
 if __name__ == "__main__":
