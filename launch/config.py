@@ -753,6 +753,7 @@ def _check_algo(cfg: TrainConfig) -> Any:
         "offline_iterations": (lambda v: v >= 0, "an integer >= 0"),
         "anchor_coef": (lambda v: v >= 0, "a number >= 0"),
         "anchor_fraction": (lambda v: 0 <= v <= 1, unit),
+        "outcome_coef": (lambda v: v >= 0, "a number >= 0"),
     }
     for name, (ok, allowed) in ranges.items():
         if hasattr(algo_cfg, name):

@@ -22,7 +22,9 @@ Deviations, each labelled where it is made:
   weighs the same; the scale is Eq. 3's mean divided by the mean segment count;
 * the SPRM and the hindsight model are a second learner group's critic and policy (each its own copy of the base,
   as the PPO critic already is), not a third and fourth adapter on the policy's own base;
-* the value of a truncated episode's final state is approximated by V(s_{T−1}), advantages are whitened (as PPO).
+* the value of a truncated episode's final state is approximated by V(s_{T−1}), advantages are whitened (as PPO);
+* beyond the paper, off by default: ``outcome_coef`` c adds c · R (the outcome the SPRM regresses on) to the last
+  turn's r_fuse, for the case where the SPRM's segment rewards alone do not steer the policy to success.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from actors.trajectory import Trajectory
 from learners.algorithm import Algorithm
 from learners.batch import TurnBatch
 from learners.losses import sprm_loss
-from learners.reward_models import SEGMENT_TERM
+from learners.reward_models import SEGMENT_TERM, outcome
 from learners.targets import (
     CriticInputs,
     Targets,
@@ -95,21 +97,28 @@ class Config:
     """App. B, ALFWorld: 1 epoch at (1e-6, 192)."""
     online_hindsight: bool = False
     """Beyond the paper (its Limitation 2): one hindsight-model SFT step on every iteration's rollouts."""
+    outcome_coef: float = 0.0
+    """Beyond the paper: c · R added to the last turn's reward (0: the paper, where the outcome reaches the
+    policy only through the SPRM; Sec. 3.3)."""
 
 
 VALUE_SLOTS = (ValueSlot("v", 0, "prompt_last"),)
 
 
-def fused_rewards(traj: Trajectory) -> np.ndarray:
+def fused_rewards(traj: Trajectory, outcome_coef: float = 0.0) -> np.ndarray:
     """float64[T]: r_fuse of Eq. 8 = the shaped terms only; the outcome reaches the policy through the SPRM, never
-    as an env reward (HISR Sec. 3.3). Refuses a trajectory the reward models did not annotate."""
+    as an env reward (HISR Sec. 3.3), unless ``outcome_coef`` > 0 adds that multiple of the outcome R to the last
+    turn (a labelled deviation). Refuses a trajectory the reward models did not annotate."""
     missing = [k for k, t in enumerate(traj.turns) if SEGMENT_TERM not in t.shaped]
     if missing:
         raise ValueError(
             f"{traj.traj_id}: turns {missing[:5]} carry no {SEGMENT_TERM!r} reward (the HISR reward models must "
             "annotate every trajectory before its targets)"
         )
-    return np.array([sum(t.shaped.values()) for t in traj.turns], dtype=np.float64)
+    r = np.array([sum(t.shaped.values()) for t in traj.turns], dtype=np.float64)
+    if outcome_coef and r.size:
+        r[-1] += outcome_coef * outcome(traj)
+    return r
 
 
 def compute_targets(
@@ -120,7 +129,7 @@ def compute_targets(
         trajectories,
         batch,
         values,
-        [fused_rewards(t) for t in trajectories],
+        [fused_rewards(t, cfg.outcome_coef) for t in trajectories],
         gamma=cfg.gamma,
         lam=cfg.lam,
         normalize=cfg.normalize_advantages,

@@ -316,6 +316,18 @@ def test_fused_rewards_ignore_the_env_reward_and_need_the_segment_term():
         hisr.fused_rewards(_traj([_turn([5], shaped={"action_grounding": 0.3})]))
 
 
+def test_outcome_coef_adds_c_times_the_outcome_to_the_last_turn_only():
+    # Won: r = (0.2 + 0.3, 0.7 + 0.3 + 2 * 1.0) = (0.5, 3.0); lost: outcome 0, r unchanged; the env reward (10)
+    # still never enters. Mutations caught: adding to every turn, or reading the env reward instead of R.
+    turns = [
+        _turn([5], shaped={"segment": 0.2, "action_grounding": 0.3}),
+        _turn([6], shaped={"segment": 0.7, "action_grounding": 0.3}, env_reward=10.0, terminated=True),
+    ]
+    assert hisr.fused_rewards(_traj(turns, won=True), 2.0).tolist() == pytest.approx([0.5, 3.0])
+    assert hisr.fused_rewards(_traj(turns, won=False), 2.0).tolist() == pytest.approx([0.5, 1.0])
+    assert hisr.fused_rewards(_traj(turns, won=True)).tolist() == pytest.approx([0.5, 1.0])
+
+
 def test_gae_over_fused_rewards_golden():
     # r = (0.5, 1.0), V = (0.1, 0.2), terminated, gamma 0.99, lambda 0.95:
     # delta_1 = 1.0 - 0.2 = 0.8 (no bootstrap after termination); delta_0 = 0.5 + 0.99 * 0.2 - 0.1 = 0.598;

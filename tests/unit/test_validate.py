@@ -83,6 +83,9 @@ def test_hisr_segmentation_is_checked_against_the_agent():
         "allowed: auto, subgoal, entropy, turn"
     )
     assert _error(["algo=hisr", "algo.collect_per_task=0"]).startswith("algo.collect_per_task: ")
+    assert (
+        _error(["algo=hisr", "algo.outcome_coef=-1"]) == "algo.outcome_coef: got -1.0; allowed: a number >= 0"
+    )
     ok = validate(
         resolve_config(None, ["algo=hisr", "rollout.agent=plan_execute", "algo.segmentation=subgoal"])
     )
