@@ -43,6 +43,7 @@ import re
 import statistics
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -163,7 +164,8 @@ def plot(summary: dict[str, list[dict[str, Any]]], path: Path, title: str) -> No
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    fig, ax = plt.subplots(figsize=(9.6, 4.8))  # wide: the legend sits beside the axes, not over the curves
+    ax.set_prop_cycle(color=plt.get_cmap("tab20").colors)  # each label's eval and train: one hue, dark and light
     levels: list[float] = []
     for algo, rows in summary.items():
         for key, style in (("eval_success", "-o"), ("train_success", "--s")):
@@ -192,9 +194,9 @@ def plot(summary: dict[str, list[dict[str, Any]]], path: Path, title: str) -> No
     ax.set_xlabel("RL iteration (-1 = zero-shot, 0 = after BC)")
     ax.set_ylabel("success rate")
     ax.set_ylim(-0.02, 1.02)
-    ax.set_title(title)
+    ax.set_title(textwrap.fill(title, 70), fontsize=9)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
