@@ -345,6 +345,13 @@ def test_gae_over_fused_rewards_golden():
     assert tg.token_adv[0][resp[0]].tolist() == pytest.approx([1.3504])
     assert tg.token_adv[1][resp[1]].tolist() == pytest.approx([0.8])
     np.testing.assert_allclose(tg.value_target[:, 0], [1.4504, 1.0], rtol=1e-6)
+    # The same trajectory won, with outcome_coef 10: r_1 = 1.0 + 10 * 1 = 11.0, delta_1 = 11.0 - 0.2 = 10.8;
+    # A_0 = 0.598 + 0.9405 * 10.8 = 10.7554. Mutation caught: compute_targets not passing cfg.outcome_coef.
+    won = _traj(turns, won=True)
+    cfg = hisr.Config(normalize_advantages=False, outcome_coef=10.0)
+    tg = hisr.compute_targets([won], batch, np.array([[0.1], [0.2]], np.float32), cfg)
+    assert tg.token_adv[0][resp[0]].tolist() == pytest.approx([10.7554])
+    assert tg.token_adv[1][resp[1]].tolist() == pytest.approx([10.8])
 
 
 # -- the driver's scatter: forward passes -> turns -> shaped rewards ---------------------------------------------
