@@ -165,7 +165,8 @@ def plot(summary: dict[str, list[dict[str, Any]]], path: Path, title: str) -> No
     from matplotlib.ticker import MaxNLocator
 
     fig, ax = plt.subplots(figsize=(9.6, 4.8))  # wide: the legend sits beside the axes, not over the curves
-    ax.set_prop_cycle(color=plt.get_cmap("tab20").colors)  # each label's eval and train: one hue, dark and light
+    # each label's eval and train lines: one hue, dark and light
+    ax.set_prop_cycle(color=plt.get_cmap("tab20").colors)
     levels: list[float] = []
     for algo, rows in summary.items():
         for key, style in (("eval_success", "-o"), ("train_success", "--s")):
