@@ -326,6 +326,10 @@ class LearnerWorker:
                 p.requires_grad_(True)
 
     def _dev(self, x: np.ndarray | torch.Tensor) -> torch.Tensor:
+        """Ray hands numpy arrays over read-only (zero-copy from the object store), which torch may not alias: those
+        are copied (a batch's ids and masks, well under a MB)."""
+        if isinstance(x, np.ndarray) and not x.flags.writeable:
+            x = x.copy()
         return torch.as_tensor(x).to(self.policy.device)
 
     def _response_logprobs(
