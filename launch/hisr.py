@@ -81,6 +81,7 @@ class RewardModels:
             value_head_hidden=hidden,
             actor_lr=self.acfg.hindsight_lr,
             critic_lr=self.acfg.sprm_lr,
+            frozen_adapters=(),  # the policy's KL reference is the policy group's, not the reward models'
             master_port=0,
         )
         self.group = LearnerGroup(

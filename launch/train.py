@@ -99,14 +99,18 @@ def trajectory_stats(trajs: Sequence[Trajectory]) -> dict[str, float]:
     }
 
 
-def learner_adapters(cfg: TrainConfig, algo: Algorithm, algo_cfg: Any) -> tuple[tuple[str, float], ...]:
-    """(name, lr) of every adapter the learner holds: the policy adapters, then, for an offline algorithm with a
-    KL term, a frozen copy of each (``offline_<name>``, lr 0: never stepped), the online phase's reference."""
-    trained = [(n, cfg.learner.adapter_lr.get(n, cfg.learner.actor_lr)) for n in cfg.model.adapter_names]
-    if not (algo.offline and algo.uses_reference(algo_cfg)):
-        return tuple(trained)
-    trained = trained or [("default", cfg.learner.actor_lr)]
-    return (*trained, *((f"offline_{n}", 0.0) for n, _ in trained))
+def learner_adapters(cfg: TrainConfig) -> tuple[tuple[str, float], ...]:
+    """(name, lr) of every policy adapter the learner trains (empty: the one adapter ``default`` at ``actor_lr``)."""
+    return tuple((n, cfg.learner.adapter_lr.get(n, cfg.learner.actor_lr)) for n in cfg.model.adapter_names)
+
+
+def reference_adapters(cfg: TrainConfig, algo: Algorithm, algo_cfg: Any) -> tuple[str, ...]:
+    """The frozen copies (``ref_<adapter>``) the learner keeps as the KL term's reference policy: the policy as RL
+    begins (``learner.kl_reference=start``; an offline algorithm's online phase: π_off, always). Empty: no KL
+    term, or ``kl_reference=base`` (the base model, every adapter disabled)."""
+    if not algo.uses_reference(algo_cfg) or (cfg.learner.kl_reference == "base" and not algo.offline):
+        return ()
+    return tuple(f"ref_{n}" for n in cfg.model.adapter_names or ["default"])
 
 
 def learner_spec(
@@ -126,7 +130,8 @@ def learner_spec(
         gradient_checkpointing=cfg.learner.gradient_checkpointing,
         value_heads=algo.value_heads,
         target_critic=algo.target_critic,
-        adapters=learner_adapters(cfg, algo, algo_cfg),
+        adapters=learner_adapters(cfg),
+        frozen_adapters=reference_adapters(cfg, algo, algo_cfg),
         seed=cfg.seed,
         torch_threads=torch_threads(cfg, cfg.learner.num_workers, node_cores(), device),
     )
@@ -234,6 +239,8 @@ class Trainer:
         self.lora = lora_spec(cfg)
         self.adapters = cfg.model.adapter_names
         """The policy adapters of ``model.role_adapters`` (empty: one adapter for every role)."""
+        self.ref_adapters = reference_adapters(cfg, self.algo, self.algo_cfg)
+        """The learner's frozen copies that serve as the KL reference (empty: adapters disabled, or no KL term)."""
         on_gpu = self.device == "cuda"
         self.rollout_gpus = cfg.rollout.gpus_per_worker if on_gpu else 0.0
         self.learner_gpus = cfg.learner.gpus_per_worker if on_gpu else 0.0
@@ -279,15 +286,19 @@ class Trainer:
         return env_task_ids(self.cfg, split)
 
     def freeze_reference(self) -> None:
-        """Copy each policy adapter into its frozen ``offline_<name>`` (the first online iteration: π_off)."""
+        """Copy each policy adapter into its frozen ``ref_<name>``: the KL term's reference from here on (RL's start:
+        the BC policy; an offline algorithm's first online iteration: π_off)."""
         for name in self.adapters or ["default"]:
-            self.learner.load_adapter_weights(self.learner.adapter_weights(name), adapter=f"offline_{name}")
+            self.learner.load_adapter_weights(self.learner.adapter_weights(name), adapter=f"ref_{name}")
 
     def reference_logprobs(self, seqs: Any, rows_of: dict[str | None, np.ndarray]) -> np.ndarray:
-        """π_off's log-probs of every row: each row under the frozen copy of its role's adapter."""
+        """The reference policy's log-probs of every row: each row under the frozen copy of its role's adapter, or
+        with every adapter disabled where the run keeps no copy (``learner.kl_reference=base``)."""
+        if not self.ref_adapters:
+            return self.learner.logprobs(seqs, reference=True)
         ref = np.zeros(seqs.input_ids.shape, np.float32)
         for name, rows in rows_of.items():
-            ref[rows] = self.learner.logprobs(seqs.rows(rows), adapter=f"offline_{name or 'default'}")
+            ref[rows] = self.learner.logprobs(seqs.rows(rows), adapter=f"ref_{name or 'default'}")
         return ref
 
     def sample(self, prompts: Sequence[np.ndarray], role: str, seed: int) -> list[Any]:
@@ -519,11 +530,8 @@ class Trainer:
                     logprobs[rows] = self.learner.logprobs(seqs.rows(rows), adapter=name)
             offline = self.offline if algo is self.algo else None
             ref = None
-            if algo.uses_reference(algo_cfg):
-                if offline is None:
-                    ref = self.learner.logprobs(seqs, reference=True)
-                elif offline.online(iteration):
-                    ref = self.reference_logprobs(seqs, rows_of)
+            if algo.uses_reference(algo_cfg) and (offline is None or offline.online(iteration)):
+                ref = self.reference_logprobs(seqs, rows_of)
         model_stats: dict[str, float] = {}
         if algo.reward_models:
             assert self.hisr is not None
@@ -839,6 +847,8 @@ class Trainer:
                     f"eval after BC {_eval_text(ev)}",
                     flush=True,
                 )
+            if self.ref_adapters and self.offline is None:
+                self.freeze_reference()  # π_ref: the policy RL starts from (after BC)
             self.checkpoint(0)
             self.start_iter = 1
         if self.hisr is not None:

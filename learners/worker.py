@@ -2,8 +2,9 @@
 
 One worker = one data-parallel rank. It holds
 * the **policy**: the base model with a LoRA adapter (peft), in a DeepSpeed engine (ZeRO stage configurable; gloo on
-  CPU, NCCL on GPU). The **reference policy** for the KL term is the same model with the adapter disabled — no second
-  copy of the weights;
+  CPU, NCCL on GPU). The **reference policy** of a KL term is a frozen LoRA copy on the same base
+  (``frozen_adapters``: no engine, no optimizer; the driver copies the policy into it as RL begins), or the same model
+  with every adapter disabled — either way no second copy of the base weights;
 * optionally the **critic**: its own LoRA adapter (``critic``) on the policy's frozen base (one copy of the base
   weights for policy, reference and critic: 14 GB less at every phase's peak, measured at a Llama-3-8B shape in
   bf16 on an H100, docs/results) and a value head with ``value_heads`` outputs (1 for PPO's V(s); 2 for HiPER's
@@ -69,6 +70,9 @@ class LearnerSpec:
     adapters: tuple[tuple[str, float], ...] = ()
     """Policy LoRA adapters on the one base, (name, learning rate) each, every one with its own DeepSpeed engine and
     AdamW state (Multi2's planner and executor); empty: one adapter ``default`` at ``actor_lr``."""
+    frozen_adapters: tuple[str, ...] = ()
+    """LoRA adapters on the same base that are never trained (no engine, no optimizer): the KL terms' reference
+    policies. Written by ``load_adapter_weights`` (a copy of a policy adapter), kept in checkpoints."""
     target_critic: bool = False
     """Keep a soft-updated copy of the critic's trainable tensors (IQL's target networks, STEP-HRL Eq. 11-12);
     value slots with ``value_from_target`` read it."""
@@ -239,19 +243,23 @@ class LearnerWorker:
         if len(adapters) > 1 and spec.zero_stage == 3:
             raise ValueError("several policy adapters need learner.zero_stage 0-2")
         self.adapter_names = [name for name, _ in adapters]
-        if CRITIC_ADAPTER in self.adapter_names:
-            raise ValueError(f"a policy adapter may not be named {CRITIC_ADAPTER!r} (the critic's)")
+        self.frozen = list(spec.frozen_adapters)
+        names = [*self.adapter_names, *self.frozen]
+        if CRITIC_ADAPTER in names or len(set(names)) < len(names):
+            raise ValueError(
+                f"adapter names must differ and none may be {CRITIC_ADAPTER!r} (the critic's): {names}"
+            )
         policy = get_peft_model(base, lora_cfg, adapter_name=self.adapter_names[0])
-        for name in self.adapter_names[1:]:
+        for name in names[1:]:
             policy.add_adapter(name, lora_cfg)
         # the critic's adapter on the same base (ZeRO-3 partitions a module per engine: there it has its own)
         self.shared_base = bool(spec.value_heads) and spec.zero_stage < 3
         if self.shared_base:
             policy.add_adapter(CRITIC_ADAPTER, lora_cfg)
-        # every adapter stays trainable (peft freezes all but the active one); the active one is chosen per call
-        # (``_active``), so only its tensors get gradients, and each engine's optimizer holds its own adapter's
+        # every adapter but the frozen ones stays trainable (peft freezes all but the active one); the active one is
+        # chosen per call (``_active``), so only its tensors get gradients, and each engine's optimizer holds its own
         for n, p in policy.named_parameters():
-            p.requires_grad_(_adapter_of(n) is not None)
+            p.requires_grad_(self._trainable(n))
         self.engines: dict[str, Any] = {}
         for name, lr in adapters:
             params = [p for n, p in policy.named_parameters() if _adapter_of(n) == name]
@@ -296,6 +304,18 @@ class LearnerWorker:
 
     # -- forward passes ----------------------------------------------------------------------------------------
 
+    def _trainable(self, param_name: str) -> bool:
+        """Whether a parameter belongs to a trained adapter (a policy adapter or the critic's), not the base or a
+        frozen copy."""
+        return _adapter_of(param_name) not in (None, *self.frozen)
+
+    def _policy_or_frozen(self, adapter: str | None) -> str:
+        """``adapter`` (None: the first policy adapter), checked to be a policy adapter or a frozen one."""
+        name = adapter or self.adapter_names[0]
+        if name not in self.frozen:
+            self._engine(name)
+        return name
+
     def _engine(self, adapter: str | None) -> Any:
         name = adapter or self.adapter_names[0]
         if name not in self.engines:
@@ -304,9 +324,8 @@ class LearnerWorker:
 
     @contextmanager
     def _active(self, adapter: str | None) -> Iterator[None]:
-        """Forward passes inside use policy adapter ``adapter`` (None: the first)."""
-        self._engine(adapter)
-        with _using_adapter(self.policy.module, adapter or self.adapter_names[0]):
+        """Forward passes inside use adapter ``adapter`` (None: the first policy adapter; a frozen one allowed)."""
+        with _using_adapter(self.policy.module, self._policy_or_frozen(adapter)):
             yield
 
     def _critic_active(self) -> AbstractContextManager[None]:
@@ -317,13 +336,12 @@ class LearnerWorker:
     @contextmanager
     def _reference(self) -> Iterator[None]:
         """The base model (every adapter disabled). peft re-enables adapters through ``set_adapter``, which freezes
-        all but the active one: every adapter is made trainable again afterwards (each engine's optimizer and
+        all but the active one: every trained adapter is made trainable again afterwards (each engine's optimizer and
         checkpoint expect its adapter's tensors to require gradients)."""
         with self.policy.module.disable_adapter():
             yield
         for n, p in self.policy.module.named_parameters():
-            if _adapter_of(n) is not None:
-                p.requires_grad_(True)
+            p.requires_grad_(self._trainable(n))
 
     def _dev(self, x: np.ndarray | torch.Tensor) -> torch.Tensor:
         """Ray hands numpy arrays over read-only (zero-copy from the object store), which torch may not alias: those
@@ -368,8 +386,8 @@ class LearnerWorker:
 
     @torch.no_grad()
     def logprobs(self, seqs: Sequences, *, reference: bool = False, adapter: str | None = None) -> np.ndarray:
-        """float32[B, L] log-probs of the response tokens (``response_mask``) under the policy adapter ``adapter``
-        (None: the first), or under the reference policy (the same weights with the adapters disabled)."""
+        """float32[B, L] log-probs of the response tokens (``response_mask``) under adapter ``adapter`` (None: the
+        first policy adapter; a frozen reference copy allowed), or with every adapter disabled (``reference``)."""
         self.policy.eval()
         out = np.zeros(seqs.input_ids.shape, np.float32)
         for rows, width, s in self._micro_batches(seqs):
@@ -603,7 +621,9 @@ class LearnerWorker:
                     str(root / "critic_ds"), tag="ckpt", exclude_frozen_parameters=True
                 )
         if self.rank == 0:
-            self.policy.module.save_pretrained(str(root / "adapter"), selected_adapters=self.adapter_names)
+            self.policy.module.save_pretrained(
+                str(root / "adapter"), selected_adapters=[*self.adapter_names, *self.frozen]
+            )
         rng = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
         torch.save(
             {"rng": rng, "step_count": self.step_count, "critic_target": self.critic_target},
@@ -612,12 +632,24 @@ class LearnerWorker:
 
     def load_checkpoint(self, path: str, *, policy_only: bool = False) -> None:
         """Restore ``save_checkpoint``'s state; ``policy_only``: the policy engine and RNG, the critic stays as it
-        is (``bc.from_run``: BC never trains the critic, and another algorithm's may have other heads)."""
+        is (``bc.from_run``: BC never trains the critic, and another algorithm's may have other heads) and so are
+        the frozen reference copies (the driver copies the loaded policy into them)."""
+        from peft.utils import load_peft_weights
+
         root = Path(path)
         # not strict: the frozen base weights are not in the checkpoint (they come from spec.model_path)
         for name, engine in self.engines.items():
             with self._own_tensors(name):
                 self._load_engine(engine, root / self._engine_dir(name))
+        for name in [] if policy_only else self.frozen:
+            folder = root / "adapter" / name
+            if not folder.is_dir():
+                raise ValueError(
+                    f"checkpoint {path} has no frozen reference adapter {name!r} (written before the run kept one); "
+                    "allowed: resume it with learner.kl_reference=base, as it ran"
+                )
+            weights = load_peft_weights(str(folder), device="cpu")
+            self.load_adapter_weights({k: v.float().numpy() for k, v in weights.items()}, adapter=name)
         if self.critic is not None and not policy_only:
             with self._own_tensors(CRITIC_ADAPTER):
                 self._load_engine(self.critic, root / "critic_ds")
@@ -638,7 +670,11 @@ class LearnerWorker:
         gradients: every engine wraps the one module that holds all adapters, so its trainable-only checkpoint
         would otherwise store every adapter's weights again (measured on Multi2's four: 119 MB per engine instead
         of 59)."""
-        others = [p for n, p in self.policy.module.named_parameters() if _adapter_of(n) not in (None, name)]
+        others = [
+            p
+            for n, p in self.policy.module.named_parameters()
+            if self._trainable(n) and _adapter_of(n) != name
+        ]
         for p in others:
             p.requires_grad_(False)
         try:
@@ -666,16 +702,15 @@ class LearnerWorker:
             )
 
     def load_adapter_weights(self, weights: dict[str, np.ndarray], adapter: str | None = None) -> None:
-        """Set policy adapter ``adapter``'s LoRA tensors (None: the first; PEFT key names, as ``adapter_weights``
-        returns them): a warm start."""
+        """Set adapter ``adapter``'s LoRA tensors (None: the first policy adapter; a frozen one allowed; PEFT key
+        names, as ``adapter_weights`` returns them): a warm start, or a copy of the policy as the KL reference."""
         from peft import set_peft_model_state_dict
 
         if self.spec.zero_stage == 3:
             raise ValueError(
                 "model.init_adapter needs learner.zero_stage 0-2 (ZeRO-3 partitions the adapter)"
             )
-        name = adapter or self.adapter_names[0]
-        self._engine(name)
+        name = self._policy_or_frozen(adapter)
         result = set_peft_model_state_dict(
             self.policy.module,
             {k: torch.from_numpy(np.array(v)) for k, v in weights.items()},

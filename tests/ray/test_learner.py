@@ -438,6 +438,37 @@ def test_reference_is_base_model(model_path):
     assert _max_gap(worker.logprobs(batch.seqs), expected, resp) > 1e-2
 
 
+def test_a_frozen_copy_is_the_policy_it_copied_never_trains_and_survives_a_checkpoint(model_path, tmp_path):
+    """``frozen_adapters``: the KL reference as RL begins. Loaded with the policy's tensors it gives the policy's
+    log-probs; updates (and the base-model pass, whose peft context re-enables gradients) leave it bit for bit as it
+    was; a checkpoint restores it; ``policy_only`` (``bc.from_run``) leaves it alone."""
+    batch = _batch(5)
+    resp = batch.seqs.response_mask
+    worker = _worker(model_path, value_heads=0, frozen_adapters=("ref_default",))
+    _train(worker, batch, critic=False)  # "BC": the policy moves away from the base
+    worker.load_adapter_weights(worker.adapter_weights(), adapter="ref_default")
+    start = worker.logprobs(batch.seqs)
+    frozen = worker.logprobs(batch.seqs, adapter="ref_default")
+    assert _max_gap(frozen, start, resp) < 1e-6
+    assert _max_gap(frozen, worker.logprobs(batch.seqs, reference=True), resp) > 1e-2  # not the base model
+    worker.save_checkpoint(str(tmp_path / "ckpt"))
+
+    _train(worker, batch, critic=False)
+    assert _max_gap(worker.logprobs(batch.seqs), start, resp) > 1e-2
+    np.testing.assert_array_equal(worker.logprobs(batch.seqs, adapter="ref_default"), frozen)
+    assert not any(p.requires_grad for n, p in worker.policy.module.named_parameters() if "ref_default" in n)
+
+    fresh = _worker(model_path, value_heads=0, frozen_adapters=("ref_default",))
+    fresh.load_checkpoint(str(tmp_path / "ckpt"), policy_only=True)
+    assert (
+        _max_gap(fresh.logprobs(batch.seqs, adapter="ref_default"), frozen, resp) > 1e-2
+    )  # untouched: zero B
+    fresh.load_checkpoint(str(tmp_path / "ckpt"))
+    np.testing.assert_array_equal(fresh.logprobs(batch.seqs, adapter="ref_default"), frozen)
+    with pytest.raises(ValueError, match="no policy adapter 'ref_other'"):
+        worker.logprobs(batch.seqs, adapter="ref_other")
+
+
 # -- 4. adapter round trip -------------------------------------------------------------------------------------
 
 

@@ -330,6 +330,47 @@ def test_bc_from_run_reuses_another_algorithms_bc(ray_local, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("reference", ["start", "base"])
+def test_the_kl_reference_is_the_policy_rl_starts_from(ray_local, tmp_path, reference):
+    """``learner.kl_reference=start`` (default): after BC the learner keeps a frozen copy of the policy
+    (``ref_default``, in every checkpoint), the reference log-probs are read under it, and the first update (one
+    optimizer step, taken before the policy moves) measures KL 0. ``base``: the adapter disabled, no copy."""
+    from actors.rollout import read_peft_adapter
+
+    one_step = ["algo=ppo", "iterations=1", "eval_every=0", "learner.mini_batch_size=64"]
+    cfg = resolve_config(None, [*TINY, f"run_dir={tmp_path}", *one_step, f"learner.kl_reference={reference}"])
+    trainer = Trainer(cfg)
+    calls: list[dict] = []
+    logprobs = trainer.learner.logprobs
+
+    def recorded(seqs, **kw):
+        calls.append(kw)
+        return logprobs(seqs, **kw)
+
+    trainer.learner.logprobs = recorded
+    try:
+        rl = next(r for r in trainer.run() if r.get("phase") == "rl")
+    finally:
+        trainer.close()
+    ckpt = tmp_path / "checkpoints"
+    if reference == "base":
+        assert {"reference": True} in calls and not any(
+            str(c.get("adapter")).startswith("ref_") for c in calls
+        )
+        assert not (ckpt / "iter_0" / "adapter" / "ref_default").exists()
+        return
+    assert {"adapter": "ref_default"} in calls and not any(c.get("reference") for c in calls)
+    bc_policy, _ = read_peft_adapter(ckpt / "iter_0" / "adapter")
+    frozen_0, _ = read_peft_adapter(ckpt / "iter_0" / "adapter" / "ref_default")
+    frozen_1, _ = read_peft_adapter(ckpt / "iter_1" / "adapter" / "ref_default")
+    trained, _ = read_peft_adapter(ckpt / "iter_1" / "adapter")
+    assert max(float(abs(bc_policy[k]).max()) for k in bc_policy if "lora_B" in k) > 0  # BC moved the policy
+    assert all((frozen_0[k] == bc_policy[k]).all() and (frozen_1[k] == bc_policy[k]).all() for k in bc_policy)
+    assert max(float(abs(trained[k] - bc_policy[k]).max()) for k in bc_policy) > 0
+    assert abs(rl["kl"]) < 1e-6
+
+
+@pytest.mark.slow
 def test_a_dead_rollout_worker_is_replaced_and_its_groups_recollected(ray_local, tmp_path, capsys):
     """Before: ``kill -9`` of a rollout worker ended the run 3.4 s later with ActorDiedError from ``gather``.
     Now the worker is replaced in its bundle with the newest adapter and its share of the collection is collected
@@ -560,7 +601,7 @@ def test_multi2_offline_then_online_and_a_resume_reproduces_the_losses(ray_local
             assert key in r and math.isfinite(r[key]), key
     ckpt = tmp_path / "full" / "checkpoints"
     offline_end, _ = read_peft_adapter(ckpt / "iter_1" / "adapter" / "executor")
-    frozen, _ = read_peft_adapter(ckpt / "iter_2" / "adapter" / "offline_executor")
+    frozen, _ = read_peft_adapter(ckpt / "iter_2" / "adapter" / "ref_executor")
     trained, _ = read_peft_adapter(ckpt / "iter_2" / "adapter" / "executor")
     assert max(float(abs(offline_end[k] - frozen[k]).max()) for k in frozen) == 0.0
     assert max(float(abs(trained[k] - frozen[k]).max()) for k in frozen) > 0.0
@@ -576,7 +617,7 @@ def test_multi2_offline_then_online_and_a_resume_reproduces_the_losses(ray_local
 @pytest.mark.slow
 def test_multi2_with_one_shared_adapter_keeps_its_own_frozen_copy(ray_local, tmp_path):
     """The paper's "Shared adapter" ablation (Fig. 6c): every role on one adapter; the online phase's π_off is a
-    frozen copy of it (``offline_default``), and the served adapter stays the trained one."""
+    frozen copy of it (``ref_default``), and the served adapter stays the trained one."""
     shared = [a for a in MULTI2_TINY if not a.startswith("model.role_adapters")]
     rl = [r for r in _run(tmp_path, [*shared, "iterations=2"]) if r.get("phase") == "rl"]
     assert rl[0]["anchor_rows"] > 0 and "kl" not in rl[0]

@@ -92,6 +92,29 @@ def test_hisr_segmentation_is_checked_against_the_agent():
     assert ok.segmentation == "subgoal"
 
 
+def test_the_kl_reference_is_checked_before_ray_and_sets_the_learners_frozen_copies():
+    """``learner.kl_reference``: start (a frozen copy of each policy adapter, ``ref_<name>``) or base (none); ZeRO-3
+    would partition the copy. Algorithms without a KL term keep none."""
+    from launch.algos import get_algo
+    from launch.train import reference_adapters
+
+    assert _error(["learner.kl_reference=bc"]) == "learner.kl_reference: got 'bc'; allowed: start, base"
+    zero3 = ["learner.zero_stage=3", "learner.micro_batch_size=32"]
+    assert _error(["algo=ppo", *zero3]).startswith("learner.zero_stage: 3 partitions the frozen copy")
+    validate(resolve_config(None, ["algo=ppo", *zero3, "learner.kl_reference=base"]))
+
+    def refs(overrides: list[str]) -> tuple[str, ...]:
+        cfg = resolve_config(None, overrides)
+        return reference_adapters(cfg, get_algo(cfg.algo), validate(cfg))
+
+    assert refs(["algo=ppo"]) == ("ref_default",)
+    assert refs(["algo=ppo", "learner.kl_reference=base"]) == ()
+    assert refs(["algo=ppo", "algo.kl_coef=0"]) == ()
+    two = ["rollout.agent=multi2", 'model.role_adapters={"planner": "planner", "executor": "executor"}']
+    assert refs(["algo=multi2", *two, "algo.online_groups=2"]) == ("ref_executor", "ref_planner")
+    assert refs(["algo=multi2", *two]) == ()  # no online phase: no KL term
+
+
 def test_step_hrl_is_checked_before_ray():
     """STEP-HRL's own agent, an env with an expert for its dataset, no one-step-off, its ranges and choices."""
     sh = ["algo=step_hrl", "rollout.agent=step_hrl"]
@@ -108,7 +131,7 @@ def test_step_hrl_is_checked_before_ray():
 
 
 def test_multi2_is_checked_before_ray():
-    """Multi2's own agent, its ranges, and no one-adapter BC checkpoint beside the online phase's frozen copies."""
+    """Multi2's own agent, its ranges, and its online phase's KL reference (π_off, never the base model)."""
     m2 = ["algo=multi2", "rollout.agent=multi2"]
     assert _error(["algo=multi2", "rollout.agent=step_hrl"]).endswith("allowed: multi2")
     assert _error([*m2, "algo.anchor_fraction=1.5"]) == (
@@ -116,8 +139,8 @@ def test_multi2_is_checked_before_ray():
     )
     assert _error([*m2, "algo.offline_iterations=-1"]).startswith("algo.offline_iterations: ")
     assert _error([*m2, "algo.kl_kind=k4"]).startswith("algo.kl_kind: ")
-    assert _error([*m2, "algo.online_groups=2", "bc.from_run=/x"]).startswith(
-        "bc.from_run: algo=multi2 with an online phase keeps a frozen copy"
+    assert _error([*m2, "algo.online_groups=2", "learner.kl_reference=base"]).startswith(
+        "learner.kl_reference: algo=multi2's KL term is to π_off"
     )
     zero3 = ["learner.zero_stage=3", "learner.micro_batch_size=32"]
     assert _error([*m2, *zero3]).startswith("learner.zero_stage: algo=multi2 keeps a target copy")
@@ -222,7 +245,8 @@ def test_zero3_with_gradient_accumulation_fails_at_start():
     """learners.worker refuses it at the first update; now it fails before Ray."""
     message = _error(["learner.zero_stage=3"], preset="hiper_alfworld")
     assert message.startswith("learner.zero_stage: 3 needs learner.micro_batch_size (8) >= the per-worker")
-    validate(resolve_config("hiper_alfworld", ["learner.zero_stage=3", "learner.micro_batch_size=64"]))
+    zero3 = ["learner.zero_stage=3", "learner.micro_batch_size=64", "learner.kl_reference=base"]
+    validate(resolve_config("hiper_alfworld", zero3))
 
 
 @pytest.mark.parametrize(
@@ -407,6 +431,7 @@ def test_worker_configs_restate_no_run_config_default():
         "value_heads",
         "value_head_hidden",
         "adapters",
+        "frozen_adapters",
         "target_critic",
         "master_port",
         "torch_threads",
