@@ -28,9 +28,12 @@ import typing
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
+
+if TYPE_CHECKING:
+    from learners.algorithm import Algorithm
 
 PRESET_DIR = Path(__file__).parent / "configs"
 DEFAULT_PRESET = "hiper_textcraft_cpu"
@@ -700,6 +703,15 @@ def _check_ranges(cfg: TrainConfig) -> None:
                 )
 
 
+def reference_adapters(cfg: TrainConfig, algo: Algorithm, algo_cfg: Any) -> tuple[str, ...]:
+    """The frozen copies (``ref_<adapter>``) the learner keeps as the KL term's reference policy: the policy as RL
+    begins (``learner.kl_reference=start``; an offline algorithm's online phase: π_off, always). Empty: no KL
+    term, or ``kl_reference=base`` (the base model, every adapter disabled)."""
+    if not algo.uses_reference(algo_cfg) or (cfg.learner.kl_reference == "base" and not algo.offline):
+        return ()
+    return tuple(f"ref_{n}" for n in cfg.model.adapter_names or ["default"])
+
+
 def _check_algo(cfg: TrainConfig) -> Any:
     """The ``algo.*`` keys against the algorithm's Config, its enumerations and ranges, and its shaping."""
     from launch.algos import get_algo
@@ -810,7 +822,7 @@ def _check_algo(cfg: TrainConfig) -> Any:
                 f"learner.kl_reference: algo={cfg.algo}'s KL term is to π_off, the policy its offline phase ended "
                 "with; allowed: start"
             )
-        if cfg.learner.zero_stage == 3 and (algo.offline or cfg.learner.kl_reference == "start"):
+        if cfg.learner.zero_stage == 3 and reference_adapters(cfg, algo, algo_cfg):
             raise ConfigError(
                 f"learner.zero_stage: 3 partitions the frozen copy of the policy that algo={cfg.algo}'s KL term reads; "
                 "allowed: zero_stage 0, 1, 2, or learner.kl_reference=base"

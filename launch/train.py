@@ -49,7 +49,14 @@ from cluster.ray_cluster import (
 )
 from envs.random_policy import random_policy_success
 from launch.algos import get_algo
-from launch.config import TrainConfig, check_bc_source, resolve_algo_config, resolved_text, torch_threads
+from launch.config import (
+    TrainConfig,
+    check_bc_source,
+    reference_adapters,
+    resolve_algo_config,
+    resolved_text,
+    torch_threads,
+)
 from launch.hisr import RewardModels
 from launch.offline import OfflineData
 from launch.report import subgoal_rate
@@ -102,15 +109,6 @@ def trajectory_stats(trajs: Sequence[Trajectory]) -> dict[str, float]:
 def learner_adapters(cfg: TrainConfig) -> tuple[tuple[str, float], ...]:
     """(name, lr) of every policy adapter the learner trains (empty: the one adapter ``default`` at ``actor_lr``)."""
     return tuple((n, cfg.learner.adapter_lr.get(n, cfg.learner.actor_lr)) for n in cfg.model.adapter_names)
-
-
-def reference_adapters(cfg: TrainConfig, algo: Algorithm, algo_cfg: Any) -> tuple[str, ...]:
-    """The frozen copies (``ref_<adapter>``) the learner keeps as the KL term's reference policy: the policy as RL
-    begins (``learner.kl_reference=start``; an offline algorithm's online phase: π_off, always). Empty: no KL
-    term, or ``kl_reference=base`` (the base model, every adapter disabled)."""
-    if not algo.uses_reference(algo_cfg) or (cfg.learner.kl_reference == "base" and not algo.offline):
-        return ()
-    return tuple(f"ref_{n}" for n in cfg.model.adapter_names or ["default"])
 
 
 def learner_spec(
