@@ -6,7 +6,8 @@ and values (``learners.prepare.learner_batch``). Each variant runs in a fresh pr
 builds the learner as the preset does (``launch.train.learner_spec``) and measures, phase by phase, the peak
 resident set (``VmHWM``, reset before each phase through ``/proc/self/clear_refs``) and the wall time:
 
-``load`` (policy + critic built) · ``logprobs`` · ``reference`` (adapters off) · ``values`` · ``policy_step`` and
+``load`` (policy + critic built, the policy copied into its frozen KL reference as the driver does after BC) ·
+``logprobs`` · ``reference`` (under that copy; ``learner.kl_reference=base``: adapters off) · ``values`` · ``policy_step`` and
 ``critic_step`` (one optimizer step each on a ``learner.mini_batch_size`` mini-batch).
 
 Variants are ``name:key=value,key=value`` run-config overrides, separated by ``;``; ``--baseline PATH`` also runs the first variant
@@ -126,10 +127,17 @@ def child(preset: str, model: str, overrides: list[str], rows_file: Path) -> dic
     phases = Phases()
     with phases("load"):
         worker = LearnerWorker(spec)
+        # the driver's ``freeze_reference``: ref_<name> := the policy <name>
+        for frozen in spec.frozen_adapters:
+            worker.load_adapter_weights(worker.adapter_weights(frozen.removeprefix("ref_")), adapter=frozen)
     with phases("logprobs"):
         lp = worker.logprobs(seqs)
     with phases("reference"):
-        ref = worker.logprobs(seqs, reference=True) if algo.uses_reference(algo_cfg) else None
+        ref = None
+        if spec.frozen_adapters:
+            ref = worker.logprobs(seqs, adapter=spec.frozen_adapters[0])
+        elif algo.uses_reference(algo_cfg):
+            ref = worker.logprobs(seqs, reference=True)
     with phases("values"):
         values = worker.values(seqs) if algo.value_slots else None
     # the demonstrations carry no rewards worth a target: random advantages and value targets, the algorithm's losses

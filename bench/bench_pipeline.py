@@ -4,7 +4,9 @@
 re-run): ``sync`` (the rollout workers idle while the learner updates and vice versa), ``one_step_off`` (iteration
 k+1 generates during iteration k's update; the push waits for it) and ``async<k>`` (``max_staleness=k``: the workers
 never wait, pushes land between generation rounds, groups are taken as they finish).  All on the same cores:
-``cpu_threads`` auto gives each phase of the synchronous loop every core and the overlapping loops one per worker.
+``cpu_threads`` auto gives each phase of the synchronous loop every core and the overlapping loops one per worker;
+``<mode>@<n>`` runs a mode with ``cpu_threads=n`` in every worker (``async1@2``: rollout and learner both take
+both cores, leaving the OS to share them; their run folder is ``<out>/<mode>@<n>``).
 Iteration 1 follows BC's push in every mode, so the medians are over iterations 2..N.  Printed per mode: the median
 of each timed phase (``rollout`` = waiting for the iteration's groups, ``rollout_wait`` = one-step-off's wait after
 the update), the iteration time, its ratio to the synchronous one, the policy lag, groups dropped as stale, and
@@ -26,6 +28,7 @@ from pathlib import Path
 
 from _env import setup
 from bench_learning import ensure_run
+from bench_prompts import cpu_model
 
 setup()
 
@@ -33,12 +36,18 @@ PHASES = ("rollout", "logprobs", "values", "update", "rollout_wait", "push", "it
 
 
 def mode_overrides(mode: str) -> list[str]:
-    """``sync``, ``one_step_off`` or ``async<k>`` as run-config overrides."""
-    if mode in ("sync", "one_step_off"):
-        return [f"one_step_off={mode == 'one_step_off'}", "max_staleness=0"]
-    if mode.startswith("async") and mode[5:].isdigit() and int(mode[5:]) >= 1:
-        return ["one_step_off=false", f"max_staleness={int(mode[5:])}"]
-    raise SystemExit(f"--modes: unknown mode {mode!r}; allowed: sync, one_step_off, async<k> (k >= 1)")
+    """``sync``, ``one_step_off`` or ``async<k>``, each optionally ``@<threads>``, as run-config overrides."""
+    loop, _, threads = mode.partition("@")
+    if threads and not (threads.isdigit() and int(threads) >= 1):
+        raise SystemExit(f"--modes: {mode!r} has threads {threads!r}; allowed: <mode>@<n>, n >= 1")
+    pinned = [f"cpu_threads={threads}"] if threads else []
+    if loop in ("sync", "one_step_off"):
+        return [f"one_step_off={loop == 'one_step_off'}", "max_staleness=0", *pinned]
+    if loop.startswith("async") and loop[5:].isdigit() and int(loop[5:]) >= 1:
+        return ["one_step_off=false", f"max_staleness={int(loop[5:])}", *pinned]
+    raise SystemExit(
+        f"--modes: unknown mode {mode!r}; allowed: sync, one_step_off, async<k> (k >= 1), each optionally @<threads>"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -54,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     result: dict[str, dict] = {}
     modes = a.modes.split(",")
-    if modes[0] != "sync":
+    if modes[0].partition("@")[0] != "sync":
         raise SystemExit("--modes: the first mode is the baseline of the ratios and must be sync")
     for mode in modes:
         history = ensure_run(out, mode, a.preset, [*a.set, *mode_overrides(mode)])
@@ -69,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
             "success": statistics.fmean(r["success"] for r in rl),
             **{ph: statistics.median(r.get(f"time_{ph}", 0.0) for r in rl) for ph in PHASES},
         }
-    base = result["sync"]["iteration"]
+    base = result[modes[0]]["iteration"]
     for r in result.values():
         r["speedup"] = base / r["iteration"]
     print(
@@ -84,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{mode:<13} {r['iterations']:>2} {cells} {r['speedup']:>7.2f}x {lag:>6} {r['groups_stale']:>5.0f} "
             f"{r['success']:>8.3f}"
         )
-    (out / "pipeline.json").write_text(json.dumps({"args": vars(a), "result": result}, indent=1))
+    report = {"args": vars(a), "cpu_model": cpu_model(), "result": result}
+    (out / "pipeline.json").write_text(json.dumps(report, indent=1))
     print(f"[bench] wrote {out / 'pipeline.json'}")
     return 0
 
