@@ -96,7 +96,8 @@ class Config:
     hindsight_batch: int = 192
     """App. B, ALFWorld: 1 epoch at (1e-6, 192)."""
     online_hindsight: bool = False
-    """Beyond the paper (its Limitation 2): one hindsight-model SFT step on every iteration's rollouts."""
+    """Beyond the paper (its Limitation 2): one epoch of hindsight-model SFT (Eq. 4) on every iteration's rollouts,
+    after they are scored."""
     outcome_coef: float = 0.0
     """Beyond the paper: c · R added to the last turn's reward (0: the paper, where the outcome reaches the
     policy only through the SPRM; Sec. 3.3)."""
