@@ -47,7 +47,12 @@ MICRO_TOL = 1e-5
 """micro_batch_size 6 vs 2 (2 AdamW steps, lr 1e-2): max |Δ logprob| measured 3.8e-6 (values 1.2e-7):
 summation order of the accumulated gradients, amplified by AdamW's first steps."""
 DP_TOL = 1e-5
-"""1 vs 2 gloo ranks: max |Δ adapter weight| / |Δ logprob| measured 3.5e-6 / 3.8e-6 (values 1.2e-7)."""
+"""1 vs 2 gloo ranks: max |Δ logprob| measured 3.8e-6 on AMD EPYC (AVX2) and on the CI machine (values 1.8e-7)."""
+DP_WEIGHT_TOL = 1e-4
+"""1 vs 2 gloo ranks, adapter weights: measured 1.29e-5 (AMD EPYC AVX2 and the CI machine alike, 2026-11-25; 3.5e-6
+earlier). AdamW divides each element's gradient by its own running magnitude, so an element whose gradient is near
+zero turns the all-reduce's summation-order noise into a weight change on the scale of lr (1e-2 per step). A rank
+that trained on its half of the rows alone (no all-reduce) misses by 4.0e-2 (measured), 400x this bound."""
 ENGINE_TOL = 2e-5
 """engine-reported logprobs vs the learner's: HF max gap 1.9e-6, vLLM 3.1e-6 (fp32; the
 adapter itself moves them by 16.9)."""
@@ -328,7 +333,7 @@ def test_data_parallel_group_equals_single_worker(ray_local, model_path):
     gap_v = float(np.abs(v1 - v2).max())
     print(f"data parallel: max |Δ adapter| {gap_w:.2e}, |Δ logprob| {gap_lp:.2e}, |Δ value| {gap_v:.2e}")
     assert max(float(np.abs(v).max()) for k, v in w1.items() if "lora_B" in k) > 1e-3
-    assert gap_w < DP_TOL
+    assert gap_w < DP_WEIGHT_TOL
     assert gap_lp < DP_TOL
     assert gap_v < DP_TOL
 
