@@ -1,13 +1,13 @@
 """Checkpoint size and save/load time per algorithm, beside the frozen base weights they no longer contain.
 
 For each preset, the learner worker its run would build (``launch.train.learner_spec``: the algorithm's critic
-heads, target critic, policy adapters and Multi2's frozen offline copies) is created in this process on ``--model``;
-every trained adapter and the critic take one optimizer step (so AdamW's moments exist, as in any RL checkpoint),
+heads, target critic, policy adapters, Multi2's frozen offline copies, HISR's hindsight adapter and SPRM) is created
+in this process on ``--model``; every trained adapter and value model take one optimizer step (so AdamW's moments
+exist, as in any RL checkpoint),
 then ``save_checkpoint`` / ``load_checkpoint`` run ``--repeats`` times. Reported per algorithm: the checkpoint's
-size in MB and by part (policy engines, critic engine, the PEFT adapter export, the learner state file holding RNG
+size in MB and by part (policy engines, critic engines, the PEFT adapter export, the learner state file holding RNG
 and the target critic), its ratio to the base model's weight file, and median save / load ms. The driver adds
-``driver.pt`` (RNG, cursors: kilobytes). HISR's reward models are a second learner group saved with its stage
-caches, not in every checkpoint (``algo.online_hindsight`` adds the hindsight model's: not measured here).
+``driver.pt`` (RNG, cursors: kilobytes).
 
     python bench/bench_checkpoints.py --model smollm2 --out bench/results/checkpoints.json
 """
@@ -102,7 +102,9 @@ def _mb(path: Path) -> float:
 def _part(name: str) -> str:
     if name.startswith("policy_ds"):
         return "policy"
-    return {"critic_ds": "critic", "adapter": "adapter_export"}.get(name, "learner_state")
+    if name.startswith("critic_ds"):
+        return "critic"
+    return {"adapter": "adapter_export"}.get(name, "learner_state")
 
 
 def measure(preset: str, model: str, repeats: int, rows: int, width: int) -> dict[str, Any]:
@@ -128,8 +130,11 @@ def measure(preset: str, model: str, repeats: int, rows: int, width: int) -> dic
         worker.update_policy(
             synthetic_batch(rows, width), grpo.ALGORITHM.policy_loss, grpo.Config(kl_coef=0.0), name
         )
-    if spec.value_heads:
-        worker.update_critic(synthetic_batch(rows, width, slots=1), ppo.value_loss, ppo.Config())
+    critics = [None] if spec.value_heads else []
+    for critic in [*critics, *(c.name for c in spec.extra_critics)]:
+        worker.update_critic(
+            synthetic_batch(rows, width, slots=1), ppo.value_loss, ppo.Config(), critic=critic
+        )
     tmp = Path(tempfile.mkdtemp(prefix="hierarl-ckpt-"))
     save, load = [], []
     try:

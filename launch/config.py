@@ -811,6 +811,11 @@ def _check_algo(cfg: TrainConfig) -> Any:
                 f"{cfg.rollout.agent!r}; allowed: rollout.agent in {', '.join(SUBGOAL_AGENTS)}, or segmentation "
                 "entropy / turn / auto"
             )
+    if algo.reward_models and cfg.learner.zero_stage == 3:
+        raise ConfigError(
+            f"learner.zero_stage: algo={cfg.algo}'s SPRM shares the policy's base, which ZeRO-3 would partition per "
+            "engine; allowed: 0, 1, 2"
+        )
     if algo.target_critic and cfg.learner.zero_stage == 3:
         raise ConfigError(
             f"learner.zero_stage: algo={cfg.algo} keeps a target copy of the critic, which ZeRO-3 would partition; "

@@ -1,13 +1,17 @@
 """HISR's reward models on the live pipeline: the stages before RL and the per-iteration annotation (driver side).
 
-``algo=hisr`` (``Algorithm.reward_models``) makes the trainer build a ``RewardModels``: a second learner group whose
-policy is the hindsight model and whose critic is the segment process reward model (SPRM; the base with its own
-LoRA and HISR Eq. 2's MLP head). After behaviour cloning (π_ref), ``prepare`` runs, each stage cached under
-``<run_dir>/hisr/`` so a killed run resumes where it stopped:
+``algo=hisr`` (``Algorithm.reward_models``) gives the policy's learner group two more models on the policy's own
+base (``reward_model_learners``): the hindsight model, a second trained LoRA adapter (``hindsight``), and the segment
+process reward model (SPRM), a second value model (adapter ``sprm`` with HISR Eq. 2's MLP head). One copy of the base
+serves policy, KL reference, critic, SPRM and hindsight model; the hindsight model's and the policy's log-probs of
+the same action tokens (Eq. 5) come from the same workers. After behaviour cloning (π_ref), ``prepare`` runs, each
+stage cached under ``<run_dir>/hisr/`` so a killed run resumes where it stopped:
 
     collected.jsonl   N rollouts per training task with π_ref (App. B), filtered; each with its segment ids
-    models/           the group's checkpoint after the SPRM stage, then after the hindsight stage
+    models/           the learner group's checkpoint after the SPRM stage, then after the hindsight stage
     stages.json       which stages finished, with their metrics
+
+RL checkpoints hold both models with the rest of the learner (the online hindsight model's optimizer state too).
 
 Every RL iteration, ``annotate`` segments the new trajectories, scores them with both models and writes
 (1 − α) r^him into ``turn.shaped["segment"]`` (``learners.reward_models.segment_turn_rewards``). The pure half of
@@ -29,10 +33,8 @@ import numpy as np
 
 from actors.agents.parsing import render_prompt
 from actors.trajectory import Trajectory, read_jsonl, to_jsonl
-from cluster.ray_cluster import WorkerResources
 from learners.algos import hisr, sft
 from learners.batch import LearnerBatch, TurnBatch, build_turn_batch
-from learners.group import LearnerGroup
 from learners.prepare import learner_batch
 from learners.reward_models import (
     SprmBatch,
@@ -44,6 +46,7 @@ from learners.reward_models import (
     write_segment_rewards,
 )
 from learners.targets import sequences
+from learners.worker import CriticSpec
 from reward.segments import (
     SUBGOAL_AGENTS,
     entropy_segments,
@@ -56,6 +59,11 @@ if TYPE_CHECKING:
     from launch.train import Trainer
 
 SEGMENTS_KEY = "hisr_segments"
+HINDSIGHT = "hindsight"
+"""The hindsight model's LoRA adapter on the policy's base (Eq. 4)."""
+SPRM = "sprm"
+"""The SPRM's LoRA adapter and value head on the policy's base (Eq. 2)."""
+REWARD_MODELS = (HINDSIGHT, SPRM)
 """``Trajectory.info`` key of a collected trajectory's segment ids (saved with it)."""
 
 
@@ -66,27 +74,24 @@ def resolve_segmentation(segmentation: str, agent: str) -> str:
     return "subgoal" if agent in SUBGOAL_AGENTS else "entropy"
 
 
-class RewardModels:
-    def __init__(self, trainer: Trainer) -> None:
-        from transformers import AutoConfig
+def reward_model_learners(acfg: hisr.Config, model_path: str) -> tuple[tuple[str, float], CriticSpec]:
+    """The learner's extra trained adapter (the hindsight model, at ``hindsight_lr``) and extra value model (the
+    SPRM: one output, Eq. 2's W₂·SiLU(W₁h) with W₁ as wide as the base's hidden state, at ``sprm_lr``)."""
+    from transformers import AutoConfig
 
+    hidden = AutoConfig.from_pretrained(model_path).hidden_size
+    return (HINDSIGHT, acfg.hindsight_lr), CriticSpec(SPRM, 1, hidden, acfg.sprm_lr)
+
+
+class RewardModels:
+    """The stages and the per-iteration scoring, through the trainer's learner group (``trainer.learner``, read at
+    every call: a rebuilt group replaces it)."""
+
+    def __init__(self, trainer: Trainer) -> None:
         self.trainer = trainer
         cfg, self.acfg = trainer.cfg, trainer.algo_cfg
         self.root = trainer.run_dir / "hisr"
         self.root.mkdir(parents=True, exist_ok=True)
-        hidden = AutoConfig.from_pretrained(trainer.model_path).hidden_size
-        spec = dataclasses.replace(
-            trainer.learner_spec,
-            value_heads=1,
-            value_head_hidden=hidden,
-            actor_lr=self.acfg.hindsight_lr,
-            critic_lr=self.acfg.sprm_lr,
-            frozen_adapters=(),  # the policy's KL reference is the policy group's, not the reward models'
-            master_port=0,
-        )
-        self.group = LearnerGroup(
-            spec, cfg.learner.num_workers, WorkerResources(cfg.learner.cpus_per_worker, trainer.learner_gpus)
-        )
         self.segmentation = resolve_segmentation(self.acfg.segmentation, cfg.rollout.agent)
         self.intro = hindsight_intro(cfg.env.name)
         tok = trainer.tokenizer
@@ -119,7 +124,7 @@ class RewardModels:
     def _sprm_scores(self, trajs: Sequence[Trajectory], seg: list[np.ndarray]) -> np.ndarray:
         """float[B, S]: R̂ per segment, NaN where a row has no such (readable) segment."""
         batch = self._sprm_batch(trajs, seg)
-        values = self.group.values(batch.seqs)
+        values = self.trainer.learner.values(batch.seqs, critic=SPRM)
         return np.where(batch.segment_valid, values, np.nan)
 
     # -- per RL iteration ------------------------------------------------------------------------------------
@@ -142,7 +147,7 @@ class RewardModels:
             seg,
             self._sprm_scores(trajs, seg),
             policy=(turns, logprobs),
-            hindsight=(hturns, self.group.logprobs(sequences(hturns, ()))),
+            hindsight=(hturns, self.trainer.learner.logprobs(sequences(hturns, ()), adapter=HINDSIGHT)),
             beta=self.acfg.beta,
             alpha=self.acfg.shaping.grounding_alpha,
             keep_sprm_scale=self.acfg.keep_sprm_scale,
@@ -164,11 +169,12 @@ class RewardModels:
         tmp.replace(self.root / "stages.json")
 
     def save(self, path: Path) -> None:
-        """The group's state (both adapters, the SPRM head, optimizer state), written whole or not at all."""
+        """The learner group's state (every adapter and head, optimizer state; ``prepare`` reads back the reward
+        models'), written whole or not at all."""
         tmp = path.with_name(path.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-        self.group.save_checkpoint(str(tmp))
+        self.trainer.learner.save_checkpoint(str(tmp))
         shutil.rmtree(path, ignore_errors=True)
         tmp.rename(path)
 
@@ -220,10 +226,11 @@ class RewardModels:
             value_valid=b.segment_valid,
             old_values=np.zeros(b.segment_valid.shape, np.float32),
         )
-        m = self.group.update(
+        m = self.trainer.learner.update(
             batch,
             policy_loss=None,
             value_loss=hisr.sprm_value_loss,
+            critic=SPRM,
             loss_cfg=self.acfg,
             agg=self.acfg.agg,
             mini_batch_size=self.acfg.sprm_batch,
@@ -249,9 +256,10 @@ class RewardModels:
         )
         nll = float("nan")
         for e in range(epochs):
-            m = self.group.update(
+            m = self.trainer.learner.update(
                 batch,
                 policy_loss=algo.policy_loss,
+                adapter=HINDSIGHT,
                 value_loss=None,
                 loss_cfg=cfg,
                 agg=cfg.agg,
@@ -262,23 +270,20 @@ class RewardModels:
             nll = m.get("nll", float("nan"))
         return nll
 
-    def prepare(self, checkpoint: Path | None = None) -> None:
-        """Run (or load) the stages. ``checkpoint``: an RL checkpoint being resumed; with ``online_hindsight`` it
-        holds the models as they were at that iteration."""
-        online = checkpoint / "reward_models" if checkpoint is not None else None
-        if online is not None and online.exists():
-            self.group.load_checkpoint(str(online))
-            print(f"[hierarl] HISR: reward models restored from {online}", flush=True)
+    def prepare(self, in_learner: bool = False) -> None:
+        """Run the stages, or load the reward models they cached. ``in_learner``: the learner group was loaded from
+        an RL checkpoint, which holds the models as they were at that iteration (nothing to do)."""
+        if in_learner:
             return
-        stages, models = self._stages(), self.root / "models"
+        learner, stages, models = self.trainer.learner, self._stages(), self.root / "models"
         if "hindsight" in stages:
-            self.group.load_checkpoint(str(models))
+            learner.load_checkpoint(str(models), only=REWARD_MODELS)
             print(f"[hierarl] HISR: reward models loaded from {models}", flush=True)
             return
         t0 = time.perf_counter()
         trajs = self.collect()
         if "sprm" in stages:
-            self.group.load_checkpoint(str(models))
+            learner.load_checkpoint(str(models), only=(SPRM,))
         else:
             m = self._train_sprm(trajs, self.trainer.cfg.seed + 200)
             self.save(models)
@@ -290,7 +295,7 @@ class RewardModels:
                 flush=True,
             )
         # the hindsight model is π_ref continued (Eq. 4): start from the policy after behaviour cloning
-        self.group.load_adapter_weights(self.trainer.learner.adapter_weights())
+        learner.load_adapter_weights(learner.adapter_weights(), adapter=HINDSIGHT)
         rows, _ = hindsight_rows(trajs, self.render, self.intro)
         nll = self._train_hindsight(rows, self.acfg.hindsight_epochs)
         self.save(models)
@@ -309,6 +314,3 @@ class RewardModels:
             }
         )
         print(f"[hierarl] HISR: hindsight model trained on {len(rows)} cloze rows: nll {nll:.3f}", flush=True)
-
-    def close(self) -> None:
-        self.group.shutdown()

@@ -57,7 +57,7 @@ from launch.config import (
     resolved_text,
     torch_threads,
 )
-from launch.hisr import RewardModels
+from launch.hisr import RewardModels, reward_model_learners
 from launch.offline import OfflineData
 from launch.report import subgoal_rate
 from launch.stream import AsyncRollouts, iteration_tasks
@@ -114,7 +114,12 @@ def learner_adapters(cfg: TrainConfig) -> tuple[tuple[str, float], ...]:
 def learner_spec(
     cfg: TrainConfig, algo: Algorithm, algo_cfg: Any, model_path: str, device: str
 ) -> LearnerSpec:
-    """The learner workers' spec for a run: its LoRA, optimizer settings, the algorithm's critic and adapters."""
+    """The learner workers' spec for a run: its LoRA, optimizer settings, the algorithm's critic and adapters (HISR:
+    the hindsight model's adapter and the SPRM beside the policy's)."""
+    adapters, extra_critics = learner_adapters(cfg), ()
+    if algo.reward_models:
+        hindsight, sprm = reward_model_learners(algo_cfg, model_path)
+        adapters, extra_critics = (*(adapters or (("default", cfg.learner.actor_lr),)), hindsight), (sprm,)
     return LearnerSpec(
         model_path=model_path,
         lora=lora_spec(cfg),
@@ -128,7 +133,8 @@ def learner_spec(
         gradient_checkpointing=cfg.learner.gradient_checkpointing,
         value_heads=algo.value_heads,
         target_critic=algo.target_critic,
-        adapters=learner_adapters(cfg),
+        adapters=adapters,
+        extra_critics=extra_critics,
         frozen_adapters=reference_adapters(cfg, algo, algo_cfg),
         seed=cfg.seed,
         torch_threads=torch_threads(cfg, cfg.learner.num_workers, node_cores(), device),
@@ -273,7 +279,7 @@ class Trainer:
         self.metrics_path = self.run_dir / "metrics.jsonl"
         self._tb = None
         self.resumed_from: Path | None = None
-        # HISR's segment reward model and hindsight model: a second learner group, trained before RL
+        # HISR's segment reward model and hindsight model (on the learner group's base), trained before RL
         self.hisr = RewardModels(self) if self.algo.reward_models else None
         # STEP-HRL's and Multi2's offline dataset (expert demonstrations + BC-policy rollouts), built after BC
         self.offline = OfflineData(self) if self.algo.offline else None
@@ -416,6 +422,8 @@ class Trainer:
         path = loaded[0]
         if self.offline is not None:
             self.offline.critic_steps = int(loaded[1].get("offline_steps", 0))
+        if self.hisr is not None:
+            self.hisr.prepare(in_learner=loaded[1]["iteration"] >= 1)
         self.learner_restarts += 1
         print(
             f"[hierarl] a learner worker died ({type(error).__name__}); group rebuilt from {path} in "
@@ -664,7 +672,7 @@ class Trainer:
 
     def bc_from_run(self, ckpt: Path) -> dict[str, Any]:
         """``bc.from_run``: the policy (adapter + optimizer state) after another run's BC, and that run's BC row."""
-        self.learner.load_checkpoint(str(ckpt), policy_only=True)
+        self.learner.load_checkpoint(str(ckpt), only=self.adapters or ["default"])
         rows = (json.loads(r) for r in (ckpt.parent.parent / "metrics.jsonl").read_text().splitlines() if r)
         bc = next((r for r in rows if r.get("phase") == "bc"), {})
         keep = {k: v for k, v in bc.items() if k in ("demos", "turns", "wall_s") or k.startswith("nll_epoch")}
@@ -729,8 +737,6 @@ class Trainer:
                 "offline_steps": self.offline.critic_steps if self.offline is not None else 0,
             }
             torch.save(state, tmp / "driver.pt")
-            if self.hisr is not None and self.algo_cfg.online_hindsight:
-                self.hisr.save(tmp / "reward_models")  # they change every iteration
             if self.cfg.one_step_off and len(self._pushed) == 2:
                 # the adapter the next iteration's in-flight rollouts come from: an exact resume regenerates them
                 np.savez(tmp / "behaviour_adapter.npz", **self._pushed[0][None])  # one adapter (validated)
@@ -850,7 +856,7 @@ class Trainer:
             self.checkpoint(0)
             self.start_iter = 1
         if self.hisr is not None:
-            self.hisr.prepare(self.resumed_from)
+            self.hisr.prepare(in_learner=self.start_iter > 1)  # RL checkpoints hold the reward models
         if self.offline is not None:
             self.offline.prepare()
         if cfg.max_staleness:
@@ -977,8 +983,6 @@ class Trainer:
         self.rollout = []
         remove_placement_group(self.rollout_pg)
         self.learner.shutdown()
-        if self.hisr is not None:
-            self.hisr.close()
         if self._tb:
             self._tb.close()
 

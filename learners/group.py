@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import socket
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -124,8 +125,10 @@ class LearnerGroup:
         label = "reference log-probs" if reference else f"log-probs{'' if adapter is None else ' ' + adapter}"
         return self._map_rows("logprobs", seqs, label, per_token=True, reference=reference, adapter=adapter)
 
-    def values(self, seqs: Sequences) -> np.ndarray:
-        return self._map_rows("values", seqs, "values", per_token=False)
+    def values(self, seqs: Sequences, critic: str | None = None) -> np.ndarray:
+        """Of critic ``critic`` (None: the critic)."""
+        label = "values" if critic is None else f"values {critic}"
+        return self._map_rows("values", seqs, label, per_token=False, critic=critic)
 
     def entropies(self, seqs: Sequences) -> np.ndarray:
         return self._map_rows("entropies", seqs, "entropies", per_token=False)
@@ -144,12 +147,14 @@ class LearnerGroup:
         critic_only_steps: int = 0,
         target_tau: float = 0.0,
         adapter: str | None = None,
+        critic: str | None = None,
     ) -> dict[str, float]:
         """``epochs`` passes over ``batch`` in shuffled mini-batches; the policy takes a step on each mini-batch
         when ``policy_loss`` is given, the critic when ``value_loss`` is (HISR's SPRM trains its critic alone).
         The first ``critic_only_steps`` mini-batches step the critic alone (STEP-HRL's critic warm-up);
         ``target_tau`` > 0 soft-updates the target critic after every critic step. The policy steps are those of
-        adapter ``adapter`` (None: the first; Multi2 trains its planner and executor in separate calls). Returns mean metrics over the
+        adapter ``adapter`` (None: the first; Multi2 trains its planner and executor in separate calls), the critic
+        steps those of critic ``critic`` (None: the critic; HISR's SPRM is another). Returns mean metrics over the
         steps, and ``optimizer_steps``."""
         if policy_loss is None and value_loss is None:
             raise ValueError("an update needs a policy loss, a value loss or both")
@@ -179,7 +184,7 @@ class LearnerGroup:
                 n_policy = len(refs)
                 if value_loss is not None:
                     refs += [
-                        w.update_critic.remote(s, value_loss, loss_cfg, target_tau)
+                        w.update_critic.remote(s, value_loss, loss_cfg, target_tau, critic)
                         for w, s in zip(self.workers, shards, strict=True)
                     ]
                 results = ray.get(refs)
@@ -219,5 +224,6 @@ class LearnerGroup:
     def save_checkpoint(self, path: str) -> None:
         ray.get([w.save_checkpoint.remote(path) for w in self.workers])
 
-    def load_checkpoint(self, path: str, *, policy_only: bool = False) -> None:
-        ray.get([w.load_checkpoint.remote(path, policy_only=policy_only) for w in self.workers])
+    def load_checkpoint(self, path: str, *, only: Sequence[str] | None = None) -> None:
+        """``only``: those adapters' and critics' engines (``LearnerWorker.load_checkpoint``)."""
+        ray.get([w.load_checkpoint.remote(path, only=only) for w in self.workers])

@@ -9,7 +9,10 @@ One worker = one data-parallel rank. It holds
   weights for policy, reference and critic: 14 GB less at every phase's peak, measured at a Llama-3-8B shape in
   bf16 on an H100, docs/results) and a value head with ``value_heads`` outputs (1 for PPO's V(s); 2 for HiPER's
   [V_high, V_low]), in its own DeepSpeed engine. Under ZeRO-3, which partitions the base per engine, the critic
-  keeps a base of its own.
+  keeps a base of its own;
+* optionally more value models the same way (``extra_critics``, each its adapter, head and engine on the shared
+  base: HISR's segment reward model), and more trained adapters (``adapters``: Multi2's planner and executor,
+  HISR's hindsight model). Every call names the adapter or critic it means; None is the policy's / the critic's.
 
 Where values are read (``learners.batch``): head h of row b at the sequence position ``value_pos[b, h]``. HiPER
 reads V_high(s_t) and V_low(s_t, o_{t-1}) at the last prompt token (the prompt holds the observation and the
@@ -25,7 +28,7 @@ import datetime
 import os
 import random
 import socket
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +46,17 @@ from learners.losses import entropy_from_logprobs
 from learners.targets import CriticInputs, PolicyInputs
 
 _Rows = TypeVar("_Rows", Sequences, LearnerBatch)
+
+
+@dataclass(frozen=True)
+class CriticSpec:
+    """A value model beside the critic: LoRA adapter ``name`` on the policy's base, a head of ``heads`` outputs
+    (``mlp_hidden`` > 0: W₂·SiLU(W₁h) with W₁ of that width, HISR Eq. 2), its own AdamW at ``lr``."""
+
+    name: str
+    heads: int
+    mlp_hidden: int
+    lr: float
 
 
 @dataclass(frozen=True)
@@ -73,6 +87,8 @@ class LearnerSpec:
     frozen_adapters: tuple[str, ...] = ()
     """LoRA adapters on the same base that are never trained (no engine, no optimizer): the KL terms' reference
     policies. Written by ``load_adapter_weights`` (a copy of a policy adapter), kept in checkpoints."""
+    extra_critics: tuple[CriticSpec, ...] = ()
+    """Value models beside the critic, on the same base (zero_stage 0-2; HISR's SPRM); checkpointed with it."""
     target_critic: bool = False
     """Keep a soft-updated copy of the critic's trainable tensors (IQL's target networks, STEP-HRL Eq. 11-12);
     value slots with ``value_from_target`` read it."""
@@ -244,18 +260,25 @@ class LearnerWorker:
             raise ValueError("several policy adapters need learner.zero_stage 0-2")
         self.adapter_names = [name for name, _ in adapters]
         self.frozen = list(spec.frozen_adapters)
+        critics = [CriticSpec(CRITIC_ADAPTER, spec.value_heads, spec.value_head_hidden, spec.critic_lr)]
+        critics = critics[: bool(spec.value_heads)] + list(spec.extra_critics)
         names = [*self.adapter_names, *self.frozen]
-        if CRITIC_ADAPTER in names or len(set(names)) < len(names):
+        every = [*names, *(c.name for c in critics)]
+        if CRITIC_ADAPTER in names or len(set(every)) < len(every):
             raise ValueError(
-                f"adapter names must differ and none may be {CRITIC_ADAPTER!r} (the critic's): {names}"
+                f"adapter and critic names must differ and no adapter may be {CRITIC_ADAPTER!r} (the critic's): "
+                f"{every}"
             )
+        if spec.extra_critics and spec.zero_stage == 3:
+            raise ValueError("value models beside the critic (extra_critics) need learner.zero_stage 0-2")
         policy = get_peft_model(base, lora_cfg, adapter_name=self.adapter_names[0])
         for name in names[1:]:
             policy.add_adapter(name, lora_cfg)
-        # the critic's adapter on the same base (ZeRO-3 partitions a module per engine: there it has its own)
-        self.shared_base = bool(spec.value_heads) and spec.zero_stage < 3
+        # the critics' adapters on the same base (ZeRO-3 partitions a module per engine: there the critic has its own)
+        self.shared_base = bool(critics) and spec.zero_stage < 3
         if self.shared_base:
-            policy.add_adapter(CRITIC_ADAPTER, lora_cfg)
+            for c in critics:
+                policy.add_adapter(c.name, lora_cfg)
         # every adapter but the frozen ones stays trainable (peft freezes all but the active one); the active one is
         # chosen per call (``_active``), so only its tensors get gradients, and each engine's optimizer holds its own
         for n, p in policy.named_parameters():
@@ -270,20 +293,24 @@ class LearnerWorker:
             _drop_tied_frozen_weights(engine)
             self.engines[name] = engine
         self.policy = self.engines[self.adapter_names[0]]
-        self.critic = None
-        if spec.value_heads:
+        self.critics: dict[str, Any] = {}
+        self._critic_modules: dict[str, ValueModel] = {}
+        for c in critics:
             cmodel = ValueModel(
                 policy if self.shared_base else get_peft_model(self._base_model(), lora_cfg),
                 base.config.hidden_size,
-                spec.value_heads,
-                spec.value_head_hidden,
+                c.heads,
+                c.mlp_hidden,
             )
-            self._critic_module = cmodel
-            copt = torch.optim.AdamW(self._critic_params(), lr=spec.critic_lr, weight_decay=0.0)
-            self.critic, self.critic_opt, _, _ = deepspeed.initialize(
+            self._critic_modules[c.name] = cmodel
+            copt = torch.optim.AdamW(self._critic_params(c.name), lr=c.lr, weight_decay=0.0)
+            engine, _, _, _ = deepspeed.initialize(
                 model=cmodel, optimizer=copt, config=_ds_config(spec, world_size, bf16)
             )
-            _drop_tied_frozen_weights(self.critic)
+            _drop_tied_frozen_weights(engine)
+            self.critics[c.name] = engine
+        self.critic = self.critics.get(CRITIC_ADAPTER)
+        """The critic's engine (None: no critic); the other value models are in ``critics``."""
         self.critic_target: list[torch.Tensor] | None = None
         if spec.target_critic:
             if self.critic is None or spec.zero_stage == 3:
@@ -328,10 +355,18 @@ class LearnerWorker:
         with _using_adapter(self.policy.module, self._policy_or_frozen(adapter)):
             yield
 
-    def _critic_active(self) -> AbstractContextManager[None]:
-        """Critic passes inside use the critic's adapter on the shared base. Backward passes too: with gradient
+    def _critic_active(self, name: str) -> AbstractContextManager[None]:
+        """Passes of critic ``name`` inside use its adapter on the shared base. Backward passes too: with gradient
         checkpointing they recompute the forward, which must see the same adapter."""
-        return _using_adapter(self.policy.module, CRITIC_ADAPTER if self.shared_base else None)
+        return _using_adapter(self.policy.module, name if self.shared_base else None)
+
+    def _critic(self, name: str | None) -> tuple[str, Any]:
+        """(name, engine) of critic ``name`` (None: the critic)."""
+        name = name or CRITIC_ADAPTER
+        if name not in self.critics:
+            have = ", ".join(self.critics) or "none (value_heads=0)"
+            raise RuntimeError(f"this learner has no critic {name!r}; it has {have}")
+        return name, self.critics[name]
 
     @contextmanager
     def _reference(self) -> Iterator[None]:
@@ -420,12 +455,14 @@ class LearnerWorker:
             out[rows] = (sums / counts.clamp(min=1)).cpu().numpy()
         return out
 
-    def _critic_params(self) -> list[torch.Tensor]:
-        """The critic's trainable tensors (its LoRA and head, not the policy adapters on a shared base), in a fixed
-        order."""
-        own = (None, CRITIC_ADAPTER) if self.shared_base else (None, "default")
+    def _critic_params(self, name: str = CRITIC_ADAPTER) -> list[torch.Tensor]:
+        """Critic ``name``'s trainable tensors (its LoRA and head, not the other adapters on a shared base), in a
+        fixed order."""
+        own = (None, name) if self.shared_base else (None, "default")
         return [
-            p for n, p in self._critic_module.named_parameters() if p.requires_grad and _adapter_of(n) in own
+            p
+            for n, p in self._critic_modules[name].named_parameters()
+            if p.requires_grad and _adapter_of(n) in own
         ]
 
     @contextmanager
@@ -450,24 +487,23 @@ class LearnerWorker:
             t.mul_(1.0 - tau).add_(p.detach(), alpha=tau)
 
     @torch.no_grad()
-    def values(self, seqs: Sequences) -> np.ndarray:
-        """float32[B, K]: value slot k is head ``value_head[k]`` read at position ``value_pos[b, k]``, of the target
-        critic where ``value_from_target[k]``."""
-        if self.critic is None:
-            raise RuntimeError("this learner has no critic (value_heads=0)")
+    def values(self, seqs: Sequences, critic: str | None = None) -> np.ndarray:
+        """float32[B, K] of critic ``critic`` (None: the critic): value slot k is head ``value_head[k]`` read at
+        position ``value_pos[b, k]``, of the target critic where ``value_from_target[k]``."""
+        name, engine = self._critic(critic)
         target = seqs.value_from_target
-        if target is not None and target.any() and self.critic_target is None:
+        if target is not None and target.any() and (self.critic_target is None or name != CRITIC_ADAPTER):
             raise RuntimeError("value slots read a target critic this learner does not keep (target_critic)")
-        self.critic.eval()
+        engine.eval()
         out = np.zeros((len(seqs), len(seqs.value_head)), np.float32)
         head = self._dev(seqs.value_head)
-        with self._critic_active():
+        with self._critic_active(name):
             for rows, _, s in self._micro_batches(seqs):
                 ids, attn, pos = self._dev(s.input_ids), self._dev(s.attention_mask), self._dev(s.value_pos)
-                got = self._gather_values(self.critic(ids, attn), pos, head)
+                got = self._gather_values(engine(ids, attn), pos, head)
                 if target is not None and target.any():
                     with self._target_weights():
-                        from_target = self._gather_values(self.critic(ids, attn), pos, head)
+                        from_target = self._gather_values(engine(ids, attn), pos, head)
                     got = torch.where(self._dev(target)[None, :], from_target, got)
                 out[rows] = got.cpu().numpy()
         return out
@@ -549,26 +585,33 @@ class LearnerWorker:
         return metrics
 
     def update_critic(
-        self, batch: LearnerBatch, loss_fn: ValueLossFn, loss_cfg: Any, target_tau: float = 0.0
+        self,
+        batch: LearnerBatch,
+        loss_fn: ValueLossFn,
+        loss_cfg: Any,
+        target_tau: float = 0.0,
+        critic: str | None = None,
     ) -> dict[str, float]:
-        """One critic optimizer step over the micro-batches of ``batch``. ``loss_fn(values float[B, K],
-        CriticInputs, cfg)`` is the algorithm's pure critic loss (``learners.targets``' convention: weighted by
-        ``batch.value_weight``, already normalised over the mini-batch, so micro-batch losses add up).
-        ``target_tau`` > 0: the target copy is soft-updated after the step."""
-        if self.critic is None:
-            raise RuntimeError("this learner has no critic (value_heads=0)")
+        """One optimizer step of critic ``critic`` (None: the critic) over the micro-batches of ``batch``.
+        ``loss_fn(values float[B, K], CriticInputs, cfg)`` is the algorithm's pure critic loss
+        (``learners.targets``' convention: weighted by ``batch.value_weight``, already normalised over the
+        mini-batch, so micro-batch losses add up). ``target_tau`` > 0: the target copy is soft-updated after the
+        step (the critic's only)."""
+        name, engine = self._critic(critic)
         if batch.value_weight is None:
             raise ValueError("update_critic needs the mini-batch's value_weight (set by the learner group)")
-        self.critic.train()
+        if target_tau > 0 and name != CRITIC_ADAPTER:
+            raise ValueError(f"critic {name!r} keeps no target copy")
+        engine.train()
         head = self._dev(batch.seqs.value_head)
         total = 0.0
         chunks = self._micro_batches(batch)
         self._check_zero3_accumulation(len(chunks))
-        with self._critic_active():
+        with self._critic_active(name):
             for _, _, micro in chunks:
                 s = micro.seqs
                 v = self._gather_values(
-                    self.critic(self._dev(s.input_ids), self._dev(s.attention_mask)),
+                    engine(self._dev(s.input_ids), self._dev(s.attention_mask)),
                     self._dev(s.value_pos),
                     head,
                 )
@@ -578,9 +621,9 @@ class LearnerWorker:
                     value_weight=self._dev(micro.value_weight),
                 )
                 loss, _ = loss_fn(v, inputs, loss_cfg)
-                self.critic.backward(loss * self.world_size)
+                engine.backward(loss * self.world_size)
                 total += float(loss.detach())
-        self.critic.step()
+        engine.step()
         if target_tau > 0:
             self.soft_update_target(target_tau)
         return {"value_loss": total}
@@ -605,21 +648,23 @@ class LearnerWorker:
             state = get_peft_model_state_dict(module, adapter_name=name)
         return {k: v.detach().float().cpu().numpy().copy() for k, v in state.items()}
 
+    def _all_engines(self) -> dict[str, tuple[Any, str]]:
+        """Every trained adapter's and critic's engine with its checkpoint folder: ``policy_ds`` for the adapter
+        ``default``, ``policy_ds_<name>`` for the others; ``critic_ds`` for the critic, ``critic_ds_<name>`` for
+        the other value models."""
+        out = {n: (e, "policy_ds" if n == "default" else f"policy_ds_{n}") for n, e in self.engines.items()}
+        for n, e in self.critics.items():
+            out[n] = (e, "critic_ds" if n == CRITIC_ADAPTER else f"critic_ds_{n}")
+        return out
+
     def save_checkpoint(self, path: str) -> None:
-        """The trainable state only: policy + critic engines without their frozen base weights (LoRA tensors, value
-        heads and optimizer state, DeepSpeed format; the base is ``spec.model_path``), the PEFT adapter (rank 0),
-        and RNG. ~1 % of a full engine checkpoint for a LoRA run."""
+        """The trainable state only: every adapter's and critic's engine without the frozen base weights (LoRA
+        tensors, value heads and optimizer state, DeepSpeed format; the base is ``spec.model_path``), the PEFT
+        adapters (rank 0), and RNG. ~1 % of a full engine checkpoint for a LoRA run."""
         root = Path(path)
-        for name, engine in self.engines.items():
+        for name, (engine, folder) in self._all_engines().items():
             with self._own_tensors(name):
-                engine.save_checkpoint(
-                    str(root / self._engine_dir(name)), tag="ckpt", exclude_frozen_parameters=True
-                )
-        if self.critic is not None:
-            with self._own_tensors(CRITIC_ADAPTER):
-                self.critic.save_checkpoint(
-                    str(root / "critic_ds"), tag="ckpt", exclude_frozen_parameters=True
-                )
+                engine.save_checkpoint(str(root / folder), tag="ckpt", exclude_frozen_parameters=True)
         if self.rank == 0:
             self.policy.module.save_pretrained(
                 str(root / "adapter"), selected_adapters=[*self.adapter_names, *self.frozen]
@@ -630,18 +675,26 @@ class LearnerWorker:
             root / f"learner_rank{self.rank}.pt",
         )
 
-    def load_checkpoint(self, path: str, *, policy_only: bool = False) -> None:
-        """Restore ``save_checkpoint``'s state; ``policy_only``: the policy engine and RNG, the critic stays as it
-        is (``bc.from_run``: BC never trains the critic, and another algorithm's may have other heads) and so are
-        the frozen reference copies (the driver copies the loaded policy into them)."""
+    def load_checkpoint(self, path: str, *, only: Sequence[str] | None = None) -> None:
+        """Restore ``save_checkpoint``'s state. ``only``: the engines of those adapters and critics, and RNG; the
+        rest stays as it is (``bc.from_run``: the policy adapters, as BC never trains a critic and another
+        algorithm's may have other heads; the frozen reference copies are the driver's to copy. HISR's cached
+        stages: the reward models)."""
         from peft.utils import load_peft_weights
 
         root = Path(path)
+        engines = self._all_engines()
+        unknown = sorted(set(only or ()) - set(engines))
+        if unknown:
+            raise ValueError(
+                f"no adapter or critic {unknown[0]!r} to load; this learner has {', '.join(engines)}"
+            )
         # not strict: the frozen base weights are not in the checkpoint (they come from spec.model_path)
-        for name, engine in self.engines.items():
+        for name in engines if only is None else only:
+            engine, folder = engines[name]
             with self._own_tensors(name):
-                self._load_engine(engine, root / self._engine_dir(name))
-        for name in [] if policy_only else self.frozen:
+                self._load_engine(engine, root / folder)
+        for name in self.frozen if only is None else []:
             folder = root / "adapter" / name
             if not folder.is_dir():
                 raise ValueError(
@@ -650,15 +703,12 @@ class LearnerWorker:
                 )
             weights = load_peft_weights(str(folder), device="cpu")
             self.load_adapter_weights({k: v.float().numpy() for k, v in weights.items()}, adapter=name)
-        if self.critic is not None and not policy_only:
-            with self._own_tensors(CRITIC_ADAPTER):
-                self._load_engine(self.critic, root / "critic_ds")
         state = torch.load(root / f"learner_rank{self.rank}.pt", weights_only=False)
         torch.set_rng_state(state["rng"]["torch"])
         np.random.set_state(state["rng"]["numpy"])
         random.setstate(state["rng"]["python"])
         self.step_count = state["step_count"]
-        if self.critic_target is not None and not policy_only:
+        if self.critic_target is not None and only is None:
             saved = state.get("critic_target")
             if saved is None:
                 raise ValueError(f"checkpoint {path} has no target critic to restore")
@@ -682,10 +732,6 @@ class LearnerWorker:
         finally:
             for p in others:
                 p.requires_grad_(True)
-
-    def _engine_dir(self, name: str) -> str:
-        """``policy_ds`` for the one adapter of most runs; ``policy_ds_<name>`` per adapter otherwise."""
-        return "policy_ds" if len(self.engines) == 1 else f"policy_ds_{name}"
 
     @staticmethod
     def _load_engine(engine: Any, folder: Path) -> None:

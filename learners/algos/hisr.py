@@ -12,6 +12,9 @@ The pipeline (``launch.hisr`` runs the stages before RL, each cached in the run 
    ``learners.reward_models.segment_turn_rewards`` writes the first summand into ``turn.shaped["segment"]``, the
    ``action_grounding`` shaping term is the second) is the reward of PPO with GAE (Eq. 9).
 
+The SPRM (its own LoRA adapter and head, a value model beside the PPO critic) and the hindsight model (its own LoRA
+adapter) sit on the policy's base in the policy's learner group (``launch.hisr.reward_model_learners``).
+
 This file: the config (App. B constants), the targets (GAE over r_fuse), the PPO losses and the SPRM's loss.
 
 Deviations, each labelled where it is made:
@@ -20,8 +23,6 @@ Deviations, each labelled where it is made:
 * Eq. 7's norm is L1 (the case studies' numbers), and ``keep_sprm_scale`` multiplies R_him by ‖R̂‖₁;
 * the SPRM loss over a mini-batch is Σ_b (R_b − Σ_i r_bi)² / (segments in the mini-batch): every trajectory
   weighs the same; the scale is Eq. 3's mean divided by the mean segment count;
-* the SPRM and the hindsight model are a second learner group's critic and policy (each its own copy of the base,
-  as the PPO critic already is), not a third and fourth adapter on the policy's own base;
 * the value of a truncated episode's final state is approximated by V(s_{T−1}), advantages are whitened (as PPO);
 * beyond the paper, off by default: ``outcome_coef`` c adds c · R (the outcome the SPRM regresses on) to the last
   turn's r_fuse, for the case where the SPRM's segment rewards alone do not steer the policy to success.

@@ -446,7 +446,7 @@ def test_reference_is_base_model(model_path):
 def test_a_frozen_copy_is_the_policy_it_copied_never_trains_and_survives_a_checkpoint(model_path, tmp_path):
     """``frozen_adapters``: the KL reference as RL begins. Loaded with the policy's tensors it gives the policy's
     log-probs; updates (and the base-model pass, whose peft context re-enables gradients) leave it bit for bit as it
-    was; a checkpoint restores it; ``policy_only`` (``bc.from_run``) leaves it alone."""
+    was; a checkpoint restores it; loading the policy alone (``bc.from_run``) leaves it alone."""
     batch = _batch(5)
     resp = batch.seqs.response_mask
     worker = _worker(model_path, value_heads=0, frozen_adapters=("ref_default",))
@@ -464,7 +464,7 @@ def test_a_frozen_copy_is_the_policy_it_copied_never_trains_and_survives_a_check
     assert not any(p.requires_grad for n, p in worker.policy.module.named_parameters() if "ref_default" in n)
 
     fresh = _worker(model_path, value_heads=0, frozen_adapters=("ref_default",))
-    fresh.load_checkpoint(str(tmp_path / "ckpt"), policy_only=True)
+    fresh.load_checkpoint(str(tmp_path / "ckpt"), only=("default",))
     assert (
         _max_gap(fresh.logprobs(batch.seqs, adapter="ref_default"), frozen, resp) > 1e-2
     )  # untouched: zero B
@@ -789,3 +789,55 @@ class _Named:
 
     def logprobs(self, seqs, reference=False):
         return self.inner.logprobs(seqs, reference=reference, adapter=None if reference else self.name)
+
+
+# -- 10. reward models on the policy's base (HISR) --------------------------------------------------------------
+
+
+def test_a_value_model_beside_the_critic_trains_alone_and_each_engine_loads_by_name(model_path, tmp_path):
+    """HISR's SPRM is a second value model on the policy's base (its own adapter, Eq. 2 head and AdamW) beside the
+    PPO critic, and its hindsight model a second policy adapter. A step of the SPRM leaves the critic's values and
+    both adapters' log-probs bit for bit as they were, and a critic step the SPRM's values; each engine's
+    checkpoint holds only its own tensors; ``only`` restores just the named engines."""
+    import torch
+
+    from learners.worker import CriticSpec
+
+    batch = _batch(13)
+    seqs, resp = batch.seqs, batch.seqs.response_mask
+    sprm = CriticSpec("sprm", 2, 16, 1e-2)  # 2 heads: the batch's value slots read heads 0 and 1
+    worker = _worker(model_path, adapters=(("default", 1e-2), ("hindsight", 1e-2)), extra_critics=(sprm,))
+    assert worker.critics["sprm"].module.backbone is worker.policy.module  # one copy of the base
+    lp0, h0 = worker.logprobs(seqs), worker.logprobs(seqs, adapter="hindsight")
+    v0, s0 = worker.values(seqs), worker.values(seqs, critic="sprm")
+
+    worker.update_critic(batch, hiper.value_loss, hiper.Config(), critic="sprm")
+    s1 = worker.values(seqs, critic="sprm")
+    assert float(np.abs(s1 - s0).max()) > 1e-3
+    np.testing.assert_array_equal(worker.values(seqs), v0)
+    np.testing.assert_array_equal(worker.logprobs(seqs), lp0)
+    np.testing.assert_array_equal(worker.logprobs(seqs, adapter="hindsight"), h0)
+    worker.update_critic(batch, hiper.value_loss, hiper.Config())
+    v1 = worker.values(seqs)
+    assert float(np.abs(v1 - v0).max()) > 1e-3
+    np.testing.assert_array_equal(worker.values(seqs, critic="sprm"), s1)
+
+    worker.save_checkpoint(str(tmp_path / "ckpt"))
+    (states,) = (tmp_path / "ckpt" / "critic_ds_sprm" / "ckpt").glob("mp_rank_*")
+    saved = torch.load(states, map_location="cpu", weights_only=False)["module"]
+    lora = {k.split("lora_")[1].split(".")[1] for k in saved if "lora_" in k}
+    assert lora == {"sprm"} and any(k.startswith("head.") for k in saved), sorted(saved)[:3]
+    for critic in ("sprm", None):  # move both away from the checkpoint
+        worker.update_critic(batch, hiper.value_loss, hiper.Config(), critic=critic)
+    v2 = worker.values(seqs)
+    worker.load_checkpoint(str(tmp_path / "ckpt"), only=("sprm",))
+    np.testing.assert_array_equal(worker.values(seqs, critic="sprm"), s1)
+    np.testing.assert_array_equal(worker.values(seqs), v2)  # not named: left as it was
+    worker.load_checkpoint(str(tmp_path / "ckpt"))
+    np.testing.assert_array_equal(worker.values(seqs), v1)
+    np.testing.assert_allclose(worker.logprobs(seqs, adapter="hindsight"), h0, rtol=0, atol=0)
+    assert _max_gap(worker.logprobs(seqs), lp0, resp) == 0.0
+    with pytest.raises(RuntimeError, match="no critic 'nope'; it has critic, sprm"):
+        worker.values(seqs, critic="nope")
+    with pytest.raises(ValueError, match="no adapter or critic 'nope' to load"):
+        worker.load_checkpoint(str(tmp_path / "ckpt"), only=("nope",))

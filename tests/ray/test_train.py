@@ -6,6 +6,7 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from launch.config import resolve_config
@@ -525,6 +526,38 @@ def test_hisr_stages_are_cached_and_a_resume_reproduces_the_losses(ray_local, tm
     again = next(r for r in resumed if r.get("phase") == "rl" and r["iteration"] == 2)
     for key in ("success", "return", "kl", "value_loss", "hisr_segment_reward", "hisr_importance"):
         assert again[key] == pytest.approx(rl[1][key], rel=1e-5, abs=1e-7), key
+
+    # the reward models are adapters of the policy's learner group: a group rebuilt after a worker died gets them
+    # back from an RL checkpoint, which holds them, or from the stage cache when the newest checkpoint is iter_0
+    # (written before the stages)
+    import ray
+
+    trainer = Trainer(resolve_config(None, [*TINY, *HISR_TINY, f"run_dir={part}", "resume=true"]))
+    try:
+        assert trainer.try_resume() and trainer.resumed_from.name == "iter_2"
+        trainer.hisr.prepare(in_learner=True)
+        trajs = trainer.hisr.collect()
+        seqs = trainer.hisr._sprm_batch(trajs, trainer.hisr.segment(trajs, trainer.hisr._turns(trajs))).seqs
+
+        def models() -> tuple[dict[str, np.ndarray], np.ndarray]:
+            return trainer.learner.adapter_weights("hindsight"), trainer.learner.values(seqs, critic="sprm")
+
+        hindsight, sprm = models()
+        # trained from π_ref (a fresh adapter's lora_B is 0); the SPRM stays at its zero start here (the tiny
+        # model's collected episodes all fail: target 0 everywhere), so the hindsight adapter is what tells
+        assert max(np.abs(w).max() for k, w in hindsight.items() if "lora_B" in k) > 0
+        for newest in ("iter_2", "iter_0"):
+            if newest == "iter_0":
+                for k in (1, 2):
+                    (part / "checkpoints" / f"iter_{k}").rename(part / f"moved_iter_{k}")
+                (part / "checkpoints" / "latest").write_text("iter_0")
+            ray.kill(trainer.learner.workers[0])
+            trainer.rebuild_learner(RuntimeError("killed"))
+            h, v = models()
+            assert all(np.array_equal(h[k], hindsight[k]) for k in hindsight), newest
+            np.testing.assert_array_equal(v, sprm)
+    finally:
+        trainer.close()
 
 
 STEP_HRL_TINY = [

@@ -102,6 +102,8 @@ def test_the_kl_reference_is_checked_before_ray_and_sets_the_learners_frozen_cop
     zero3 = ["learner.zero_stage=3", "learner.micro_batch_size=32"]
     assert _error(["algo=ppo", *zero3]).startswith("learner.zero_stage: 3 partitions the frozen copy")
     validate(resolve_config(None, ["algo=ppo", *zero3, "learner.kl_reference=base"]))
+    hisr = ["algo=hisr", "rollout.agent=react", *zero3, "learner.kl_reference=base"]
+    assert _error(hisr).startswith("learner.zero_stage: algo=hisr's SPRM shares the policy's base")
 
     def refs(overrides: list[str]) -> tuple[str, ...]:
         cfg = resolve_config(None, overrides)
@@ -431,6 +433,7 @@ def test_worker_configs_restate_no_run_config_default():
         "value_heads",
         "value_head_hidden",
         "adapters",
+        "extra_critics",
         "frozen_adapters",
         "target_critic",
         "master_port",
