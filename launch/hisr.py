@@ -59,12 +59,12 @@ if TYPE_CHECKING:
     from launch.train import Trainer
 
 SEGMENTS_KEY = "hisr_segments"
+"""``Trajectory.info`` key of a collected trajectory's segment ids (saved with it)."""
 HINDSIGHT = "hindsight"
 """The hindsight model's LoRA adapter on the policy's base (Eq. 4)."""
 SPRM = "sprm"
 """The SPRM's LoRA adapter and value head on the policy's base (Eq. 2)."""
 REWARD_MODELS = (HINDSIGHT, SPRM)
-"""``Trajectory.info`` key of a collected trajectory's segment ids (saved with it)."""
 
 
 def resolve_segmentation(segmentation: str, agent: str) -> str:
