@@ -1,24 +1,32 @@
 """``hierarl train`` end to end on one GPU: the main job and every paper's method through Ray, DeepSpeed over NCCL and
 the HF engine on CUDA, each worker on a share of the one GPU (``rollout.gpus_per_worker``, ``learner.gpus_per_worker``).
 
-The lent GPU machine has no model weights and no vLLM (platform.md), so the model is a random-weight Llama of
-SmolLM2-135M's shape with the SmolLM2 tokenizer (``bench_gpu.build_model``) and the engine is HF. Its outputs are
-noise: these runs check the path (fractional-GPU placement, the NCCL learner group inside Ray actors, CUDA generation,
-adapter pushes through the object store, each method's extra stages, checkpoints) and time each
-phase; they show no learning. Every run is shortened the same way (``SHORT``), and its rc, wall time, phases and the
-tail of a failed run's log go to the JSON.
+The lent GPU machine has no vLLM and no model weights of its own (platform.md): the engine is HF, and the model is
+either a random-weight Llama of SmolLM2-135M's shape with the SmolLM2 tokenizer (``--model random``,
+``bench_gpu.build_model``: its outputs are noise, so those runs check the path and time it, and show no learning) or
+the packaged SmolLM2 carried along (``--model smollm2``). ``--presets`` runs each preset shortened the same way
+(``SHORT``); ``--run`` runs a preset as given. ``--kill-resume LABEL`` adds LABEL's run killed (``kill -9``) once
+its first RL iteration is logged and resumed, and compares its iteration 2 with the straight run's. ``--parallel``
+starts every run at once, each in its own local Ray cluster (phase times then include the others' load). Each run's
+rc, wall time, metrics rows and the tail of a failed run's log go to the JSON.
 
     python bench/bench_gpu_train.py --tokenizer <folder> --out gpu_train.json [--presets a,b]
+    python bench/bench_gpu_train.py --model smollm2 --parallel --run main=hiper_textcraft_cpu \
+        --run 'ppo=ppo_synthetic_multi eval_every=0' --kill-resume ppo
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import shlex
+import signal
 import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -52,25 +60,81 @@ PRESETS = (
 PHASES = ("time_rollout", "time_logprobs", "time_values", "time_update", "time_push", "time_iteration")
 
 
-def train(preset: str, model: str, run_dir: Path, share: float, extra: list[str]) -> dict[str, Any]:
-    """One ``hierarl train`` run in a child process; its metrics.jsonl summarised."""
-    args = [
+def _command(preset: str, model: str, run_dir: Path, share: float, overrides: list[str]) -> list[str]:
+    return [
         sys.executable, "-m", "launch.cli", "train", preset, f"model.path={model}", f"run_dir={run_dir}",
-        f"rollout.gpus_per_worker={share}", f"learner.gpus_per_worker={share}", *SHORT, *EXTRA.get(preset, []),
-        *extra,
+        f"rollout.gpus_per_worker={share}", f"learner.gpus_per_worker={share}", *overrides,
     ]  # fmt: skip
+
+
+def _rows(run_dir: Path) -> list[dict[str, Any]]:
+    path = run_dir / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def train(preset: str, model: str, run_dir: Path, share: float, overrides: list[str]) -> dict[str, Any]:
+    """One ``hierarl train`` run in a child process, its output streamed to ``<run_dir>.log`` (readable while it
+    runs, and kept when the call is cut); its metrics.jsonl summarised."""
+    log = run_dir.parent / f"{run_dir.name}.log"
     t0 = time.perf_counter()
-    proc = subprocess.run(args, cwd=ROOT, capture_output=True, text=True)
+    with log.open("a") as f:
+        rc = subprocess.run(
+            _command(preset, model, run_dir, share, overrides), cwd=ROOT, stdout=f, stderr=subprocess.STDOUT
+        ).returncode
     wall = time.perf_counter() - t0
-    (run_dir.parent / f"{run_dir.name}.log").write_text(proc.stdout + proc.stderr)
-    rows = (
-        [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-        if (run_dir / "metrics.jsonl").exists()
-        else []
-    )
-    out: dict[str, Any] = {"preset": preset, "rc": proc.returncode, "wall_s": round(wall, 1), "rows": rows}
-    if proc.returncode:
-        out["log_tail"] = (proc.stdout + proc.stderr)[-3000:]
+    out: dict[str, Any] = {
+        "label": run_dir.name, "preset": preset, "overrides": overrides, "rc": rc, "wall_s": round(wall, 1),
+        "rows": _rows(run_dir),
+    }  # fmt: skip
+    if rc:
+        out["log_tail"] = log.read_text()[-3000:]
+    return out
+
+
+RESUME_KEYS = ("success", "return", "loss_tokens", "kl", "approx_kl", "value_loss", "entropy")
+"""Iteration 2's metrics a resumed run must share with the uninterrupted one (tests/ray/test_train.py compares the
+first four on the CPU)."""
+
+
+def kill_and_resume(
+    preset: str, model: str, run_dir: Path, share: float, overrides: list[str]
+) -> dict[str, Any]:
+    """``kill -9`` of ``hierarl train`` (and the cluster it started) once its first RL iteration is logged, then
+    ``resume=true`` to iteration 2, as the CPU chaos test does."""
+    args = _command(preset, model, run_dir, share, [*overrides, "iterations=2"])
+    with (run_dir.parent / f"{run_dir.name}.log").open("w") as log:
+        driver = subprocess.Popen(
+            args, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    while driver.poll() is None and not any(r.get("phase") == "rl" for r in _rows(run_dir)):
+        time.sleep(0.5)
+    killed = driver.poll() is None
+    if killed:
+        os.killpg(driver.pid, signal.SIGKILL)
+    driver.wait()
+    latest = run_dir / "checkpoints" / "latest"
+    resumed_from = latest.read_text() if latest.exists() else None
+    out = train(preset, model, run_dir, share, [*overrides, "iterations=2", "resume=true"])
+    out.update(killed=killed, resumed_from=resumed_from)
+    return out
+
+
+def compare_resume(straight: dict[str, Any], resumed: dict[str, Any]) -> dict[str, Any]:
+    """Iteration 2 of both runs side by side, and the largest difference of their final adapters."""
+    from safetensors.numpy import load_file
+
+    def it2(run: dict[str, Any]) -> dict[str, Any]:
+        return next((r for r in run["rows"] if r.get("phase") == "rl" and r.get("iteration") == 2), {})
+
+    a, b = it2(straight), it2(resumed)
+    out: dict[str, Any] = {k: [a.get(k), b.get(k)] for k in RESUME_KEYS}
+    adapter = "checkpoints/iter_2/adapter/adapter_model.safetensors"
+    paths = [Path(run["run_dir"]) / adapter for run in (straight, resumed)]
+    if all(p.exists() for p in paths):
+        x, y = (load_file(str(p)) for p in paths)
+        out["adapter_max_abs_diff"] = (
+            max(float(abs(x[k] - y[k]).max()) for k in x) if x.keys() == y.keys() else None
+        )
     return out
 
 
@@ -78,17 +142,48 @@ def summary(run: dict[str, Any]) -> str:
     rl = [r for r in run["rows"] if r.get("phase") == "rl"]
     phases = " ".join(f"{p[5:]} {sum(r.get(p, 0) for r in rl) / max(1, len(rl)):.1f}" for p in PHASES)
     bc = next((r for r in run["rows"] if r.get("phase") == "bc"), {})
-    return (
-        f"{run['preset']:<26} rc {run['rc']} wall {run['wall_s']:6.0f} s  BC {bc.get('wall_s', 0):5.1f} s  "
-        f"RL iters {len(rl)}  per iteration (s): {phases}  gap {rl[-1].get('logprob_gap', float('nan')) if rl else 0:.2g}"
+    evals = " ".join(
+        f"{r.get('iteration')}:{r['eval_success']:.3f} (random {r.get('eval_random', float('nan')):.3f}, "
+        f"valid {r.get('eval_valid_format', float('nan')):.2f})"
+        for r in run["rows"]
+        if "eval_success" in r
     )
+    return (
+        f"{run['label']:<26} rc {run['rc']} wall {run['wall_s']:6.0f} s  BC {bc.get('wall_s', 0):5.1f} s  "
+        f"RL iters {len(rl)}  per iteration (s): {phases}  "
+        f"gap {rl[-1].get('logprob_gap', float('nan')) if rl else 0:.2g}  eval {evals or '-'}"
+    )
+
+
+def _jobs(a: argparse.Namespace) -> list[tuple[str, str, list[str]]]:
+    """(label, preset, overrides): ``--run`` as given, else each of ``--presets`` shortened alike."""
+    if a.run:
+        return [(label, *_split(spec)) for label, spec in (r.split("=", 1) for r in a.run)]
+    return [(p, p, [*SHORT, *EXTRA.get(p, [])]) for p in a.presets.split(",")]
+
+
+def _split(spec: str) -> tuple[str, list[str]]:
+    preset, *overrides = shlex.split(spec)
+    return preset, overrides
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--tokenizer", required=True, help="a folder with the SmolLM2 tokenizer's files")
+    ap.add_argument("--model", default="random", help="random: --shape's random weights; else a model.path")
+    ap.add_argument("--tokenizer", help="with --model random: a folder with the SmolLM2 tokenizer's files")
     ap.add_argument("--out", default="gpu_train.json")
-    ap.add_argument("--presets", default=PRESETS)
+    ap.add_argument("--presets", default=PRESETS, help="each shortened by SHORT (and EXTRA)")
+    ap.add_argument(
+        "--run", action="append", default=[], metavar="'LABEL=PRESET [KEY=VALUE ...]'",
+        help="a run exactly as given (repeatable; replaces --presets)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--kill-resume", action="append", default=[], metavar="LABEL",
+        help="also run LABEL (iterations=2) killed once iteration 1 is logged, resumed, compared to the straight run",
+    )  # fmt: skip
+    ap.add_argument(
+        "--parallel", action="store_true", help="every run at once, each in its own local Ray cluster"
+    )
     ap.add_argument(
         "--share", type=float, default=0.25, help="GPU share of each worker (HISR runs three groups)"
     )
@@ -96,23 +191,53 @@ def main() -> None:
     a = ap.parse_args()
 
     import torch
-    from bench_gpu import build_model
 
     work = Path(tempfile.mkdtemp(prefix="gpu_train_"))
-    model = build_model(a.shape, a.tokenizer, work / "model", "cuda")
+    if a.model == "random":
+        from bench_gpu import build_model
+
+        model = build_model(a.shape, a.tokenizer, work / "model", "cuda")
+    else:
+        from actors.models import resolve_model_path
+
+        model = resolve_model_path(a.model)
     result: dict[str, Any] = {
-        "gpu": torch.cuda.get_device_name(),
+        "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else "none (CPU)",
         "torch": torch.__version__,
-        "shape": a.shape,
+        "model": a.model if a.model != "random" else f"random {a.shape}",
+        "parallel": a.parallel,
     }
     result["runs"] = runs = []
-    for preset in a.presets.split(","):
-        runs.append(train(preset, model, work / preset, a.share, []))
-        print(summary(runs[-1]), flush=True)
-        if runs[-1]["rc"]:
-            print(runs[-1]["log_tail"], flush=True)
-        # after every run: a call cut at the lent machine's time limit keeps the finished runs
-        write_json(Path(a.out), result)
+    jobs: list[tuple[str, Any]] = []
+    for label, preset, overrides in _jobs(a):
+        if label in a.kill_resume:
+            overrides = [*overrides, "iterations=2"]
+        jobs.append((label, (train, preset, model, work / label, a.share, overrides)))
+        if label in a.kill_resume:
+            jobs.append(
+                (
+                    f"{label}_resumed",
+                    (kill_and_resume, preset, model, work / f"{label}_resumed", a.share, overrides),
+                )
+            )
+    with ThreadPoolExecutor(len(jobs) if a.parallel else 1) as pool:
+        futures = {pool.submit(fn, *args): (label, args[3]) for label, (fn, *args) in jobs}
+        for future in as_completed(futures):
+            label, run_dir = futures[future]
+            run = {**future.result(), "label": label, "run_dir": str(run_dir)}
+            runs.append(run)
+            print(summary(run), flush=True)
+            if run["rc"]:
+                print(run["log_tail"], flush=True)
+            # after every run: a call cut at the lent machine's time limit keeps the finished runs
+            write_json(Path(a.out), result)
+    by_label = {r["label"]: r for r in runs}
+    for label in a.kill_resume:
+        result.setdefault("resume", {})[label] = cmp = compare_resume(
+            by_label[label], by_label[f"{label}_resumed"]
+        )
+        print(f"resume {label} (straight, resumed): {json.dumps(cmp)}", flush=True)
+    write_json(Path(a.out), result)
 
 
 if __name__ == "__main__":
