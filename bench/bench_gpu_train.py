@@ -208,23 +208,20 @@ def main() -> None:
         "parallel": a.parallel,
     }
     result["runs"] = runs = []
-    jobs: list[tuple[str, Any]] = []
+    jobs: list[tuple[Any, str, str, list[str]]] = []  # (function, label, preset, overrides)
     for label, preset, overrides in _jobs(a):
         if label in a.kill_resume:
             overrides = [*overrides, "iterations=2"]
-        jobs.append((label, (train, preset, model, work / label, a.share, overrides)))
-        if label in a.kill_resume:
-            jobs.append(
-                (
-                    f"{label}_resumed",
-                    (kill_and_resume, preset, model, work / f"{label}_resumed", a.share, overrides),
-                )
-            )
+            jobs.append((kill_and_resume, f"{label}_resumed", preset, overrides))
+        jobs.append((train, label, preset, overrides))
     with ThreadPoolExecutor(len(jobs) if a.parallel else 1) as pool:
-        futures = {pool.submit(fn, *args): (label, args[3]) for label, (fn, *args) in jobs}
+        futures = {
+            pool.submit(fn, preset, model, work / label, a.share, overrides): label
+            for fn, label, preset, overrides in jobs
+        }
         for future in as_completed(futures):
-            label, run_dir = futures[future]
-            run = {**future.result(), "label": label, "run_dir": str(run_dir)}
+            label = futures[future]
+            run = {**future.result(), "label": label, "run_dir": str(work / label)}
             runs.append(run)
             print(summary(run), flush=True)
             if run["rc"]:
