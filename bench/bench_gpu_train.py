@@ -189,6 +189,8 @@ def main() -> None:
     )
     ap.add_argument("--shape", default="smollm2-135m")
     a = ap.parse_args()
+    if a.model == "random" and not a.tokenizer:
+        ap.error("--model random needs --tokenizer (the SmolLM2 tokenizer's folder)")
 
     import torch
 
@@ -211,8 +213,8 @@ def main() -> None:
     jobs: list[tuple[Any, str, str, list[str]]] = []  # (function, label, preset, overrides)
     for label, preset, overrides in _jobs(a):
         if label in a.kill_resume:
-            overrides = [*overrides, "iterations=2"]
             jobs.append((kill_and_resume, f"{label}_resumed", preset, overrides))
+            overrides = [*overrides, "iterations=2"]  # the straight run the resumed one must match
         jobs.append((train, label, preset, overrides))
     with ThreadPoolExecutor(len(jobs) if a.parallel else 1) as pool:
         futures = {
