@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import statistics
@@ -111,13 +112,18 @@ def curve(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def aggregate(curves: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """Mean and (population) std over seeds at every label all runs share."""
+    """Mean and (population) std over seeds at every label all runs share; a missing or NaN value (an offline
+    algorithm's train success: it collects no episodes) is left out."""
     labels = [p["label"] for p in curves[0]]
     out = []
     for i, label in enumerate(labels):
         row: dict[str, Any] = {"label": label, "iteration": curves[0][i]["iteration"]}
         for key in ("train_success", "eval_success", "eval_random"):
-            vals = [c[i][key] for c in curves if i < len(c) and c[i][key] is not None]
+            vals = [
+                c[i][key]
+                for c in curves
+                if i < len(c) and c[i][key] is not None and not math.isnan(c[i][key])
+            ]
             if vals:
                 row[key] = statistics.fmean(vals)
                 row[key + "_std"] = statistics.pstdev(vals) if len(vals) > 1 else 0.0
