@@ -223,7 +223,7 @@ def main() -> None:
         }
         for future in as_completed(futures):
             label = futures[future]
-            run = {**future.result(), "label": label, "run_dir": str(work / label)}
+            run = {**future.result(), "run_dir": str(work / label)}  # train() labels it by its folder
             runs.append(run)
             print(summary(run), flush=True)
             if run["rc"]:
