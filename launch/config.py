@@ -192,12 +192,14 @@ class LearnerConfig:
     negate_advantages: bool = False
     """Negative control for benchmarks only: train on −A (every advantage the algorithm computed, after
     normalisation). A run with it on must not gain over its start (``bench/bench_learning.py --negative-control``)."""
-    behaviour_is_cap: float = 0.0
+    behaviour_is_cap: float | None = None
     """Off-policy correction for every loss with a PPO ratio (``learners.targets.clipped_policy_loss``), 0: off.
     When > 0, each token's surrogate is weighted by min(π_old / π_behav, cap), where π_old is the learner's
     recomputation and π_behav is the rollout engine's reported log-prob. This is decoupled PPO with truncated
     importance sampling: AReaL Eq. 5, and TIS with C = 2. It corrects a lagging policy (``one_step_off``) and an
-    engine that computes differently (vLLM, bf16)."""
+    engine that computes differently (vLLM, bf16). None (``null``): 2 where the loop lags (``one_step_off``,
+    ``max_staleness`` >= 1), 0 in the synchronous loop (``behaviour_is_cap(cfg)``), as AReaL trains asynchronously: at
+    equal samples it made lagged PPO updates 3-24x smaller; its effect on success is not resolved (docs/results)."""
 
 
 @dataclass(frozen=True)
@@ -248,14 +250,15 @@ class TrainConfig:
     one_step_off: bool = False
     """Generate iteration k+1's rollouts (with the adapter of iteration k-1's update) while iteration k updates, as
     verl's one-step-off trainer does: the learner and the rollout workers overlap, the policy lags one version
-    (logged as ``policy_lag``). Off: synchronous lock-step, every rollout from the newest adapter."""
+    (logged as ``policy_lag``), corrected by decoupled PPO (``learner.behaviour_is_cap``, on by default here). Off:
+    synchronous lock-step, every rollout from the newest adapter."""
     max_staleness: int = 0
     """Asynchronous rollouts, 0: off (the synchronous loop, or ``one_step_off``). k >= 1: the rollout workers
     generate without pausing for updates; a weight push lands between two generation rounds, so an episode may
     span adapter versions (each turn records its own). Each iteration trains on the first
     ``rollout.groups_per_iter`` groups to finish whose every turn is at most k versions older than the learner's
-    adapter; older groups are dropped and counted (``groups_stale``). Groups are queued k iterations ahead. Pair
-    it with ``learner.behaviour_is_cap`` (decoupled PPO) to correct for the lag. A resumed run restarts the queue
+    adapter; older groups are dropped and counted (``groups_stale``). Groups are queued k iterations ahead. The
+    lag is corrected by decoupled PPO (``learner.behaviour_is_cap``, on by default here). A resumed run restarts the queue
     from its checkpoint's adapter: it continues, but unlike the synchronous and one-step-off loops it does not
     repeat the uninterrupted run's samples (they depended on when pushes landed)."""
     cpu_threads: int = 0
@@ -655,10 +658,10 @@ def _check_ranges(cfg: TrainConfig) -> None:
         (lr.actor_lr > 0, "learner.actor_lr", lr.actor_lr, gt0),
         (lr.critic_lr > 0, "learner.critic_lr", lr.critic_lr, gt0),
         (
-            lr.behaviour_is_cap == 0 or lr.behaviour_is_cap >= 1,
+            lr.behaviour_is_cap is None or lr.behaviour_is_cap == 0 or lr.behaviour_is_cap >= 1,
             "learner.behaviour_is_cap",
             lr.behaviour_is_cap,
-            "0 (off) or a number >= 1 (a cap below 1 would down-weight on-policy tokens)",
+            "null (2 where the loop lags), 0 (off) or a number >= 1 (below 1 would down-weight on-policy tokens)",
         ),
         (lr.micro_batch_size >= 1, "learner.micro_batch_size", lr.micro_batch_size, ge1),
         (lr.mini_batch_size >= 1, "learner.mini_batch_size", lr.mini_batch_size, ge1),
@@ -931,6 +934,14 @@ def torch_threads(cfg: TrainConfig, workers: int, cores: int, device: str) -> in
     if cfg.one_step_off or cfg.max_staleness:  # the rollout workers and the learner group compute at once
         workers = cfg.rollout.num_workers + cfg.learner.num_workers
     return max(1, cores // workers)
+
+
+def behaviour_is_cap(cfg: TrainConfig) -> float:
+    """The cap of the decoupled-PPO weights this run uses (``learner.behaviour_is_cap``; None: 2 (TIS's C) where the
+    rollouts may come from an older adapter, 0 in the synchronous loop, whose weights would all be 1)."""
+    if cfg.learner.behaviour_is_cap is not None:
+        return cfg.learner.behaviour_is_cap
+    return 2.0 if cfg.one_step_off or cfg.max_staleness else 0.0
 
 
 def read_run_config(run_dir: str | Path) -> TrainConfig:

@@ -51,6 +51,7 @@ from envs.random_policy import random_policy_success
 from launch.algos import get_algo
 from launch.config import (
     TrainConfig,
+    behaviour_is_cap,
     check_bc_source,
     reference_adapters,
     resolve_algo_config,
@@ -558,7 +559,7 @@ class Trainer:
                 ref,
                 values,
                 negate_advantages=self.cfg.learner.negate_advantages,
-                behaviour_is_cap=self.cfg.learner.behaviour_is_cap,
+                behaviour_is_cap=behaviour_is_cap(self.cfg),
             )
             metrics.update(model_stats)
         with timed(timings, "update"):

@@ -84,6 +84,8 @@ def test_run_writes_everything_and_resume_reproduces_the_losses(ray_local, tmp_p
     # lag = the version updated minus the oldest that generated its turns; iteration 1 always follows BC's push
     assert [r["policy_lag"] for r in rl] == ([0, 1] if one_step_off else [0, 0])
     assert ("time_rollout_wait" in rl[0]) == one_step_off and "time_rollout_wait" not in rl[1]
+    # the off-policy correction is on by default where the loop lags, and only there
+    assert all(("is_weight_mean" in r) == one_step_off for r in rl)
 
     # kill after iteration 1 (simulated by a run that stops there), then resume to iteration 2
     part = tmp_path / "part"
@@ -103,7 +105,6 @@ def test_asynchronous_rollouts_train_within_their_staleness_bound_and_resume(ray
         "algo=ppo",
         "rollout.agent=react",
         "max_staleness=2",
-        "learner.behaviour_is_cap=2",
         "eval_every=2",
     ]
     history = _run(tmp_path / "run", [*common, "iterations=3"])
@@ -111,7 +112,7 @@ def test_asynchronous_rollouts_train_within_their_staleness_bound_and_resume(ray
     assert [r["iteration"] for r in rl] == [1, 2, 3]
     for r in rl:
         assert 0 <= r["policy_lag"] <= 2 and r["groups_stale"] >= 0 and r["groups_dropped"] == 0
-        assert r["is_weight_mean"] > 0
+        assert r["is_weight_mean"] > 0  # the correction's default where the loop lags
     assert "eval_success" in rl[1] and "time_rollout_pause" in rl[1]
     assert any(r["policy_lag"] >= 1 for r in rl[1:])  # the queue runs ahead of the learner
     resumed = _run(tmp_path / "run", [*common, "iterations=4", "resume=true"])

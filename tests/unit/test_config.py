@@ -13,6 +13,7 @@ from launch.config import (
     ConfigError,
     TrainConfig,
     apply_overrides,
+    behaviour_is_cap,
     dump_yaml,
     flatten,
     preset_chain,
@@ -350,6 +351,19 @@ def test_hisr_cpu_preset_is_the_ppo_pair_plus_its_reward_model_stages():
     }
     assert set(ca.algo_overrides) - set(cb.algo_overrides) <= stage_keys
     assert {k: ca.algo_overrides[k] for k in cb.algo_overrides} == cb.algo_overrides
+
+
+def test_behaviour_is_cap_defaults_on_where_the_loop_lags():
+    """Unset (null): TIS's C = 2 where rollouts may come from an older adapter, off in the synchronous loop; a value
+    that was set, 0 included, is used as it is, and ``null`` on the command line restores the default."""
+    assert TrainConfig().learner.behaviour_is_cap is None
+    assert behaviour_is_cap(resolve_config(None, [])) == 0.0
+    assert behaviour_is_cap(resolve_config(None, ["one_step_off=true"])) == 2.0
+    assert behaviour_is_cap(resolve_config(None, ["max_staleness=2"])) == 2.0
+    assert behaviour_is_cap(resolve_config(None, ["one_step_off=true", "learner.behaviour_is_cap=0"])) == 0.0
+    assert behaviour_is_cap(resolve_config(None, ["learner.behaviour_is_cap=3"])) == 3.0  # sync, asked for
+    cli = ["one_step_off=true", "learner.behaviour_is_cap=0", "learner.behaviour_is_cap=null"]
+    assert behaviour_is_cap(resolve_config(None, cli)) == 2.0
 
 
 def test_torch_threads_give_each_phase_the_cores_its_workers_share():
