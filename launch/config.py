@@ -924,6 +924,12 @@ def _expert_envs() -> list[str]:
     return [n for n in env_names() if hasattr(_env_factory(n), "expert_plan")]
 
 
+def overlapping_loop(cfg: TrainConfig) -> bool:
+    """Whether rollouts overlap the updates (``one_step_off``, ``max_staleness`` >= 1): the workers then share the
+    cores, and a rollout may come from an adapter older than the learner's."""
+    return bool(cfg.one_step_off or cfg.max_staleness)
+
+
 def torch_threads(cfg: TrainConfig, workers: int, cores: int, device: str) -> int:
     """Torch threads for each of ``workers`` workers of one kind (rollout or learner) on a node with ``cores`` cores
     (``cpu_threads``); 0 leaves the process's own setting (CUDA workers)."""
@@ -931,7 +937,7 @@ def torch_threads(cfg: TrainConfig, workers: int, cores: int, device: str) -> in
         return 0
     if cfg.cpu_threads:
         return cfg.cpu_threads
-    if cfg.one_step_off or cfg.max_staleness:  # the rollout workers and the learner group compute at once
+    if overlapping_loop(cfg):  # the rollout workers and the learner group compute at once
         workers = cfg.rollout.num_workers + cfg.learner.num_workers
     return max(1, cores // workers)
 
@@ -941,7 +947,7 @@ def behaviour_is_cap(cfg: TrainConfig) -> float:
     rollouts may come from an older adapter, 0 in the synchronous loop, whose weights would all be 1)."""
     if cfg.learner.behaviour_is_cap is not None:
         return cfg.learner.behaviour_is_cap
-    return 2.0 if cfg.one_step_off or cfg.max_staleness else 0.0
+    return 2.0 if overlapping_loop(cfg) else 0.0
 
 
 def read_run_config(run_dir: str | Path) -> TrainConfig:
