@@ -8,7 +8,9 @@ the packaged SmolLM2 carried along (``--model smollm2``). ``--presets`` runs eac
 (``SHORT``); ``--run`` runs a preset as given. ``--kill-resume LABEL`` adds LABEL's run killed (``kill -9``) once
 its first RL iteration is logged and resumed, and compares its iteration 2 with the straight run's. ``--parallel``
 starts every run at once, each in its own local Ray cluster (phase times then include the others' load). Each run's
-rc, wall time, metrics rows and the tail of a failed run's log go to the JSON.
+rc, wall time, metrics rows and the tail of a failed run's log go to the JSON. ``--loops`` compares the runs as
+training loops (``bench_pipeline``'s medians over RL iterations >= 2, speed-up over the first run): run them one at
+a time, differing only in ``one_step_off``/``max_staleness``. ``--from-json`` prints a saved result again.
 
     python bench/bench_gpu_train.py --tokenizer <folder> --out gpu_train.json [--presets a,b]
     python bench/bench_gpu_train.py --model smollm2 --parallel --run main=hiper_textcraft_cpu \
@@ -155,6 +157,16 @@ def summary(run: dict[str, Any]) -> str:
     )
 
 
+def loops(result: dict[str, Any]) -> None:
+    """The runs as loops side by side (``bench_pipeline``'s table; the first run is the baseline), into ``loops``."""
+    from bench_pipeline import loop_summary, print_loops
+
+    by_label = {run["label"]: loop_summary(run["rows"]) for run in result["runs"]}
+    result["loops"] = {label: s for label, s in by_label.items() if s is not None}
+    if result["loops"]:
+        print_loops(result["loops"])
+
+
 def _jobs(a: argparse.Namespace) -> list[tuple[str, str, list[str]]]:
     """(label, preset, overrides): ``--run`` as given, else each of ``--presets`` shortened alike."""
     if a.run:
@@ -188,7 +200,21 @@ def main() -> None:
         "--share", type=float, default=0.25, help="GPU share of each worker (HISR runs three groups)"
     )
     ap.add_argument("--shape", default="smollm2-135m")
+    ap.add_argument(
+        "--loops", action="store_true",
+        help="also each run's phase medians over RL iterations >= 2 and its speed-up over the first run's iteration",
+    )  # fmt: skip
+    ap.add_argument(
+        "--from-json", metavar="FILE", help="print a saved result's summaries (and --loops); run nothing"
+    )
     a = ap.parse_args()
+    if a.from_json:
+        saved = json.loads(Path(a.from_json).read_text())
+        for run in saved["runs"]:
+            print(summary(run))
+        if a.loops:
+            loops(saved)
+        return
     if a.model == "random" and not a.tokenizer:
         ap.error("--model random needs --tokenizer (the SmolLM2 tokenizer's folder)")
 
@@ -236,6 +262,8 @@ def main() -> None:
             by_label[label], by_label[f"{label}_resumed"]
         )
         print(f"resume {label} (straight, resumed): {json.dumps(cmp)}", flush=True)
+    if a.loops:
+        loops(result)
     write_json(Path(a.out), result)
 
 

@@ -50,6 +50,40 @@ def mode_overrides(mode: str) -> list[str]:
     )
 
 
+def loop_summary(history: list[dict]) -> dict | None:
+    """One run's medians of each phase over RL iterations 2..N (iteration 1 follows BC's push in every loop), its
+    policy lags, stale groups and mean train success; None without such an iteration."""
+    rl = [r for r in history if r.get("phase") == "rl" and r["iteration"] >= 2]
+    if not rl:
+        return None
+    return {
+        "iterations": len(rl),
+        "policy_lag": sorted({r.get("policy_lag", 0) for r in rl}),
+        "groups_stale": sum(r.get("groups_stale", 0) for r in rl),
+        "success": statistics.fmean(r["success"] for r in rl),
+        **{ph: statistics.median(r.get(f"time_{ph}", 0.0) for r in rl) for ph in PHASES},
+    }
+
+
+def print_loops(result: dict[str, dict]) -> None:
+    """Adds each loop's speed-up over the first one's iteration time and prints them as a table."""
+    base = next(iter(result.values()))["iteration"]
+    for r in result.values():
+        r["speedup"] = base / r["iteration"]
+    print(
+        f"\n{'mode':<13} {'n':>2} "
+        + " ".join(f"{ph:>12}" for ph in PHASES)
+        + f" {'speedup':>8} {'lag':>6} {'stale':>5} {'success':>8}"
+    )
+    for mode, r in result.items():
+        cells = " ".join(f"{r[ph]:>11.1f}s" for ph in PHASES)
+        lag = ",".join(str(v) for v in r["policy_lag"])
+        print(
+            f"{mode:<13} {r['iterations']:>2} {cells} {r['speedup']:>7.2f}x {lag:>6} {r['groups_stale']:>5.0f} "
+            f"{r['success']:>8.3f}"
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", required=True)
@@ -67,32 +101,12 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("--modes: the first mode is the baseline of the ratios and must be sync")
     for mode in modes:
         history = ensure_run(out, mode, a.preset, [*a.set, *mode_overrides(mode)])
-        rl = [r for r in history if r.get("phase") == "rl" and r["iteration"] >= 2]
-        if not rl:
+        summary = loop_summary(history)
+        if summary is None:
             print(f"[bench] {mode}: no RL iteration after the first in {out / mode}", file=sys.stderr)
             return 1
-        result[mode] = {
-            "iterations": len(rl),
-            "policy_lag": sorted({r.get("policy_lag", 0) for r in rl}),
-            "groups_stale": sum(r.get("groups_stale", 0) for r in rl),
-            "success": statistics.fmean(r["success"] for r in rl),
-            **{ph: statistics.median(r.get(f"time_{ph}", 0.0) for r in rl) for ph in PHASES},
-        }
-    base = result[modes[0]]["iteration"]
-    for r in result.values():
-        r["speedup"] = base / r["iteration"]
-    print(
-        f"\n{'mode':<13} {'n':>2} "
-        + " ".join(f"{ph:>12}" for ph in PHASES)
-        + f" {'speedup':>8} {'lag':>6} {'stale':>5} {'success':>8}"
-    )
-    for mode, r in result.items():
-        cells = " ".join(f"{r[ph]:>11.1f}s" for ph in PHASES)
-        lag = ",".join(str(v) for v in r["policy_lag"])
-        print(
-            f"{mode:<13} {r['iterations']:>2} {cells} {r['speedup']:>7.2f}x {lag:>6} {r['groups_stale']:>5.0f} "
-            f"{r['success']:>8.3f}"
-        )
+        result[mode] = summary
+    print_loops(result)
     report = {"args": vars(a), "cpu_model": cpu_model(), "result": result}
     (out / "pipeline.json").write_text(json.dumps(report, indent=1))
     print(f"[bench] wrote {out / 'pipeline.json'}")
