@@ -258,9 +258,9 @@ class TrainConfig:
     span adapter versions (each turn records its own). Each iteration trains on the first
     ``rollout.groups_per_iter`` groups to finish whose every turn is at most k versions older than the learner's
     adapter; older groups are dropped and counted (``groups_stale``). Groups are queued k iterations ahead. The
-    lag is corrected by decoupled PPO (``learner.behaviour_is_cap``, on by default here). A resumed run restarts the queue
-    from its checkpoint's adapter: it continues, but unlike the synchronous and one-step-off loops it does not
-    repeat the uninterrupted run's samples (they depended on when pushes landed)."""
+    lag is corrected by decoupled PPO (``learner.behaviour_is_cap``, on by default here). A resumed run restarts
+    the queue from its checkpoint's adapter: it continues, but unlike the synchronous and one-step-off loops it
+    does not repeat the uninterrupted run's samples (they depended on when pushes landed)."""
     cpu_threads: int = 0
     """Torch threads of each rollout and learner worker on CPU (CUDA workers are left alone). 0: every core of the
     node divided among the workers that compute at the same time: in the synchronous loop the rollout workers and
