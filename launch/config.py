@@ -1151,8 +1151,11 @@ def _resolved_lines(cfg: Any, indent: str) -> list[str]:
 
 
 def resolved_text(cfg: TrainConfig, algo_cfg: Any) -> str:
-    """The resolved run config as YAML plus the resolved algorithm config (what a run prints and saves)."""
-    return dump_yaml(cfg) + "resolved_algo:\n" + "".join(_resolved_lines(algo_cfg, "  "))
+    """The resolved run config as YAML plus the resolved algorithm config (what a run prints and saves), then the
+    values a ``null`` default stands for in this run (``read_run_config`` keeps the ``null``: a resumed run derives
+    them again)."""
+    derived = f"derived:\n  learner.behaviour_is_cap: {behaviour_is_cap(cfg)!r}\n"
+    return dump_yaml(cfg) + "resolved_algo:\n" + "".join(_resolved_lines(algo_cfg, "  ")) + derived
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:

@@ -360,6 +360,9 @@ def test_dry_run_prints_the_resolved_config(capsys):
     out = capsys.readouterr().out
     assert "preset hiper_textcraft_cpu (" in out and "the default, no preset named" in out
     assert "\n    format_penalty: 0.01\n" in out
+    assert out.endswith("derived:\n  learner.behaviour_is_cap: 0.0\n")  # null, in the synchronous loop
+    assert main(["train", "--dry-run", "max_staleness=2"]) == 0
+    assert capsys.readouterr().out.endswith("derived:\n  learner.behaviour_is_cap: 2.0\n")
 
 
 def _ray_session_state() -> tuple:
