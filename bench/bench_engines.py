@@ -10,6 +10,12 @@ HF = ``set_peft_model_state_dict``; vLLM LoRA = /dev/shm write + ``add_lora``; m
 projection + in-place replacement and repacking of vLLM's linear layers), generated tokens/s (median of
 ``--repeats``), resident memory after start-up, and each one's tokens/s ratio to HF.
 
+Decode against its ceilings (a roofline): each engine's decode steps/s, prefill left out (the time of
+``--new-tokens`` tokens less that of 1, over the steps between), at batch 1 and at ``--batch``, beside the two
+bounds of one core: memory (every decode step streams all weights once: bandwidth ÷ weight bytes; a sum over a
+1 GiB array measures the bandwidth) and compute (2 FLOPs per weight per sequence: GFLOP/s of a large one-thread
+matmul ÷ (2 · parameters · batch)). Decode at batch 1 is memory-bound; at larger batches compute takes over.
+
     python bench/bench_engines.py --model smollm2 --out bench/results/engines.json
 """
 
@@ -17,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import platform
 import statistics
 import subprocess
@@ -39,6 +46,55 @@ def _rss_mb() -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def parameter_count(model_dir: str) -> int:
+    """Weights in a checkpoint's safetensors files, from their headers (no tensor read)."""
+    total = 0
+    for f in sorted(Path(model_dir).glob("*.safetensors")):
+        with f.open("rb") as fh:
+            header = json.loads(fh.read(int.from_bytes(fh.read(8), "little")))
+        total += sum(math.prod(v["shape"]) for k, v in header.items() if k != "__metadata__")
+    return total
+
+
+def machine_bounds() -> dict[str, float]:
+    """One core's read bandwidth (best of 5 sums over a 1 GiB float32 array) and fp32 matmul GFLOP/s (best of 3
+    2048³ products, one torch thread): the roofline's two bounds."""
+    import numpy as np
+    import torch
+
+    torch.set_num_threads(1)
+    a = np.ones(1 << 28, dtype=np.float32)
+    a.sum()
+    best = min(_timed(a.sum) for _ in range(5))
+    x = torch.randn(2048, 2048)
+    x @ x
+    flop_s = 2 * 2048**3 / min(_timed(lambda: x @ x) for _ in range(3))
+    return {"read_gb_s": a.nbytes / best / 1e9, "matmul_gflop_s": flop_s / 1e9}
+
+
+def _timed(fn: Any) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def decode_steps_per_s(engine: Any, reqs: list, new_tokens: int, repeats: int) -> float:
+    """Decode steps a second for this batch of requests, prefill left out: (steps of a ``new_tokens`` generation less
+    1) ÷ (its time less a 1-token generation's), medians of ``repeats``."""
+    from actors.inference import SamplingParams
+
+    one = SamplingParams(temperature=1.0, top_p=1.0, max_tokens=1)
+    full = SamplingParams(temperature=1.0, top_p=1.0, max_tokens=new_tokens)
+    t_one = statistics.median(_timed(lambda: engine.generate(reqs, one)) for _ in range(repeats))
+    steps, times = [], []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        out = engine.generate(reqs, full)
+        times.append(time.perf_counter() - t0)
+        steps.append(max(len(o.response_ids) for o in out))
+    return (statistics.median(steps) - 1) / max(statistics.median(times) - t_one, 1e-9)
 
 
 def measure(kind: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -79,6 +135,10 @@ def measure(kind: str, args: argparse.Namespace) -> dict[str, Any]:
         t0 = time.perf_counter()
         out = engine.generate(reqs, params)
         rates.append(sum(len(o.response_ids) for o in out) / (time.perf_counter() - t0))
+    decode = {
+        "decode_steps_s_b1": decode_steps_per_s(engine, reqs[:1], args.new_tokens, args.repeats),
+        f"decode_steps_s_b{args.batch}": decode_steps_per_s(engine, reqs, args.new_tokens, args.repeats),
+    }
     engine.close()
     return {
         "engine": kind,
@@ -88,6 +148,7 @@ def measure(kind: str, args: argparse.Namespace) -> dict[str, Any]:
         "tokens_per_s": statistics.median(rates),
         "tokens_per_s_all": rates,
         "rss_mb": _rss_mb(),
+        **decode,
     }
 
 
@@ -102,25 +163,37 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=32)
     ap.add_argument("--pushes", type=int, default=3)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--one", help=argparse.SUPPRESS)  # the subprocess: measure this engine, print JSON
+    ap.add_argument(
+        "--one", help=argparse.SUPPRESS
+    )  # the subprocess: measure this engine (or "bounds"), print JSON
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "engines.json")
     args = ap.parse_args()
     if args.one:
-        print("RESULT " + json.dumps(measure(args.one, args)), flush=True)
+        result = machine_bounds() if args.one == "bounds" else measure(args.one, args)
+        print("RESULT " + json.dumps(result), flush=True)
         return
-    results = []
-    for kind in args.engines.split(","):
-        cmd = [sys.executable, __file__, "--one", kind, *sys.argv[1:]]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
-        if line is None:
-            raise RuntimeError(f"{kind} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
-        results.append(json.loads(line[7:]))
+    bounds = _subprocess("bounds")
+    results = [_subprocess(kind) for kind in args.engines.split(",")]
     hf = next((r["tokens_per_s"] for r in results if r["engine"] == "hf"), float("nan"))
     for r in results:
         r["tokens_per_s_vs_hf"] = r["tokens_per_s"] / hf
+    from actors.models import pick_dtype, resolve_model_path
+
+    params = parameter_count(resolve_model_path(args.model))
+    weight_bytes = params * pick_dtype(args.dtype).itemsize
+    ceilings = {
+        "parameters": params,
+        "weight_gb": weight_bytes / 1e9,
+        **bounds,
+        "memory_steps_s": bounds["read_gb_s"] * 1e9 / weight_bytes,
+        **{
+            f"compute_steps_s_b{b}": bounds["matmul_gflop_s"] * 1e9 / (2 * params * b)
+            for b in (1, args.batch)
+        },
+    }
     report = {
         "results": results,
+        "ceilings": ceilings,
         "cpu_model": cpu_model(),
         "python": platform.python_version(),
         "args": {k: v for k, v in vars(args).items() if k != "one"} | {"out": str(args.out)},
@@ -134,7 +207,33 @@ def main() -> None:
             f"{r['engine']:<12} {r['startup_s']:8.1f} {r['push_ms']:8.0f} {r['tokens_per_s']:7.1f} "
             f"{r['tokens_per_s_vs_hf']:6.2f} {r['rss_mb']:7.0f}"
         )
+    c = ceilings
+    print(
+        f"\ndecode steps/s, prefill left out; one core: {c['read_gb_s']:.1f} GB/s read, "
+        f"{c['matmul_gflop_s']:.0f} GFLOP/s matmul, {c['weight_gb']:.3f} GB of weights ({params / 1e6:.0f} M)"
+    )
+    rows = [("batch 1", "decode_steps_s_b1", "compute_steps_s_b1")]
+    rows.append((f"batch {args.batch}", f"decode_steps_s_b{args.batch}", f"compute_steps_s_b{args.batch}"))
+    print(
+        f"{'':<9} {'memory bound':>12} {'compute bound':>13} "
+        + " ".join(f"{r['engine']:>12}" for r in results)
+    )
+    for label, key, compute in rows:
+        bound = min(c["memory_steps_s"], c[compute])
+        cells = " ".join(f"{r[key]:6.1f} ({r[key] / bound:3.0%})" for r in results)
+        print(f"{label:<9} {c['memory_steps_s']:12.1f} {c[compute]:13.1f} {cells}")
     write_json(args.out, report)
+
+
+def _subprocess(kind: str) -> dict[str, Any]:
+    """``--one kind`` in a fresh process (one vLLM per process), its RESULT line."""
+    proc = subprocess.run(
+        [sys.executable, __file__, "--one", kind, *sys.argv[1:]], capture_output=True, text=True
+    )
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
+    if line is None:
+        raise RuntimeError(f"{kind} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
+    return json.loads(line[7:])
 
 
 if __name__ == "__main__":
