@@ -80,21 +80,24 @@ def _timed(fn: Any) -> float:
     return time.perf_counter() - t0
 
 
-def decode_steps_per_s(engine: Any, reqs: list, new_tokens: int, repeats: int) -> float:
+def decode_steps_per_s(engine: Any, reqs: list, new_tokens: int, repeats: int) -> tuple[float, float]:
     """Decode steps a second for this batch of requests, prefill left out: (steps of a ``new_tokens`` generation less
-    1) ÷ (its time less a 1-token generation's), medians of ``repeats``."""
+    1) ÷ (its time less a 1-token generation's), medians of ``repeats``; and the cores the process kept busy while
+    it generated (CPU time of all its threads ÷ wall time), to hold the one-core bounds against."""
     from actors.inference import SamplingParams
 
     one = SamplingParams(temperature=1.0, top_p=1.0, max_tokens=1)
     full = SamplingParams(temperature=1.0, top_p=1.0, max_tokens=new_tokens)
     t_one = statistics.median(_timed(lambda: engine.generate(reqs, one)) for _ in range(repeats))
     steps, times = [], []
+    cpu0, wall0 = time.process_time(), time.perf_counter()
     for _ in range(repeats):
         t0 = time.perf_counter()
         out = engine.generate(reqs, full)
         times.append(time.perf_counter() - t0)
         steps.append(max(len(o.response_ids) for o in out))
-    return (statistics.median(steps) - 1) / max(statistics.median(times) - t_one, 1e-9)
+    cores = (time.process_time() - cpu0) / (time.perf_counter() - wall0)
+    return (statistics.median(steps) - 1) / max(statistics.median(times) - t_one, 1e-9), cores
 
 
 def measure(kind: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -135,10 +138,11 @@ def measure(kind: str, args: argparse.Namespace) -> dict[str, Any]:
         t0 = time.perf_counter()
         out = engine.generate(reqs, params)
         rates.append(sum(len(o.response_ids) for o in out) / (time.perf_counter() - t0))
-    decode = {
-        "decode_steps_s_b1": decode_steps_per_s(engine, reqs[:1], args.new_tokens, args.repeats),
-        f"decode_steps_s_b{args.batch}": decode_steps_per_s(engine, reqs, args.new_tokens, args.repeats),
-    }
+    decode = {}
+    for b in (1, args.batch):
+        decode[f"decode_steps_s_b{b}"], decode[f"cores_b{b}"] = decode_steps_per_s(
+            engine, reqs[:b], args.new_tokens, args.repeats
+        )
     engine.close()
     return {
         "engine": kind,
@@ -220,7 +224,8 @@ def main() -> None:
     )
     for label, key, compute in rows:
         bound = min(c["memory_steps_s"], c[compute])
-        cells = " ".join(f"{r[key]:6.1f} ({r[key] / bound:3.0%})" for r in results)
+        cores = key.replace("decode_steps_s", "cores")
+        cells = " ".join(f"{r[key]:5.1f} {r[key] / bound:4.0%} {r[cores]:3.1f}c" for r in results)
         print(f"{label:<9} {c['memory_steps_s']:12.1f} {c[compute]:13.1f} {cells}")
     write_json(args.out, report)
 
