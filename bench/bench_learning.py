@@ -53,6 +53,8 @@ from _env import setup
 
 ROOT = setup()
 
+from launch.stats import seed_mean  # noqa: E402  (importable once setup() put the repo on the path)
+
 
 def read_history(run_dir: Path) -> list[dict[str, Any]]:
     path = run_dir / "metrics.jsonl"
@@ -104,6 +106,7 @@ def curve(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "train_success": r.get("success"),
                 "eval_success": r.get("eval_success"),
                 "eval_random": r.get("eval_random"),
+                "eval_base": r.get("eval_base"),
                 "valid_format": r.get("valid_format", r.get("eval_valid_format")),
                 "time_iteration": r.get("time_iteration", r.get("wall_s")),
             }
@@ -112,21 +115,23 @@ def curve(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def aggregate(curves: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """Mean and (population) std over seeds at every label all runs share; a missing or NaN value (an offline
-    algorithm's train success: it collects no episodes) is left out."""
+    """Mean, (population) std and the 95 % t-interval's half-width (``_ci95``, ``launch.stats.seed_mean``) over
+    seeds at every label all runs share; a missing or NaN value (an offline algorithm's train success: it collects
+    no episodes) is left out."""
     labels = [p["label"] for p in curves[0]]
     out = []
     for i, label in enumerate(labels):
         row: dict[str, Any] = {"label": label, "iteration": curves[0][i]["iteration"]}
-        for key in ("train_success", "eval_success", "eval_random"):
+        for key in ("train_success", "eval_success", "eval_random", "eval_base"):
             vals = [
                 c[i][key]
                 for c in curves
-                if i < len(c) and c[i][key] is not None and not math.isnan(c[i][key])
+                if i < len(c) and c[i].get(key) is not None and not math.isnan(c[i][key])
             ]
             if vals:
                 row[key] = statistics.fmean(vals)
                 row[key + "_std"] = statistics.pstdev(vals) if len(vals) > 1 else 0.0
+                row[key + "_ci95"] = seed_mean(vals).half if len(vals) > 1 else 0.0
                 row[key + "_n"] = len(vals)
         out.append(row)
     return out
@@ -149,8 +154,10 @@ def label_of(run_name: str) -> str:
 def fmt(row: dict[str, Any], key: str) -> str:
     if key not in row:
         return "-"
-    if row.get(key + "_n", 1) > 1:
-        return f"{row[key]:.3f}±{row[key + '_std']:.3f}"
+    if row.get(key + "_n", 1) > 1 and key + "_ci95" in row:  # mean ± the 95 % t-interval over seeds
+        return f"{row[key]:.3f}±{row[key + '_ci95']:.3f}"
+    if row.get(key + "_n", 1) > 1:  # rows of a learning.json written before the intervals
+        return f"{row[key]:.3f}±{row[key + '_std']:.3f}sd"
     return f"{row[key]:.3f}"
 
 
@@ -257,15 +264,21 @@ def main(argv: list[str] | None = None) -> int:
         curves.setdefault(label_of(name), []).append(c)
     summary = {label: aggregate(cs) for label, cs in curves.items()}
     gains = {label: [g for g in map(eval_gain, cs) if g is not None] for label, cs in curves.items()}
-    print(f"\n{'algo':<14} {'point':<10} {'train success':>16} {'eval success':>16} {'random policy':>16}")
+    print(
+        f"\n{'algo':<14} {'point':<10} {'train success':>16} {'eval success':>16} {'random policy':>16} "
+        f"{'base model':>16}   (mean ± 95 % t-interval over seeds)"
+    )
     for algo, rows in summary.items():
         for r in rows:
-            cells = " ".join(f"{fmt(r, k):>16}" for k in ("train_success", "eval_success", "eval_random"))
+            keys = ("train_success", "eval_success", "eval_random", "eval_base")
+            cells = " ".join(f"{fmt(r, k):>16}" for k in keys)
             print(f"{algo:<14} {r['label']:<10} {cells}")
     for label, g in gains.items():
         if g:
             per_seed = ", ".join(f"{x:+.3f}" for x in g)
-            print(f"{label}: eval gain over BC per seed {per_seed}; mean {statistics.fmean(g):+.3f}")
+            m = seed_mean(g)
+            ci = f" ± {m.half:.3f} (95 % t over {m.n} seeds)" if m.n > 1 else ""
+            print(f"{label}: eval gain over BC per seed {per_seed}; mean {m.mean:+.3f}{ci}")
     (out / "learning.json").write_text(
         json.dumps({"summary": summary, "gains": gains, "runs": runs}, indent=1)
     )

@@ -3,6 +3,7 @@
 hierarl train [PRESET] [key=value ...]   the main job (no preset: hiper_textcraft_cpu, see README);
                                          --dry-run: print the resolved config and exit; --help: every key
 hierarl eval RUN_DIR [--panel P,...]     success per task type of a run's latest checkpoint on evaluation panels
+hierarl eval RUN_A RUN_B [--panel P]     two runs compared task by task on the panel they share (sign test)
 hierarl panel list|show|make|check       the evaluation panels (fixed (task, env seed) lists, launch/panels/)
 hierarl rollout [options]                play episodes, write trajectories as JSONL (+ summary)
 hierarl sweep [--dry-run] SPEC.yaml      a grid of runs on one Ray cluster, resumable; a results table + curves
@@ -20,6 +21,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from launch.config import (
     DEFAULT_PRESET,
@@ -112,11 +114,14 @@ def cmd_train(args: Sequence[str]) -> int:
 def cmd_eval(args: Sequence[str]) -> int:
     p = argparse.ArgumentParser(
         prog="hierarl eval",
-        description="Evaluate a run's latest checkpoint on evaluation panels (the same (task, env seed) pairs for "
-        "every run): the paper-style table per task type, beside the random policy on the same pairs; written to "
-        "<run>/eval_<panel>.md and .csv.",
+        description="RUN: evaluate a run's latest checkpoint on evaluation panels (the same (task, env seed) pairs "
+        "for every run): the paper-style table per task type, success with its Wilson 95%% interval, beside the "
+        "random policy and the zero-shot base model on the same pairs; written to <run>/eval_<panel>.md, .csv "
+        "and .json (per-task outcomes). RUN_A RUN_B: compare two runs on the panel they share, task by task "
+        "(their stored outcomes: eval_<panel>.json, else their last eval in metrics.jsonl), with an exact sign "
+        "test; nothing is played.",
     )
-    p.add_argument("run_dir")
+    p.add_argument("run_dir", nargs="+", help="RUN, or RUN_A RUN_B")
     p.add_argument(
         "--panel",
         default=None,
@@ -130,8 +135,14 @@ def cmd_eval(args: Sequence[str]) -> int:
         "(seen / unseen); instead of --panel",
     )
     p.add_argument("--no-random", action="store_true", help="skip the random-policy column (slow envs)")
+    p.add_argument("--no-base", action="store_true", help="skip the zero-shot base model column")
     a = p.parse_args(args)
-    run = Path(a.run_dir)
+    if len(a.run_dir) == 2:
+        return _compare_runs(*map(Path, a.run_dir), a.panel)
+    if len(a.run_dir) > 2:
+        print("hierarl eval: RUN, or two runs to compare (RUN_A RUN_B)", file=sys.stderr)
+        return 2
+    run = Path(a.run_dir[0])
     latest = run / "checkpoints" / "latest"
     if not latest.exists():
         print(f"hierarl eval: no checkpoint under {run}", file=sys.stderr)
@@ -159,45 +170,111 @@ def cmd_eval(args: Sequence[str]) -> int:
 
     from actors.models import resolve_model_path
     from actors.rollout import RolloutWorker
-    from launch.evaluation import random_baseline
-    from launch.report import eval_markdown, eval_rows, write_eval
+    from launch.baselines import BASE_SEED, base_cache, random_rates
+    from launch.evaluation import outcome_string, per_type
+    from launch.report import eval_markdown, eval_rows, paper_table, write_eval
     from launch.train import rollout_worker_config
 
     m_path = resolve_model_path(cfg.model.path, cfg.model.cache_dir)
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    worker = RolloutWorker(
-        rollout_worker_config(
-            cfg, m_path, device, adapter_path=str(adapter), temperature=cfg.rollout.eval_temperature
+
+    def worker(adapter_path: str | None) -> RolloutWorker:
+        wc = rollout_worker_config(
+            cfg, m_path, device, adapter_path=adapter_path, temperature=cfg.rollout.eval_temperature
         )
-    )
+        return RolloutWorker(wc)
+
+    def play(w: RolloutWorker, tasks: Sequence[Any], sample_seed: int) -> list[Any]:
+        ids, seeds = [t.task_id for t in tasks], [t.seed for t in tasks]
+        groups = w.collect(ids, 1, packed=False, seeds=seeds, sample_seed=sample_seed)
+        return [t for g in groups for t in g.trajectories]  # type: ignore[union-attr]
+
+    policy = worker(str(adapter))
+    tables = []
     try:
         for panel in panels:
             t0 = time.perf_counter()
-            groups = worker.collect(
-                [t.task_id for t in panel.tasks],
-                1,
-                packed=False,
-                seeds=[t.seed for t in panel.tasks],
-                sample_seed=cfg.seed + 10_000,
-            )
-            trajs = [t for g in groups for t in g.trajectories]  # type: ignore[union-attr]
-            chance: dict[str, float] = {}
-            if not a.no_random:
-                per_task = random_baseline(cfg.env.name, options, cfg.env.max_steps, panel)
-                by_type: dict[str, list[float]] = {}
-                for t, c in zip(panel.tasks, per_task or [float("nan")] * len(panel.tasks), strict=True):
-                    by_type.setdefault(t.task_type, []).append(c)
-                chance = {k: sum(v) / len(v) for k, v in by_type.items()}
-            rows = eval_rows(trajs, chance)
+            trajs = play(policy, panel.tasks, cfg.seed + 10_000)
+            seconds = time.perf_counter() - t0
+            chance = {} if a.no_random else per_type(panel, random_rates(cfg, panel.tasks))
+            base: dict[str, float] = {}
+            if not a.no_base:
+                cache = base_cache(cfg)
+                missing = cache.missing(panel.tasks)
+                if missing:
+                    zero_shot = worker(None)
+                    try:
+                        played = play(zero_shot, missing, BASE_SEED)
+                    finally:
+                        zero_shot.close()
+                    won = {(t.task_id, t.info.get("seed")): float(t.won) for t in played}
+                    cache.put({t: won[t.key] for t in missing if t.key in won})
+                values = cache.values(panel.tasks)
+                base = per_type(panel, values) if values is not None else {}
+            rows = eval_rows(trajs, chance, base)
             title = (
                 f"{cfg.algo} / {cfg.rollout.agent} on {cfg.env.name}, panel {panel.label} ({len(trajs)} of "
-                f"{len(panel.tasks)} tasks played, {time.perf_counter() - t0:.0f}s; checkpoint {adapter.parent.name})"
+                f"{len(panel.tasks)} tasks played, {seconds:.0f}s; checkpoint {adapter.parent.name})"
             )
             text = eval_markdown(rows, title)
-            write_eval(rows, text, run / f"eval_{panel.name}")
+            stem = run / f"eval_{panel.name}"
+            write_eval(rows, text, stem)
+            outcomes = outcome_string(panel, trajs)
+            record = {
+                "panel": panel.label,
+                "outcomes": outcomes,
+                "checkpoint": str(adapter.parent),
+                "rows": rows,
+            }
+            stem.with_suffix(".json").write_text(json.dumps(record, indent=1, default=str))
+            tables.append((panel.label, rows))
             print(text, flush=True)
     finally:
-        worker.close()
+        policy.close()
+    if len(tables) > 1:
+        print(paper_table(tables), flush=True)
+    return 0
+
+
+def _compare_runs(a: Path, b: Path, panel: str | None) -> int:
+    """``hierarl eval RUN_A RUN_B``: the two runs' stored per-task outcomes on the panel they share, compared."""
+    from launch.panels import load_panel, panel_names
+    from launch.report import paired_markdown, paired_rows, run_outcomes
+    from launch.stats import rate_text
+
+    found = [run_outcomes(r, panel) for r in (a, b)]
+    for run, out in zip((a, b), found, strict=True):
+        if out is None:
+            what = f"panel {panel}" if panel else "any panel"
+            print(
+                f"hierarl eval: {run} has no evaluation on {what}: run `hierarl eval {run}"
+                f"{' --panel ' + panel if panel else ''}` first",
+                file=sys.stderr,
+            )
+            return 2
+    oa, ob = found
+    assert oa is not None and ob is not None
+    if oa.panel != ob.panel:
+        print(
+            f"hierarl eval: {a} was evaluated on {oa.label}, {b} on {ob.label}: no shared panel to compare on "
+            "(--panel NAME picks one both have)",
+            file=sys.stderr,
+        )
+        return 2
+    name, _, version = oa.panel.rpartition("@")
+    types = None
+    if name in panel_names() and str(load_panel(name).version) == version:
+        types = [t.task_type for t in load_panel(name).tasks]
+    rows = paired_rows(oa.outcomes, ob.outcomes, types)
+    total = rows[-1]
+    n = total["tasks"]
+    wins_a, wins_b = total["a_only"] + total["both"], total["b_only"] + total["both"]
+    title = (
+        f"A = {a} ({oa.source}): {rate_text(wins_a, n)}\n"
+        f"B = {b} ({ob.source}): {rate_text(wins_b, n)}\n"
+        f"on the {n} tasks of {oa.panel} both played (success [95 % Wilson])"
+    )
+    print(paired_markdown(rows, title), flush=True)
     return 0
 
 

@@ -248,6 +248,10 @@ class TrainConfig:
     0: the whole panel."""
     eval_zero_shot: bool = False
     """Evaluate the untrained model first (SmolLM2 zero-shot wins nothing on our envs: off in the default)."""
+    eval_baselines: bool = True
+    """Print every eval beside the random policy and the zero-shot base model on the same panel pairs, each
+    computed once per task and setting and cached on disk (``launch/baselines.py``, ``~/.cache/hierarl/baselines``;
+    the first run on a panel plays the base model's episodes with a zero adapter). false: neither (nan)."""
     checkpoint_every: int = 1
     """Checkpoint every k RL iterations (0: only after BC)."""
     checkpoint_keep_last: int = 2

@@ -5,20 +5,24 @@ Every evaluation of a run scores the same (task id, env seed) pairs: the panel's
 number of workers nor the order of the tasks changes what is played; outcomes are matched back to the panel by
 (task id, seed), never by position. The driver plays the pairs (``Trainer.play_panel``); this module holds no
 Ray.
+
+A result carries its success with the Wilson 95 % interval (``launch.stats``), beside the random policy and the
+zero-shot base model on the same pairs (``launch.baselines``, cached on disk), per task type too, and the per-task
+outcomes that paired comparisons of two runs read (``eval_outcomes`` in the metrics).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from typing import Any
 
 from actors.trajectory import Trajectory
+from launch.baselines import base_cache, random_rates
 from launch.config import TrainConfig
-from launch.panels import Panel, run_panel
-
-RANDOM_SEED = 0
-"""The random policy's draws: the same for every run on a panel."""
+from launch.panels import Panel, PanelTask, run_panel
+from launch.stats import wilson
 
 
 def outcome_string(panel: Panel, trajs: Sequence[Trajectory]) -> str:
@@ -28,31 +32,55 @@ def outcome_string(panel: Panel, trajs: Sequence[Trajectory]) -> str:
     return "".join("-" if t.key not in won else "1" if won[t.key] else "0" for t in panel.tasks)
 
 
-def random_baseline(
-    env_name: str, options: dict[str, Any], max_steps: int, panel: Panel, repeats: int = 4
-) -> list[float] | None:
-    """The uniformly random policy's success rate per panel task (``repeats`` plays each from the task's own
-    initial state, draws seeded by ``RANDOM_SEED``; pure Python, in this process); None where the env offers no
-    command list. The one chance baseline every success rate is reported beside."""
-    import envs
-    from envs.random_policy import random_policy_wins
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values) if values and not any(v != v for v in values) else math.nan
 
-    env = envs.make(env_name, **options)
-    try:
-        pairs = [t.key for t in panel.tasks]
-        wins = random_policy_wins(env, pairs, max_steps=max_steps, seed=RANDOM_SEED, repeats=repeats)
-    finally:
-        env.close()
-    return None if wins is None else [w / repeats for w in wins]
+
+def per_type(panel: Panel, values: Sequence[float]) -> dict[str, float]:
+    """The mean of a per-task value over each task type's tasks (types sorted)."""
+    groups: dict[str, list[float]] = {}
+    for task, v in zip(panel.tasks, values, strict=True):
+        groups.setdefault(task.task_type, []).append(v)
+    return {k: _mean(v) for k, v in sorted(groups.items())}
+
+
+def summary(
+    panel: Panel,
+    outcomes: str,
+    chance: Sequence[float] | None,
+    base: Sequence[float] | None,
+) -> dict[str, Any]:
+    """Success (a dropped task counts as lost: the denominator is always the panel's size) with its Wilson 95 %
+    interval, the random policy's and the base model's success on the same pairs (nan where not computed), per
+    task type too."""
+    nan = [math.nan] * len(panel.tasks)
+    won = [float(o == "1") for o in outcomes]
+    wins = outcomes.count("1")
+    lo, hi = wilson(wins, len(outcomes))
+    return {
+        "success": wins / len(outcomes),
+        "wins": wins,
+        "n": len(outcomes),
+        "ci_low": lo,
+        "ci_high": hi,
+        "random": _mean(chance or nan),
+        "base": _mean(base or nan),
+        "per_type": per_type(panel, won),
+        "random_per_type": per_type(panel, chance or nan),
+        "base_per_type": per_type(panel, base or nan),
+        "dropped": outcomes.count("-"),
+        "panel": panel.label,
+        "outcomes": outcomes,
+    }
 
 
 class Evaluation:
-    """The eval panel of one run, its random-policy baseline, and the result of a policy's episodes on it."""
+    """The eval panel of one run, its baselines, and the result of a policy's episodes on it."""
 
     def __init__(self, cfg: TrainConfig) -> None:
         self.cfg = cfg
         self._panels: dict[int, Panel] = {}
-        self._chance: dict[str, list[float] | None] = {}
+        self.base_cache = base_cache(cfg)
 
     def panel(self, n: int) -> Panel:
         """The run's panel, its first ``n`` tasks (0: all); resolved and checked once per ``n``."""
@@ -61,33 +89,40 @@ class Evaluation:
         return self._panels[n]
 
     def chance(self, panel: Panel) -> list[float] | None:
-        """``random_baseline`` on ``panel`` with the run's env (once per panel)."""
-        if panel.digest not in self._chance:
-            self._chance[panel.digest] = random_baseline(
-                self.cfg.env.name, dict(self.cfg.env.options), self.cfg.env.max_steps, panel
-            )
-        return self._chance[panel.digest]
+        """The random policy's success rate per panel task (cached on disk), None with ``eval_baselines=false``."""
+        return random_rates(self.cfg, panel.tasks) if self.cfg.eval_baselines else None
 
-    def result(self, panel: Panel, trajs: Sequence[Trajectory], stats: dict[str, float]) -> dict[str, Any]:
-        """Success on the panel, per task type, beside the random policy on the same pairs, and the model's
-        valid-format rate (``stats``: ``trajectory_stats`` of ``trajs``). A task whose group was dropped counts as
-        lost: the denominator is always the panel's size."""
-        outcomes = outcome_string(panel, trajs)
-        per_type: dict[str, list[bool]] = {}
-        for task, o in zip(panel.tasks, outcomes, strict=True):
-            per_type.setdefault(task.task_type, []).append(o == "1")
-        chance = self.chance(panel)
-        return {
-            "success": outcomes.count("1") / len(panel.tasks),
-            "random": float("nan") if chance is None else sum(chance) / len(chance),
-            "valid_format": stats["valid_format"],
-            "valid_roles": {
-                k[len("valid_format_") :]: v for k, v in stats.items() if k.startswith("valid_format_")
-            },
-            "per_type": {k: sum(v) / len(v) for k, v in sorted(per_type.items())},
-            "episodes": len(trajs),
-            "dropped": outcomes.count("-"),
-            "panel": panel.label,
-            "outcomes": outcomes,
-            **({"subgoal_completion": stats["subgoal_completion"]} if "subgoal_completion" in stats else {}),
-        }
+    def base_missing(self, panel: Panel) -> list[PanelTask]:
+        """The panel tasks the base model has not played yet in this setting (none with ``eval_baselines=false``)."""
+        return self.base_cache.missing(panel.tasks) if self.cfg.eval_baselines else []
+
+    def store_base(self, panel: Panel, trajs: Sequence[Trajectory]) -> None:
+        """Cache the base model's outcome on each task it played (a dropped task is not stored: played again)."""
+        won = {(t.task_id, t.info.get("seed")): float(t.won) for t in trajs}
+        self.base_cache.put({t: won[t.key] for t in panel.tasks if t.key in won})
+
+    def result(
+        self, panel: Panel, trajs: Sequence[Trajectory], stats: dict[str, float], *, is_base: bool = False
+    ) -> dict[str, Any]:
+        """``summary`` of the policy's episodes on ``panel`` with its valid-format rates (``stats``:
+        ``trajectory_stats`` of ``trajs``). ``is_base``: the policy is the base model (a zero adapter), whose
+        outcomes are cached as the base model's."""
+        if is_base and self.cfg.eval_baselines:
+            self.store_base(panel, trajs)
+        base = self.base_cache.values(panel.tasks) if self.cfg.eval_baselines else None
+        out = summary(panel, outcome_string(panel, trajs), self.chance(panel), base)
+        out.update(
+            {
+                "valid_format": stats["valid_format"],
+                "valid_roles": {
+                    k[len("valid_format_") :]: v for k, v in stats.items() if k.startswith("valid_format_")
+                },
+                "episodes": len(trajs),
+                **(
+                    {"subgoal_completion": stats["subgoal_completion"]}
+                    if "subgoal_completion" in stats
+                    else {}
+                ),
+            }
+        )
+        return out

@@ -17,8 +17,9 @@ the cluster has room for all of them (cells run concurrently as far as the clust
 an axis like any other). Re-running a sweep skips finished cells and resumes killed ones from their checkpoints.
 Works the same under ``ray job submit -- hierarl sweep SPEC.yaml`` (the driver joins the job's cluster).
 
-The table (Markdown and CSV): per cell without its seed, over seeds, the final and best eval success (mean ± std), the
-random policy's success on the same eval tasks, wall time and RL samples (episodes). ``curves.png``: eval success
+The table (Markdown and CSV): per cell without its seed, over seeds, the final and best eval success (mean ± the 95 %
+t-interval; one seed: its Wilson interval), the random policy's and the zero-shot base model's success on the same
+eval panel, wall time and RL samples (episodes). ``curves.png``: eval success
 against RL samples and against wall time.
 """
 
@@ -38,6 +39,7 @@ import yaml
 
 from launch.config import ConfigError, TrainConfig, parse_cli_overrides, resolve_config, validate
 from launch.panels import run_panel
+from launch.stats import seed_mean
 
 
 @dataclass(frozen=True)
@@ -159,10 +161,12 @@ def _wall(row: dict[str, Any]) -> float:
     return float(row.get("wall_s", 0.0) if row.get("phase") == "bc" else row.get("time_iteration", 0.0))
 
 
-def curve(history: Sequence[dict[str, Any]], cfg: TrainConfig) -> list[dict[str, float]]:
-    """The eval points of one run: RL samples (episodes) and wall seconds so far, eval and random success."""
+def curve(history: Sequence[dict[str, Any]], cfg: TrainConfig) -> list[dict[str, Any]]:
+    """The eval points of one run: RL samples (episodes) and wall seconds so far, eval success with its Wilson
+    interval, the random policy's and the base model's success, and the panel."""
     per_iter = cfg.rollout.group_size * cfg.rollout.groups_per_iter
     wall = 0.0
+    nan = float("nan")
     points = []
     for r in history:
         wall += _wall(r)
@@ -173,26 +177,40 @@ def curve(history: Sequence[dict[str, Any]], cfg: TrainConfig) -> list[dict[str,
                     "samples": samples,
                     "wall_s": wall,
                     "eval": float(r["eval_success"]),
-                    "random": float(r.get("eval_random", float("nan"))),
+                    "ci_low": float(r.get("eval_ci_low", nan)),
+                    "ci_high": float(r.get("eval_ci_high", nan)),
+                    "random": float(r.get("eval_random", nan)),
+                    "base": float(r.get("eval_base", nan)),
+                    "panel": r.get("eval_panel", ""),
                 }
             )
     return points
 
 
-def _mean_std(xs: Sequence[float]) -> tuple[float, float]:
-    if not xs:
-        return float("nan"), float("nan")
-    return statistics.fmean(xs), statistics.stdev(xs) if len(xs) > 1 else 0.0
+def interval(points: Sequence[dict[str, Any]], key: str = "eval") -> tuple[float, float, float, str]:
+    """(mean, low, high, how) of one eval point per seed: over m >= 2 seeds the mean ± the 95 % t-interval
+    (``launch.stats.seed_mean``, clipped to [0, 1]); one seed: its eval's Wilson 95 % interval (of the final eval
+    only)."""
+    nan = float("nan")
+    if not points:
+        return nan, nan, nan, ""
+    if len(points) == 1:
+        p = points[0]
+        wilson = key == "eval" and p["ci_low"] == p["ci_low"]
+        return p[key], (p["ci_low"] if wilson else nan), (p["ci_high"] if wilson else nan), "Wilson" * wilson
+    m = seed_mean([p[key] for p in points])
+    return m.mean, max(0.0, m.mean - m.half), min(1.0, m.mean + m.half), f"t, {m.n} seeds"
 
 
 def summarize(results: Sequence[tuple[Cell, list[dict[str, Any]]]]) -> list[dict[str, Any]]:
-    """One row per cell group (mean ± std over its seeds' runs)."""
+    """One row per cell group (its seeds' runs): final and best eval success with their 95 % intervals
+    (``interval``), the random policy and the base model on the same panel, wall time and RL samples."""
     groups: dict[str, list[tuple[Cell, list[dict[str, Any]]]]] = {}
     for cell, history in results:
         groups.setdefault(cell.group, []).append((cell, history))
     rows = []
     for group, members in groups.items():
-        finals, bests, randoms, walls, samples, done = [], [], [], [], [], 0
+        finals, bests, walls, samples, done = [], [], [], [], 0
         for cell, history in members:
             done += finished(history, cell.cfg)
             rl = [r for r in history if r.get("phase") == "rl"]
@@ -200,26 +218,36 @@ def summarize(results: Sequence[tuple[Cell, list[dict[str, Any]]]]) -> list[dict
             samples.append(cell.cfg.rollout.group_size * cell.cfg.rollout.groups_per_iter * len(rl))
             points = curve(history, cell.cfg)
             if points:  # runs without eval (eval_every=0) have no success figures
-                finals.append(points[-1]["eval"])
-                bests.append(max(p["eval"] for p in points))
-                randoms.append(points[-1]["random"])
-        final, final_sd = _mean_std(finals)
-        best, best_sd = _mean_std(bests)
+                finals.append(points[-1])
+                bests.append(max(points, key=lambda p: p["eval"]))
+        final, final_lo, final_hi, how = interval(finals)
+        best, best_lo, best_hi, _ = interval([{**b, "ci_low": float("nan")} for b in bests])
         rows.append(
             {
                 "cell": group,
                 "seeds": len(members),
                 "finished": done,
+                "panel": ", ".join(sorted({p["panel"] for p in finals if p["panel"]})),
                 "final_eval": final,
-                "final_eval_std": final_sd,
+                "final_eval_low": final_lo,
+                "final_eval_high": final_hi,
+                "interval": how,
                 "best_eval": best,
-                "best_eval_std": best_sd,
-                "random": _mean_std([r for r in randoms if r == r])[0],
-                "wall_s": _mean_std(walls)[0],
-                "samples": _mean_std(samples)[0],
+                "best_eval_low": best_lo,
+                "best_eval_high": best_hi,
+                "random": seed_mean([p["random"] for p in finals]).mean,
+                "base": seed_mean([p["base"] for p in finals]).mean,
+                "wall_s": seed_mean(walls).mean,
+                "samples": seed_mean(samples).mean,
             }
         )
     return rows
+
+
+def _cell(mean: float, low: float, high: float) -> str:
+    if mean != mean:
+        return "–"
+    return f"{mean:.3f}" + (f" [{low:.3f}, {high:.3f}]" if low == low else "")
 
 
 def write_table(rows: Sequence[dict[str, Any]], out: Path) -> str:
@@ -230,15 +258,24 @@ def write_table(rows: Sequence[dict[str, Any]], out: Path) -> str:
         writer.writeheader()
         writer.writerows(rows)
     lines = [
-        "| cell | seeds (finished) | final eval | best eval | random policy | wall time | RL samples |",
-        "|---|---|---|---|---|---|---|",
+        "| cell | seeds (finished) | eval panel | final eval [95 %] | best eval [95 %] | random policy | base model "
+        "| wall time | RL samples |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
+        how = f" ({r['interval']})" if r["interval"] else ""
         lines.append(
-            f"| {r['cell']} | {r['seeds']} ({r['finished']}) | {r['final_eval']:.3f} ± {r['final_eval_std']:.3f} | "
-            f"{r['best_eval']:.3f} ± {r['best_eval_std']:.3f} | {r['random']:.3f} | {r['wall_s']:.0f} s | "
-            f"{r['samples']:.0f} |"
+            f"| {r['cell']} | {r['seeds']} ({r['finished']}) | {r['panel']} | "
+            f"{_cell(r['final_eval'], r['final_eval_low'], r['final_eval_high'])}{how} | "
+            f"{_cell(r['best_eval'], r['best_eval_low'], r['best_eval_high'])} | {r['random']:.3f} | "
+            f"{r['base']:.3f} | {r['wall_s']:.0f} s | {r['samples']:.0f} |"
         )
+    lines += [
+        "",
+        "Over several seeds: their mean ± the 95 % t-interval (t_{0.975, m-1} · s / sqrt(m), m seeds, the eval "
+        "panel fixed; clipped to [0, 1]); one seed: the Wilson 95 % interval of its final eval. Best eval: the best point of each "
+        "seed's curve (biased upwards). Random policy and base model: on the same panel pairs.",
+    ]
     text = "\n".join(lines) + "\n"
     (out / "results.md").write_text(text)
     return text

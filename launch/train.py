@@ -48,6 +48,7 @@ from cluster.ray_cluster import (
     spawn_in_bundle,
 )
 from launch.algos import get_algo
+from launch.baselines import BASE_SEED
 from launch.config import (
     TrainConfig,
     behaviour_is_cap,
@@ -60,7 +61,7 @@ from launch.config import (
 from launch.evaluation import Evaluation
 from launch.hisr import RewardModels, reward_model_learners
 from launch.offline import OfflineData
-from launch.panels import PanelTask, shards
+from launch.panels import Panel, PanelTask, shards
 from launch.report import subgoal_rate
 from launch.stream import AsyncRollouts, iteration_tasks
 from learners.algorithm import Algorithm
@@ -476,11 +477,42 @@ class Trainer:
 
     def evaluate(self, n: int, seed: int) -> dict[str, Any]:
         """Success on the run's eval panel (``eval_panel``, its first ``n`` tasks; ``launch.evaluation``) at the
-        validation temperature (HiPER C.1: 0.4), per task type, beside the random policy on the same (task, seed)
-        pairs, and the model's valid-format rate. ``seed`` seeds the sampling only."""
+        validation temperature (HiPER C.1: 0.4) with its Wilson interval, per task type, beside the random policy and
+        the zero-shot base model on the same (task, seed) pairs, and the model's valid-format rate. ``seed`` seeds
+        the sampling only."""
         panel = self.evaluation.panel(n)
+        # the policy is still the base model (zero adapter) before BC and any warm start: its eval is the base's
+        is_base = self.version == 1 and not self.cfg.model.init_adapter and self.resumed_from is None
+        missing = self.evaluation.base_missing(panel)
+        if missing and not is_base:
+            self.base_model_episodes(panel, missing)
         trajs = self.play_panel(panel.tasks, seed, temperature=self.cfg.rollout.eval_temperature)
-        return self.evaluation.result(panel, trajs, trajectory_stats(trajs))
+        return self.evaluation.result(panel, trajs, trajectory_stats(trajs), is_base=is_base)
+
+    def base_model_episodes(self, panel: Panel, tasks: Sequence[PanelTask]) -> list[Trajectory]:
+        """The zero-shot base model's episode on each of ``tasks`` (not in its cache yet), cached: every rollout
+        worker gets a zero adapter (LoRA with B = 0 is exactly the base model), plays them, and gets the run's
+        adapters back. Not cached if a worker was replaced meanwhile (its replacement holds the run's adapter)."""
+        current = self._pushed[-1] if self._pushed else self.export_weights()
+        zero = {name: {k: np.zeros_like(v) for k, v in w.items()} for name, w in current.items()}
+        restarts = self.rollout_restarts
+        self._load_everywhere(zero)
+        try:
+            trajs = self.play_panel(tasks, BASE_SEED, temperature=self.cfg.rollout.eval_temperature)
+        finally:
+            self._load_everywhere(current)
+        if self.rollout_restarts == restarts:
+            self.evaluation.store_base(panel, trajs)
+        return trajs
+
+    def _load_everywhere(self, weights: dict[str | None, dict[str, np.ndarray]]) -> None:
+        """Load ``weights`` into every rollout worker without a new version (a temporary swap, e.g. the base model)."""
+        refs = {n: ray.put(w) for n, w in weights.items()}
+        for i in range(len(self.rollout)):
+            try:
+                self._send(self.rollout[i], refs)
+            except WORKER_LOST as e:
+                self.replace_rollout_worker(i, e)
 
     def play_panel(
         self, tasks: Sequence[PanelTask], sample_seed: int, *, temperature: float
@@ -1003,20 +1035,34 @@ def checkpoints_to_prune(iterations: Sequence[int], keep_last: int) -> list[int]
 
 
 def _flat(ev: dict[str, Any]) -> dict[str, Any]:
-    """An eval result as metric keys: eval_success, eval_random, eval_valid_format, eval_<task type>..., and the
-    panel's label and per-task outcomes (``eval_panel``, ``eval_outcomes``: one character per task, in panel
+    """An eval result as metric keys: eval_success with its Wilson 95 % interval (eval_ci_low, eval_ci_high, over
+    eval_n tasks), eval_random, eval_base (the zero-shot base model), eval_valid_format, eval_<task type>..., and
+    the panel's label and per-task outcomes (``eval_panel``, ``eval_outcomes``: one character per task, in panel
     order), which paired comparisons of two runs read."""
-    keys = ("success", "random", "valid_format", "subgoal_completion", "dropped", "panel", "outcomes")
-    out = {f"eval_{k}": ev[k] for k in keys if k in ev}
+    keys = (
+        "success",
+        "ci_low",
+        "ci_high",
+        "n",
+        "random",
+        "base",
+        "valid_format",
+        "subgoal_completion",
+        "dropped",
+    )
+    out: dict[str, Any] = {f"eval_{k}": ev[k] for k in (*keys, "panel", "outcomes") if k in ev}
     out.update({f"eval_valid_format_{role}": v for role, v in ev.get("valid_roles", {}).items()})
     out.update({f"eval_{k}": v for k, v in ev.get("per_type", {}).items()})
     return out
 
 
 def _eval_text(ev: dict[str, Any]) -> str:
+    dropped = f" ({ev['dropped']} dropped, counted lost)" if ev.get("dropped") else ""
+    types = ", ".join(f"{k} {v:.2f}" for k, v in ev["per_type"].items()) if len(ev["per_type"]) > 1 else ""
     return (
-        f"success {ev['success']:.3f} on {len(ev['outcomes'])} tasks of panel {ev['panel']} (random policy "
-        f"{ev['random']:.3f}, valid format {ev['valid_format']:.2f}) {ev['per_type']}"
+        f"success {ev['success']:.3f} [{ev['ci_low']:.3f}, {ev['ci_high']:.3f}] (Wilson 95 %) on {ev['n']} tasks "
+        f"of panel {ev['panel']}{dropped} · random policy {ev['random']:.3f} · base model {ev['base']:.3f} · "
+        f"valid format {ev['valid_format']:.2f}" + (f" · per type: {types}" if types else "")
     )
 
 
@@ -1036,7 +1082,7 @@ def _iteration_line(r: dict[str, Any]) -> str:
     if r.get("policy_lag"):
         parts.append(f"lag {r['policy_lag']}")
     if "eval_success" in r:
-        parts.append(f"EVAL {r['eval_success']:.2f} (random {r['eval_random']:.2f})")
+        parts.append(_eval_short(r))
     parts.append(
         "time "
         + " ".join(
@@ -1046,15 +1092,37 @@ def _iteration_line(r: dict[str, Any]) -> str:
     return " | ".join(parts)
 
 
-def _final_table(history: list[dict[str, Any]]) -> str:
+def _eval_short(r: dict[str, Any]) -> str:
+    """``EVAL 0.33 [0.18,0.53] (random 0.02, base 0.00)``: a metrics row's eval with its Wilson 95 % interval."""
     nan = float("nan")
-    rows = ["", "phase      iter  train_success  eval_success  eval_random  eval_valid  return   iter_time_s"]
+    return (
+        f"EVAL {r['eval_success']:.2f} [{r.get('eval_ci_low', nan):.2f},{r.get('eval_ci_high', nan):.2f}] "
+        f"(random {r.get('eval_random', nan):.2f}, base {r.get('eval_base', nan):.2f})"
+    )
+
+
+def _final_table(history: list[dict[str, Any]]) -> str:
+    """The run's rows: train success, eval success with its Wilson 95 % interval beside the random policy and the
+    zero-shot base model on the same panel pairs, eval format validity, return, iteration time."""
+    nan = float("nan")
+    rows = [
+        "",
+        "phase      iter  train_success  eval_success  [95% Wilson]   eval_random  eval_base  eval_valid  return   "
+        "iter_time_s",
+    ]
     for r in history:
+        ci = f"[{r['eval_ci_low']:.3f}, {r['eval_ci_high']:.3f}]" if "eval_ci_low" in r else ""
         rows.append(
             f"{r.get('phase', ''):<10} {r.get('iteration', ''):>4}  "
-            f"{r.get('success', nan):>13.3f}  {r.get('eval_success', nan):>12.3f}  "
-            f"{r.get('eval_random', nan):>11.3f}  {r.get('eval_valid_format', nan):>10.2f}  "
+            f"{r.get('success', nan):>13.3f}  {r.get('eval_success', nan):>12.3f}  {ci:<14} "
+            f"{r.get('eval_random', nan):>11.3f}  {r.get('eval_base', nan):>9.3f}  "
+            f"{r.get('eval_valid_format', nan):>10.2f}  "
             f"{r.get('return', nan):>+7.2f}  {r.get('time_iteration', nan):>11.1f}"
+        )
+    panels = sorted({f"{r['eval_panel']} ({r['eval_n']} tasks)" for r in history if "eval_n" in r})
+    if panels:
+        rows.append(
+            f"eval panel: {', '.join(panels)}; random / base: the random policy / the zero-shot base model"
         )
     return "\n".join(rows)
 

@@ -4,12 +4,15 @@ seed gives (TextCraft shuffles its recipe list by the env seed, so a seed taken 
 
 from __future__ import annotations
 
+import json
+import math
 import random
 
 import pytest
 
 from actors.agents.parsing import normalize_ws
 from envs.textcraft import TextCraftEnv
+from launch.cli import main
 from launch.config import resolve_config
 from launch.train import Trainer
 
@@ -34,7 +37,10 @@ TINY_TEXTCRAFT = [
 ]
 
 
-def test_one_worker_two_workers_and_a_shuffled_panel_play_the_same_pairs(ray_local, tmp_path):
+def test_one_worker_two_workers_and_a_shuffled_panel_play_the_same_pairs(
+    ray_local, tmp_path, capsys, monkeypatch
+):
+    monkeypatch.setenv("HIERARL_CACHE", str(tmp_path / "cache"))
     trainer = Trainer(resolve_config(None, [*TINY_TEXTCRAFT, f"run_dir={tmp_path}"]))
     try:
         panel = trainer.evaluation.panel(6)
@@ -59,5 +65,64 @@ def test_one_worker_two_workers_and_a_shuffled_panel_play_the_same_pairs(ray_loc
         # and an evaluation scores exactly these pairs: one outcome per panel task
         ev = trainer.evaluate(6, 10_000)
         assert ev["panel"] == panel.label and len(ev["outcomes"]) == 6 and ev["dropped"] == 0
+        trainer.checkpoint(0)
+    finally:
+        trainer.close()
+    # ``hierarl eval RUN``: the checkpoint on two panels' first 3 tasks, tables with both baselines, outcomes saved
+    assert (
+        main(["eval", str(tmp_path), "--panel", "textcraft_test_depth1,textcraft_test", "--episodes", "3"])
+        == 0
+    )
+    out = capsys.readouterr().out
+    assert (
+        "panel textcraft_test_depth1@1[:3] (3 of 3 tasks played" in out
+        and "| panel | depth1 | depth2 | depth3 | all |" in out
+    )
+    saved = json.loads((tmp_path / "eval_textcraft_test_depth1.json").read_text())
+    assert saved["panel"] == "textcraft_test_depth1@1[:3]" and len(saved["outcomes"]) == 3
+    assert not math.isnan(saved["rows"][-1]["random"]) and not math.isnan(saved["rows"][-1]["base"])
+
+
+def test_the_base_model_column_is_played_with_a_zero_adapter_and_the_runs_adapter_comes_back(
+    ray_local, tmp_path, monkeypatch
+):
+    """With a trained (here: random, B != 0) adapter pushed, the base model's episodes are the base model's (the
+    same greedy replies as a worker that never had an adapter), they are cached, and afterwards the workers reply
+    with the run's adapter again."""
+    import numpy as np
+
+    from actors.rollout import RolloutWorker
+    from launch.train import rollout_worker_config
+
+    monkeypatch.setenv("HIERARL_CACHE", str(tmp_path / "cache"))
+    cfg = resolve_config(None, [*TINY_TEXTCRAFT, "rollout.eval_temperature=0", f"run_dir={tmp_path / 'run'}"])
+    trainer = Trainer(cfg)
+    try:
+        trainer.push_weights()
+        rng = np.random.default_rng(0)
+        trained = {
+            n: {
+                k: (rng.normal(0, 0.5, v.shape).astype(v.dtype) if "lora_B" in k else v) for k, v in w.items()
+            }
+            for n, w in trainer.export_weights().items()
+        }
+        trainer.push_weights(trained)
+        panel = trainer.evaluation.panel(6)
+
+        def replies(trajs):
+            return {(t.task_id, t.info["seed"]): t.turns[0].response_ids.tolist() for t in trajs}
+
+        before = replies(trainer.play_panel(panel.tasks, 0, temperature=0.0))
+        base = replies(trainer.base_model_episodes(panel, panel.tasks))
+        after = replies(trainer.play_panel(panel.tasks, 0, temperature=0.0))
+        assert after == before and base != before
+        assert trainer.evaluation.base_missing(panel) == []  # cached for every later run on this setting
+        plain = RolloutWorker(rollout_worker_config(cfg, trainer.model_path, "cpu", temperature=0.0))
+        try:
+            ids, seeds = [t.task_id for t in panel.tasks], [t.seed for t in panel.tasks]
+            groups = plain.collect(ids, 1, packed=False, seeds=seeds)
+            assert replies([t for g in groups for t in g.trajectories]) == base
+        finally:
+            plain.close()
     finally:
         trainer.close()

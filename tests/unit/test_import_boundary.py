@@ -26,6 +26,9 @@ def _pure_modules() -> list[str]:
         "launch.algos",
         "launch.panels",
         "launch.evaluation",
+        "launch.baselines",
+        "launch.stats",
+        "launch.report",
     ]
     for pkg in ("reward", "actors.agents", "learners.algos"):
         path = ROOT / pkg.replace(".", "/")

@@ -34,7 +34,10 @@ def test_rows_per_type_and_all_weighted_by_episodes():
     assert total["success"] == pytest.approx(2 / 3) and total["valid_format"] == pytest.approx(0.8)
     assert total["random"] == pytest.approx(0.2) and total["score"] == pytest.approx(2 / 3)
     text = eval_markdown(rows, "title")
-    assert "| pick | 2 | 0.500 | 0.500 | 0.75 | 0.250 |" in text
+    # Wilson 1 of 2: centre 0.5 + z²/4 = 1.4603647, half z·sqrt(0.125 + z²/16) = 1.959964 · 0.6042278 = 1.1842652,
+    # scale 1 + z²/2 = 2.9207294 -> [0.2760995, 2.6446299] / 2.9207294 = [0.0945312, 0.9054688]; no base model: nan
+    assert (pick["ci_low"], pick["ci_high"]) == pytest.approx((0.0945312, 0.9054688), abs=1e-6)
+    assert "| pick | 2 | 0.500 [0.095, 0.905] | 0.500 | 0.75 | 0.250 | nan |" in text
 
 
 def test_one_type_has_no_separate_all_row_and_unknown_chance_is_nan():

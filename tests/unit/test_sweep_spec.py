@@ -28,13 +28,37 @@ def test_table_over_seeds_with_and_without_eval(tmp_path):
     a, b = cells(spec)
     # RL samples: group_size * groups_per_iter episodes per logged RL iteration
     per_iter = a.cfg.rollout.group_size * a.cfg.rollout.groups_per_iter
-    bc = {"iteration": 0, "phase": "bc", "wall_s": 10.0, "eval_success": 0.25, "eval_random": 0.1}
+    ev = {"eval_random": 0.1, "eval_base": 0.05, "eval_panel": "p@1"}
+    bc = {"iteration": 0, "phase": "bc", "wall_s": 10.0, "eval_success": 0.25, **ev}
     rl = [{"iteration": k, "phase": "rl", "time_iteration": 5.0} for k in (1, 2)]
-    (row,) = summarize([(a, [bc, rl[0], {**rl[1], "eval_success": 0.5, "eval_random": 0.1}]), (b, [bc, *rl])])
-    # a: final 0.5, best 0.5; b: final 0.25 (its BC eval), best 0.25 -> mean 0.375, sample std 0.1767767
-    assert row["finished"] == 2 and row["final_eval"] == pytest.approx(0.375)
-    assert row["final_eval_std"] == pytest.approx(0.1767767, abs=1e-6) and row["random"] == pytest.approx(0.1)
+    final = {"eval_success": 0.5, "eval_ci_low": 0.2, "eval_ci_high": 0.8, **ev}
+    (row,) = summarize([(a, [bc, rl[0], {**rl[1], **final}]), (b, [bc, *rl])])
+    # a: final 0.5; b: final 0.25 (its BC eval) -> mean 0.375, sample std s = 0.25 / sqrt(2) = 0.1767767;
+    # 95 % t-interval half-width t_{0.975,1} · s / sqrt(2) = 12.706205 · 0.125 = 1.5882756, clipped to [0, 1]
+    assert (
+        row["finished"] == 2 and row["final_eval"] == pytest.approx(0.375) and row["interval"] == "t, 2 seeds"
+    )
+    assert (row["final_eval_low"], row["final_eval_high"]) == (0.0, 1.0)
+    assert (
+        row["random"] == pytest.approx(0.1) and row["base"] == pytest.approx(0.05) and row["panel"] == "p@1"
+    )
     assert row["wall_s"] == pytest.approx(20.0) and row["samples"] == 2 * per_iter
+    # one seed: its final eval's Wilson interval, as logged
+    (one,) = summarize([(a, [bc, rl[0], {**rl[1], **final}])])
+    assert (one["final_eval"], one["final_eval_low"], one["final_eval_high"], one["interval"]) == (
+        0.5,
+        0.2,
+        0.8,
+        "Wilson",
+    )
+    # three seeds 0.4, 0.5, 0.6: mean 0.5, s = 0.1, half-width t_{0.975,2} · s / sqrt(3) = 4.302653 · 0.0577350
+    # = 0.2484138 -> [0.2515862, 0.7484138]
+    finals = [{**bc, "eval_success": x} for x in (0.4, 0.5, 0.6)]
+    c = cells(SweepSpec(out=str(tmp_path), grid={"seed": [0, 1, 2]}))
+    (three,) = summarize([(cell, [r]) for cell, r in zip(c, finals, strict=True)])
+    assert three["final_eval_low"] == pytest.approx(0.2515862, abs=1e-6)
+    assert three["final_eval_high"] == pytest.approx(0.7484138, abs=1e-6)
+    assert three["final_eval"] == pytest.approx(0.5) and three["interval"] == "t, 3 seeds"
     (bare,) = summarize([(a, rl)])  # eval_every=0: no success figures, but time and samples
     assert (
         bare["finished"] == 1

@@ -213,6 +213,7 @@ def test_every_listed_protocol_option_is_an_agent_field():
         ("rollout.groups_per_iter=0", "rollout.groups_per_iter"),
         ("iterations=-1", "iterations"),
         ("eval_episodes=-1", "eval_episodes"),
+        ("eval_panel=", "eval_panel"),
         ("eval_every=-2", "eval_every"),
         ("learner.actor_lr=0", "learner.actor_lr"),
         ("learner.critic_lr=-1e-5", "learner.critic_lr"),
