@@ -120,7 +120,13 @@ def test_paired_rows_per_type_and_all():
     # a task one run did not play (its group dropped: "-") is left out, not counted as lost:
     # A 1-01, B 0111 -> tasks 0, 2, 3: A only (0), B only (2), both (3)
     (total,) = paired_rows("1-01", "0111")
-    assert (total["tasks"], total["a_only"], total["b_only"], total["both"], total["neither"]) == (3, 1, 1, 1, 0)
+    assert (total["tasks"], total["a_only"], total["b_only"], total["both"], total["neither"]) == (
+        3,
+        1,
+        1,
+        1,
+        0,
+    )
 
 
 def _run(path, rows):
