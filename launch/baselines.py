@@ -93,13 +93,28 @@ def random_cache(cfg: Any) -> TaskCache:
     return TaskCache("random", setting)
 
 
-def base_cache(cfg: Any) -> TaskCache:
+def model_identity(model_path: str | Path) -> str:
+    """What the base model's cache entries are tied to besides ``model.path``: a hash of the resolved folder's
+    ``config.json`` and its weight files' names and sizes (a model replaced in the same folder gets new entries)."""
+    folder = Path(model_path).expanduser()
+    if not folder.is_dir():
+        return str(model_path)
+    parts = [(folder / "config.json").read_text() if (folder / "config.json").is_file() else ""]
+    parts += sorted(
+        f"{p.name}:{p.stat().st_size}" for p in folder.iterdir() if p.suffix in (".safetensors", ".bin")
+    )
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+def base_cache(cfg: Any, model_path: str | Path) -> TaskCache:
+    """``model_path``: the resolved model folder (``actors.models.resolve_model_path``)."""
     m, e, r = cfg.model, cfg.env, cfg.rollout
     setting = {
         "env": e.name,
         "options": dict(e.options),
         "max_steps": e.max_steps,
         "model": m.path,
+        "model_files": model_identity(model_path),
         "dtype": m.dtype,
         "max_model_len": m.max_model_len,
         "engine": r.engine,

@@ -152,16 +152,19 @@ def cmd_eval(args: Sequence[str]) -> int:
         return 2
     cfg = read_run_config(run)
     adapter = run / "checkpoints" / latest.read_text().strip() / "adapter"
-    from launch.panels import AUTO, resolve_panel
+    from launch.panels import AUTO, load_panel, resolve_panel
 
-    options = dict(cfg.env.options)
     wanted = [(name, cfg.env.eval_split) for name in a.panel.split(",")] if a.panel else []
     wanted += [(AUTO, split) for split in a.split.split(",")] if a.split else []
+    panels = []  # (panel, the run config with the env options it is played with)
     try:
-        panels = [
-            resolve_panel(cfg.env.name, options, split, name, a.episodes)
-            for name, split in wanted or [(cfg.eval_panel, cfg.env.eval_split)]
-        ]
+        for name, split in wanted or [(cfg.eval_panel, cfg.env.eval_split)]:
+            # a stored panel named here is played in the env it was made in (e.g. every TextCraft depth for a run
+            # trained on depth 1); the run's own panel and auto panels in the run's env
+            own = name in (AUTO, cfg.eval_panel)
+            options = dict(cfg.env.options) if own else load_panel(name).options
+            env_cfg = dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, options=options))
+            panels.append((resolve_panel(cfg.env.name, options, split, name, a.episodes), env_cfg))
     except ConfigError as e:
         print(f"hierarl eval: {_one_line(e)}", file=sys.stderr)
         return 2
@@ -178,9 +181,9 @@ def cmd_eval(args: Sequence[str]) -> int:
     m_path = resolve_model_path(cfg.model.path, cfg.model.cache_dir)
     device = "cuda" if torch.cuda.is_available() else "cpu"
 
-    def worker(adapter_path: str | None) -> RolloutWorker:
+    def worker(env_cfg: Any, adapter_path: str | None) -> RolloutWorker:
         wc = rollout_worker_config(
-            cfg, m_path, device, adapter_path=adapter_path, temperature=cfg.rollout.eval_temperature
+            env_cfg, m_path, device, adapter_path=adapter_path, temperature=cfg.rollout.eval_temperature
         )
         return RolloutWorker(wc)
 
@@ -189,20 +192,23 @@ def cmd_eval(args: Sequence[str]) -> int:
         groups = w.collect(ids, 1, packed=False, seeds=seeds, sample_seed=sample_seed)
         return [t for g in groups for t in g.trajectories]  # type: ignore[union-attr]
 
-    policy = worker(str(adapter))
+    policies: dict[str, RolloutWorker] = {}  # one per set of env options
     tables = []
     try:
-        for panel in panels:
+        for panel, env_cfg in panels:
+            key = json.dumps(env_cfg.env.options, sort_keys=True)
+            if key not in policies:
+                policies[key] = worker(env_cfg, str(adapter))
             t0 = time.perf_counter()
-            trajs = play(policy, panel.tasks, cfg.seed + 10_000)
+            trajs = play(policies[key], panel.tasks, cfg.seed + 10_000)
             seconds = time.perf_counter() - t0
-            chance = {} if a.no_random else per_type(panel, random_rates(cfg, panel.tasks))
+            chance = {} if a.no_random else per_type(panel, random_rates(env_cfg, panel.tasks))
             base: dict[str, float] = {}
             if not a.no_base:
-                cache = base_cache(cfg)
+                cache = base_cache(env_cfg, m_path)
                 missing = cache.missing(panel.tasks)
                 if missing:
-                    zero_shot = worker(None)
+                    zero_shot = worker(env_cfg, None)
                     try:
                         played = play(zero_shot, missing, BASE_SEED)
                     finally:
@@ -230,7 +236,8 @@ def cmd_eval(args: Sequence[str]) -> int:
             tables.append((panel.label, rows))
             print(text, flush=True)
     finally:
-        policy.close()
+        for w in policies.values():
+            w.close()
     if len(tables) > 1:
         print(paper_table(tables), flush=True)
     return 0

@@ -77,10 +77,11 @@ def summary(
 class Evaluation:
     """The eval panel of one run, its baselines, and the result of a policy's episodes on it."""
 
-    def __init__(self, cfg: TrainConfig) -> None:
+    def __init__(self, cfg: TrainConfig, model_path: str) -> None:
+        """``model_path``: the resolved model folder (the base model's cache entries are tied to its files)."""
         self.cfg = cfg
         self._panels: dict[int, Panel] = {}
-        self.base_cache = base_cache(cfg)
+        self.base_cache = base_cache(cfg, model_path)
 
     def panel(self, n: int) -> Panel:
         """The run's panel, its first ``n`` tasks (0: all); resolved and checked once per ``n``."""

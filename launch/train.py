@@ -278,7 +278,7 @@ class Trainer:
         self.train_ids: list[str] = []
         self.start_iter = 0
         self.history: list[dict[str, Any]] = []
-        self.evaluation = Evaluation(cfg)  # the eval panel, its baselines, and results on it
+        self.evaluation = Evaluation(cfg, self.model_path)  # the eval panel, its baselines, and results on it
         self.metrics_path = self.run_dir / "metrics.jsonl"
         self._tb = None
         self.resumed_from: Path | None = None

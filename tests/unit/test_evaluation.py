@@ -92,7 +92,7 @@ def test_random_baseline_is_computed_once_per_task_and_setting(cache):
 
 def test_base_model_outcomes_are_cached_per_task(cache):
     cfg = resolve_config("hiper_synthetic_multi")
-    ev = Evaluation(cfg)
+    ev = Evaluation(cfg, "smollm2")
     panel = _panel4()
     t0, t1, t2, t3 = panel.tasks
     trajs = [
@@ -103,7 +103,7 @@ def test_base_model_outcomes_are_cached_per_task(cache):
     ev.store_base(panel, trajs)
     assert ev.base_missing(panel) == [t1, t3]  # not played (dropped): played again next time
     assert ev.base_cache.values(panel.head(1).tasks) == [1.0]
-    other = Evaluation(resolve_config("hiper_synthetic_multi", ["rollout.eval_temperature=1.0"]))
+    other = Evaluation(resolve_config("hiper_synthetic_multi", ["rollout.eval_temperature=1.0"]), "smollm2")
     assert other.base_missing(panel) == list(panel.tasks)  # another sampling setting: not the same baseline
 
 
