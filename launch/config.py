@@ -164,6 +164,14 @@ class LearnerConfig:
     """Learner precision: "float32", "bfloat16" (DeepSpeed bf16) or "auto" (bf16 on CUDA / AMX CPUs)."""
     actor_lr: float = 5e-5
     critic_lr: float = 1e-4
+    """The critic's learning rate (its LoRA and value heads), apart from the actor's (HiPER App. C.1: 10x)."""
+    critic_warmup_passes: int = 0
+    """Critic-only passes over the first RL iteration's rollouts (the BC policy's) before its first update, each on
+    targets recomputed from the critic as the last pass left it; 0: the first update reads a critic that is 0
+    everywhere. For algorithms with an online critic (PPO, HiPER, HISR)."""
+    measure_update: bool = True
+    """After every RL update, one more log-prob pass over the batch measures what the update did to the policy:
+    ``kl_update`` and ``kl_update/<token group>`` (``learners.diagnostics``). Costs one forward pass."""
     micro_batch_size: int = 8
     """Rows per forward/backward (bounds memory; gradients accumulate over the mini-batch)."""
     gradient_checkpointing: bool = False
@@ -277,6 +285,9 @@ class TrainConfig:
     """"" starts a local Ray cluster for the run; "auto" or "ray://host:port" joins one."""
     resume: bool = False
     """Continue from ``<run_dir>/checkpoints/latest``."""
+    save_trajectories: bool = False
+    """Write every RL iteration's trajectories to ``<run_dir>/trajectories/iter_<k>.jsonl`` (what the update
+    replay, ``bench/bench_replay.py``, trains on)."""
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -658,6 +669,12 @@ def _check_ranges(cfg: TrainConfig) -> None:
         (lr.kl_reference in ("start", "base"), "learner.kl_reference", lr.kl_reference, "start, base"),
         (lr.actor_lr > 0, "learner.actor_lr", lr.actor_lr, gt0),
         (lr.critic_lr > 0, "learner.critic_lr", lr.critic_lr, gt0),
+        (
+            lr.critic_warmup_passes >= 0,
+            "learner.critic_warmup_passes",
+            lr.critic_warmup_passes,
+            "an integer >= 0 (0: no warm-up)",
+        ),
         (
             lr.behaviour_is_cap is None or lr.behaviour_is_cap == 0 or lr.behaviour_is_cap >= 1,
             "learner.behaviour_is_cap",
@@ -1154,8 +1171,13 @@ def _resolved_lines(cfg: Any, indent: str) -> list[str]:
 def resolved_text(cfg: TrainConfig, algo_cfg: Any) -> str:
     """The resolved run config as YAML plus the resolved algorithm config (what a run prints and saves), then the
     values a ``null`` default stands for in this run (``read_run_config`` keeps the ``null``: a resumed run derives
-    them again)."""
-    derived = f"derived:\n  learner.behaviour_is_cap: {behaviour_is_cap(cfg)!r}\n"
+    them again) and the env's success reward, the unit of every shaping amount."""
+    from envs.base import success_reward
+
+    derived = (
+        f"derived:\n  env.success_reward: {success_reward(cfg.env.name, cfg.env.options)!r}\n"
+        f"  learner.behaviour_is_cap: {behaviour_is_cap(cfg)!r}\n"
+    )
     return dump_yaml(cfg) + "resolved_algo:\n" + "".join(_resolved_lines(algo_cfg, "  ")) + derived
 
 

@@ -37,7 +37,7 @@ from actors.demos import collect_demonstrations
 from actors.inference import LoraSpec
 from actors.models import resolve_model_path
 from actors.rollout import RolloutWorker, WorkerConfig, read_peft_adapter, unpack_group
-from actors.trajectory import Trajectory
+from actors.trajectory import Trajectory, to_jsonl
 from cluster.metrics import RunMetrics
 from cluster.ray_cluster import (
     WORKER_LOST,
@@ -47,6 +47,7 @@ from cluster.ray_cluster import (
     place_workers,
     spawn_in_bundle,
 )
+from envs import success_reward
 from envs.random_policy import random_policy_success
 from launch.algos import get_algo
 from launch.config import (
@@ -58,15 +59,15 @@ from launch.config import (
     resolved_text,
     torch_threads,
 )
+from launch.episode_stats import trajectory_stats
 from launch.hisr import RewardModels, reward_model_learners
 from launch.offline import OfflineData
-from launch.report import subgoal_rate
 from launch.stream import AsyncRollouts, iteration_tasks
 from learners.algorithm import Algorithm
+from learners.diagnostics import token_groups, update_kl
 from learners.group import LearnerGroup
 from learners.prepare import learner_batch, shaped_turns
 from learners.targets import sequences
-from learners.transitions import subgoal_counts
 from learners.worker import LearnerSpec
 
 
@@ -75,36 +76,6 @@ def timed(timings: dict[str, float], name: str):
     t0 = time.perf_counter()
     yield
     timings[name] = timings.get(name, 0.0) + time.perf_counter() - t0
-
-
-def trajectory_stats(trajs: Sequence[Trajectory]) -> dict[str, float]:
-    """Success, return, format validity (also per role, ``valid_format_<role>``, for protocols with several roles:
-    STEP-HRL's high / low / progress, Multi2's planner / executor), switch rate and mean segment length, tokens per
-    turn, and for protocols with sub-goal turns the share of issued sub-goals completed (``subgoal_completion``)."""
-    turns = [t for tr in trajs for t in tr.turns]
-    counts = [subgoal_counts(t) for t in trajs]
-    n = max(1, len(trajs))
-    seg_lengths = []
-    for tr in trajs:
-        q = tr.switches()
-        if q.size:
-            seg_lengths.append(q.size / max(1, int(q.sum())))
-    return {
-        "success": sum(t.won for t in trajs) / n,
-        "return": float(np.mean([t.episode_return for t in trajs])) if trajs else 0.0,
-        "env_steps": float(np.mean([t.info.get("env_steps", len(t.turns)) for t in trajs])) if trajs else 0.0,
-        "valid_format": float(np.mean([t.decision.valid for t in turns])) if turns else 0.0,
-        "switch_rate": float(np.mean([bool(t.decision.switch) for t in turns])) if turns else 0.0,
-        "segment_len": float(np.mean(seg_lengths)) if seg_lengths else 0.0,
-        "prompt_tokens": float(np.mean([t.prompt_ids.size for t in turns])) if turns else 0.0,
-        "response_tokens": float(np.mean([t.response_ids.size for t in turns])) if turns else 0.0,
-        "failed": float(sum(t.status == "failed" for t in trajs)),
-        **{
-            f"valid_format_{role}": float(np.mean([t.decision.valid for t in turns if t.role == role]))
-            for role in sorted({t.role for t in turns} - {"agent"})
-        },
-        **({"subgoal_completion": subgoal_rate(counts)} if any(i for i, _ in counts) else {}),
-    }
 
 
 def learner_adapters(cfg: TrainConfig) -> tuple[tuple[str, float], ...]:
@@ -241,6 +212,8 @@ class Trainer:
 
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         self.pad_id = self.tokenizer.pad_token_id or self.tokenizer.eos_token_id
+        self.success_reward = success_reward(cfg.env.name, dict(cfg.env.options))
+        """R: the unit of every shaping amount (``reward.shaping``)."""
         self.lora = lora_spec(cfg)
         self.adapters = cfg.model.adapter_names
         """The policy adapters of ``model.role_adapters`` (empty: one adapter for every role)."""
@@ -393,10 +366,19 @@ class Trainer:
 
     def update_recovering(self, trajs: list[Trajectory], it: int) -> tuple[dict[str, Any], dict[str, float]]:
         """``update`` on iteration ``it``'s rollouts; if a learner worker dies, the group is rebuilt from the newest
-        readable checkpoint and the update redone on the same rollouts."""
+        readable checkpoint and the update redone on the same rollouts. The first RL iteration's critic is warmed
+        up first (``learner.critic_warmup_passes``)."""
+        warmup = self.cfg.learner.critic_warmup_passes if it == 1 and self.offline is None else 0
         while True:
             try:
-                return self.update(trajs, self.algo, self.algo_cfg, seed=self.cfg.seed + it, iteration=it)
+                return self.update(
+                    trajs,
+                    self.algo,
+                    self.algo_cfg,
+                    seed=self.cfg.seed + it,
+                    iteration=it,
+                    critic_warmup=warmup,
+                )
             except WORKER_LOST as e:
                 self.rebuild_learner(e)
 
@@ -521,20 +503,26 @@ class Trainer:
         lr: float | None = None,
         mini_batch_size: int | None = None,
         iteration: int = 0,
+        critic_warmup: int = 0,
     ):
         """The pure half (``learners.prepare``) around the learner group's forward passes and update; returns
-        (metrics, timings)."""
+        (metrics, timings). ``critic_warmup`` critic-only passes come first (``warm_up_critic``)."""
         timings: dict[str, float] = {}
         with timed(timings, "advantage"):
-            turns = shaped_turns(trajs, algo_cfg, max_len=self.cfg.learner.max_seq_len, pad_id=self.pad_id)
+            turns = shaped_turns(
+                trajs,
+                algo_cfg,
+                success_reward=self.success_reward,
+                max_len=self.cfg.learner.max_seq_len,
+                pad_id=self.pad_id,
+            )
             seqs = sequences(turns, algo.value_slots)
         rows_of = self.adapter_rows(trajs, turns)
         with timed(timings, "logprobs"):
             # behaviour cloning reads no π_old: its pass is skipped (zeros stand in)
             logprobs = np.zeros(seqs.input_ids.shape, np.float32)
             if algo.uses_old_logprobs:
-                for name, rows in rows_of.items():  # each row under the adapter of its turn's role
-                    logprobs[rows] = self.learner.logprobs(seqs.rows(rows), adapter=name)
+                logprobs = self.policy_logprobs(seqs, rows_of)
             offline = self.offline if algo is self.algo else None
             ref = None
             if algo.uses_reference(algo_cfg) and (offline is None or offline.online(iteration)):
@@ -545,6 +533,13 @@ class Trainer:
             with timed(timings, "reward_models"):
                 model_stats = self.hisr.annotate(trajs, turns, logprobs)
         values = None
+        if algo.value_slots and critic_warmup:
+            with timed(timings, "critic_warmup"):
+                model_stats.update(
+                    self.warm_up_critic(
+                        algo, algo_cfg, trajs, turns, seqs, (logprobs, ref), passes=critic_warmup, seed=seed
+                    )
+                )
         if algo.value_slots:
             with timed(timings, "values"):
                 values = self.learner.values(seqs)
@@ -588,7 +583,52 @@ class Trainer:
                 metrics.update(self._update_adapters(batch, algo, rows_of, lr, common))
             if offline is not None:
                 offline.critic_steps += int(metrics["optimizer_steps"])
+        if algo.uses_old_logprobs and self.cfg.learner.measure_update:
+            with timed(timings, "measure"):  # what the update did to the policy, per token group
+                after = self.policy_logprobs(seqs, rows_of)
+                metrics.update(update_kl(logprobs, after, token_groups(trajs, turns)))
         return metrics, timings
+
+    def policy_logprobs(self, seqs: Any, rows_of: dict[str | None, np.ndarray]) -> np.ndarray:
+        """float32[B, L]: each row's log-probs under the adapter of its turn's role (``adapter_rows``)."""
+        out = np.zeros(seqs.input_ids.shape, np.float32)
+        for name, rows in rows_of.items():
+            out[rows] = self.learner.logprobs(seqs.rows(rows), adapter=name)
+        return out
+
+    def warm_up_critic(
+        self,
+        algo: Algorithm,
+        algo_cfg: Any,
+        trajs: list[Trajectory],
+        turns: Any,
+        seqs: Any,
+        logprobs: tuple[np.ndarray, np.ndarray | None],
+        *,
+        passes: int,
+        seed: int,
+    ) -> dict[str, float]:
+        """``passes`` critic-only epochs over this iteration's rollouts (the BC policy's, at RL iteration 1), each
+        on targets recomputed from the critic as the previous pass left it (fitted value iteration), so the first
+        policy update reads advantages from a critic that has seen the outcomes instead of one that is 0
+        everywhere. Returns the value loss of the first and the last pass."""
+        losses = []
+        for k in range(passes):
+            batch, _ = learner_batch(
+                algo, algo_cfg, trajs, turns, seqs, logprobs[0], logprobs[1], self.learner.values(seqs)
+            )
+            m = self.learner.update(
+                batch,
+                policy_loss=None,
+                value_loss=algo.value_loss,
+                loss_cfg=algo_cfg,
+                agg=algo_cfg.agg,
+                mini_batch_size=self.cfg.learner.mini_batch_size,
+                epochs=1,
+                seed=seed + 7919 * (k + 1),
+            )
+            losses.append(m["value_loss"])
+        return {"critic_warmup_loss_first": losses[0], "critic_warmup_loss_last": losses[-1]}
 
     def adapter_rows(self, trajs: Sequence[Trajectory], turns: Any) -> dict[str | None, np.ndarray]:
         """Batch rows per policy adapter (``model.role_adapters``: the adapter of each row's role); {None: every
@@ -895,6 +935,8 @@ class Trainer:
             stats["policy_lag"] = self.version - min(
                 (turn.policy_version for t in trajs for turn in t.turns), default=self.version
             )
+            if cfg.save_trajectories:  # before the update writes its shaping into the turns
+                to_jsonl(trajs, self.run_dir / "trajectories" / f"iter_{it}.jsonl")
             metrics, t_upd = self.update_recovering(trajs, it)
             timings.update(t_upd)
             if self._pending:
@@ -1030,12 +1072,15 @@ def _iteration_line(r: dict[str, Any]) -> str:
         f"return {r['return']:+.2f}",
         f"valid {r['valid_format']:.2f}",
         f"kl {r.get('kl', 0.0):.4f}",
+        f"update kl {r.get('kl_update', 0.0):.4f}",
         f"entropy {r.get('entropy', 0.0):.2f}",
         f"switch {r['switch_rate']:.2f}",
         f"seglen {r['segment_len']:.1f}",
         f"tok {r['prompt_tokens']:.0f}+{r['response_tokens']:.0f}",
         f"gap {r.get('logprob_gap', 0.0):.3f}",
     ]
+    if "switch_agreement" in r:
+        parts.append(f"expert-switch agreement {r['switch_agreement']:.2f}")
     if r.get("policy_lag"):
         parts.append(f"lag {r['policy_lag']}")
     if "eval_success" in r:

@@ -353,16 +353,20 @@ def test_dry_run_prints_the_resolved_config(capsys):
     assert (
         "name: webshop" in out
         and "resolved_algo:\n" in out
-        and "\n  shaping:\n    format_penalty: 0.1\n" in out
+        and "\n  shaping:\n    format_penalty: 0.01\n" in out
     )
-    assert "\n    c_keep: 0.2\n" in out
+    assert (
+        "\n    c_keep: 0.2\n" in out and "\n  env.success_reward: 1.0\n" in out
+    )  # WebShop's reward is in [0, 1]
     assert main(["train", "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "preset hiper_textcraft_cpu (" in out and "the default, no preset named" in out
     assert "\n    format_penalty: 0.01\n" in out
-    assert out.endswith("derived:\n  learner.behaviour_is_cap: 0.0\n")  # null, in the synchronous loop
+    assert out.endswith(
+        "derived:\n  env.success_reward: 1.0\n  learner.behaviour_is_cap: 0.0\n"
+    )  # null, sync
     assert main(["train", "--dry-run", "max_staleness=2"]) == 0
-    assert capsys.readouterr().out.endswith("derived:\n  learner.behaviour_is_cap: 2.0\n")
+    assert capsys.readouterr().out.endswith("\n  learner.behaviour_is_cap: 2.0\n")
 
 
 def _ray_session_state() -> tuple:
