@@ -23,7 +23,6 @@ import random
 import shutil
 import time
 from collections.abc import Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,19 +62,10 @@ from launch.episode_stats import trajectory_stats
 from launch.hisr import RewardModels, reward_model_learners
 from launch.offline import OfflineData
 from launch.stream import AsyncRollouts, iteration_tasks
+from launch.updater import Updater, timed
 from learners.algorithm import Algorithm
-from learners.diagnostics import token_groups, update_kl
 from learners.group import LearnerGroup
-from learners.prepare import learner_batch, shaped_turns
-from learners.targets import sequences
 from learners.worker import LearnerSpec
-
-
-@contextmanager
-def timed(timings: dict[str, float], name: str):
-    t0 = time.perf_counter()
-    yield
-    timings[name] = timings.get(name, 0.0) + time.perf_counter() - t0
 
 
 def learner_adapters(cfg: TrainConfig) -> tuple[tuple[str, float], ...]:
@@ -212,8 +202,6 @@ class Trainer:
 
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         self.pad_id = self.tokenizer.pad_token_id or self.tokenizer.eos_token_id
-        self.success_reward = success_reward(cfg.env.name, dict(cfg.env.options))
-        """R: the unit of every shaping amount (``reward.shaping``)."""
         self.lora = lora_spec(cfg)
         self.adapters = cfg.model.adapter_names
         """The policy adapters of ``model.role_adapters`` (empty: one adapter for every role)."""
@@ -234,6 +222,15 @@ class Trainer:
             self.learner_spec,
             cfg.learner.num_workers,
             WorkerResources(cfg.learner.cpus_per_worker, self.learner_gpus),
+        )
+        self.updater = Updater(
+            self.learner,
+            cfg.learner,
+            pad_id=self.pad_id,
+            success_reward=success_reward(cfg.env.name, dict(cfg.env.options)),
+            role_adapters=cfg.model.role_adapters,
+            ref_adapters=self.ref_adapters,
+            behaviour_is_cap=behaviour_is_cap(cfg),
         )
         self.version = 0
         # the last two pushes (adapter name, None for the one adapter of most runs → its tensors): a one-step-off
@@ -262,22 +259,6 @@ class Trainer:
 
     def task_ids(self, split: str) -> list[str]:
         return env_task_ids(self.cfg, split)
-
-    def freeze_reference(self) -> None:
-        """Copy each policy adapter into its frozen ``ref_<name>``: the KL term's reference from here on (RL's start:
-        the BC policy; an offline algorithm's first online iteration: π_off)."""
-        for name in self.adapters or ["default"]:
-            self.learner.load_adapter_weights(self.learner.adapter_weights(name), adapter=f"ref_{name}")
-
-    def reference_logprobs(self, seqs: Any, rows_of: dict[str | None, np.ndarray]) -> np.ndarray:
-        """The reference policy's log-probs of every row: each row under the frozen copy of its role's adapter, or
-        with every adapter disabled where the run keeps no copy (``learner.kl_reference=base``)."""
-        if not self.ref_adapters:
-            return self.learner.logprobs(seqs, reference=True)
-        ref = np.zeros(seqs.input_ids.shape, np.float32)
-        for name, rows in rows_of.items():
-            ref[rows] = self.learner.logprobs(seqs.rows(rows), adapter=f"ref_{name or 'default'}")
-        return ref
 
     def sample(self, prompts: Sequence[np.ndarray], role: str, seed: int) -> list[Any]:
         """One response per prompt from ``role``'s adapter, spread over the rollout workers, in prompt order."""
@@ -397,6 +378,7 @@ class Trainer:
             self.cfg.learner.num_workers,
             WorkerResources(self.cfg.learner.cpus_per_worker, self.learner_gpus),
         )
+        self.updater.learner = self.learner
         loaded = self.load_newest_checkpoint()
         if loaded is None:
             raise RuntimeError(
@@ -504,179 +486,26 @@ class Trainer:
         mini_batch_size: int | None = None,
         iteration: int = 0,
         critic_warmup: int = 0,
-    ):
-        """The pure half (``learners.prepare``) around the learner group's forward passes and update; returns
-        (metrics, timings). ``critic_warmup`` critic-only passes come first (``warm_up_critic``)."""
-        timings: dict[str, float] = {}
-        with timed(timings, "advantage"):
-            turns = shaped_turns(
-                trajs,
-                algo_cfg,
-                success_reward=self.success_reward,
-                max_len=self.cfg.learner.max_seq_len,
-                pad_id=self.pad_id,
-            )
-            seqs = sequences(turns, algo.value_slots)
-        rows_of = self.adapter_rows(trajs, turns)
-        with timed(timings, "logprobs"):
-            # behaviour cloning reads no π_old: its pass is skipped (zeros stand in)
-            logprobs = np.zeros(seqs.input_ids.shape, np.float32)
-            if algo.uses_old_logprobs:
-                logprobs = self.policy_logprobs(seqs, rows_of)
-            offline = self.offline if algo is self.algo else None
-            ref = None
-            if algo.uses_reference(algo_cfg) and (offline is None or offline.online(iteration)):
-                ref = self.reference_logprobs(seqs, rows_of)
-        model_stats: dict[str, float] = {}
-        if algo.reward_models:
-            assert self.hisr is not None
-            with timed(timings, "reward_models"):
-                model_stats = self.hisr.annotate(trajs, turns, logprobs)
-        values = None
-        if algo.value_slots and critic_warmup:
-            with timed(timings, "critic_warmup"):
-                model_stats.update(
-                    self.warm_up_critic(
-                        algo, algo_cfg, trajs, turns, seqs, (logprobs, ref), passes=critic_warmup, seed=seed
-                    )
-                )
-        if algo.value_slots:
-            with timed(timings, "values"):
-                values = self.learner.values(seqs)
-        with timed(timings, "advantage"):
-            batch, metrics = learner_batch(
-                algo,
-                algo_cfg,
-                trajs,
-                turns,
-                seqs,
-                logprobs,
-                ref,
-                values,
-                negate_advantages=self.cfg.learner.negate_advantages,
-                behaviour_is_cap=behaviour_is_cap(self.cfg),
-            )
-            metrics.update(model_stats)
-        with timed(timings, "update"):
-            common = {
-                "loss_cfg": algo_cfg,
-                "agg": algo_cfg.agg,
-                "mini_batch_size": mini_batch_size or self.cfg.learner.mini_batch_size,
-                "epochs": self.cfg.learner.ppo_epochs,
-                "seed": seed,
-                # STEP-HRL's critic warm-up in whole passes: A is computed at the start of a pass, so the actor
-                # joins at the first pass that starts with a warmed-up critic (else it trains on A from an untrained one)
-                "critic_only_steps": 1 << 62 if offline is not None and offline.warmup_left() > 0 else 0,
-                "target_tau": algo_cfg.target_tau if algo.target_critic else 0.0,
-            }
-            if None in rows_of:  # one adapter: policy and critic step together on every mini-batch
-                if lr is not None:
-                    self.learner.set_lr(lr)
-                metrics.update(
-                    self.learner.update(
-                        batch, policy_loss=algo.policy_loss, value_loss=algo.value_loss, **common
-                    )
-                )
-                if lr is not None:
-                    self.learner.set_lr(self.cfg.learner.actor_lr)
-            else:
-                metrics.update(self._update_adapters(batch, algo, rows_of, lr, common))
-            if offline is not None:
-                offline.critic_steps += int(metrics["optimizer_steps"])
-        if algo.uses_old_logprobs and self.cfg.learner.measure_update:
-            with timed(timings, "measure"):  # what the update did to the policy, per token group
-                after = self.policy_logprobs(seqs, rows_of)
-                metrics.update(update_kl(logprobs, after, token_groups(trajs, turns)))
+    ) -> tuple[dict[str, Any], dict[str, float]]:
+        """``Updater.update`` with this run's offline-data and reward-model hooks; returns (metrics, timings)."""
+        offline = self.offline if algo is self.algo else None
+        metrics, timings = self.updater.update(
+            trajs,
+            algo,
+            algo_cfg,
+            seed=seed,
+            lr=lr,
+            mini_batch_size=mini_batch_size,
+            reference=offline is None or offline.online(iteration),
+            annotate=self.hisr.annotate if algo.reward_models and self.hisr is not None else None,
+            # STEP-HRL's critic warm-up in whole passes: A is computed at the start of a pass, so the actor joins at
+            # the first pass that starts with a warmed-up critic (else it trains on A from an untrained one)
+            critic_only_steps=1 << 62 if offline is not None and offline.warmup_left() > 0 else 0,
+            critic_warmup=critic_warmup,
+        )
+        if offline is not None:
+            offline.critic_steps += int(metrics["optimizer_steps"])
         return metrics, timings
-
-    def policy_logprobs(self, seqs: Any, rows_of: dict[str | None, np.ndarray]) -> np.ndarray:
-        """float32[B, L]: each row's log-probs under the adapter of its turn's role (``adapter_rows``)."""
-        out = np.zeros(seqs.input_ids.shape, np.float32)
-        for name, rows in rows_of.items():
-            out[rows] = self.learner.logprobs(seqs.rows(rows), adapter=name)
-        return out
-
-    def warm_up_critic(
-        self,
-        algo: Algorithm,
-        algo_cfg: Any,
-        trajs: list[Trajectory],
-        turns: Any,
-        seqs: Any,
-        logprobs: tuple[np.ndarray, np.ndarray | None],
-        *,
-        passes: int,
-        seed: int,
-    ) -> dict[str, float]:
-        """``passes`` critic-only epochs over this iteration's rollouts (the BC policy's, at RL iteration 1), each
-        on targets recomputed from the critic as the previous pass left it (fitted value iteration), so the first
-        policy update reads advantages from a critic that has seen the outcomes instead of one that is 0
-        everywhere. Returns the value loss of the first and the last pass."""
-        losses = []
-        for k in range(passes):
-            batch, _ = learner_batch(
-                algo, algo_cfg, trajs, turns, seqs, logprobs[0], logprobs[1], self.learner.values(seqs)
-            )
-            m = self.learner.update(
-                batch,
-                policy_loss=None,
-                value_loss=algo.value_loss,
-                loss_cfg=algo_cfg,
-                agg=algo_cfg.agg,
-                mini_batch_size=self.cfg.learner.mini_batch_size,
-                epochs=1,
-                seed=seed + 7919 * (k + 1),
-            )
-            losses.append(m["value_loss"])
-        return {"critic_warmup_loss_first": losses[0], "critic_warmup_loss_last": losses[-1]}
-
-    def adapter_rows(self, trajs: Sequence[Trajectory], turns: Any) -> dict[str | None, np.ndarray]:
-        """Batch rows per policy adapter (``model.role_adapters``: the adapter of each row's role); {None: every
-        row} with one adapter."""
-        if not self.adapters:
-            return {None: np.arange(len(turns))}
-        roles = self.cfg.model.role_adapters
-        names = np.array([roles[trajs[i].turns[j].role] for i, j in turns.index])
-        return {n: np.flatnonzero(names == n) for n in self.adapters if (names == n).any()}
-
-    def _update_adapters(
-        self,
-        batch: Any,
-        algo: Algorithm,
-        rows_of: dict[str | None, np.ndarray],
-        lr: float | None,
-        common: dict,
-    ) -> dict[str, float]:
-        """Several adapters: each adapter's policy steps on its roles' rows (its own optimizer; the first
-        ``critic_only_steps`` skip them all), then the critic on every row. Metrics: the policy's per adapter
-        (``<name>/<metric>``) and their row-weighted mean under the plain name."""
-        out: dict[str, float] = {}
-        steps = 0.0
-        for name, rows in rows_of.items():
-            if not batch.loss_mask[rows].any():
-                # nothing to train (an algorithm that keeps this role fixed): no step at all, since AdamW's moments
-                # would still move the adapter on a zero gradient
-                continue
-            if lr is not None:
-                self.learner.set_lr(lr, adapter=name)
-            m = self.learner.update(
-                batch.rows(rows), policy_loss=algo.policy_loss, value_loss=None, adapter=name, **common
-            )
-            if lr is not None:
-                self.learner.set_lr(
-                    self.cfg.learner.adapter_lr.get(name, self.cfg.learner.actor_lr), adapter=name
-                )
-            steps = max(steps, m.pop("optimizer_steps"))
-            share = rows.size / len(batch)
-            for k, v in m.items():
-                out[f"{name}/{k}"] = v
-                out[k] = out.get(k, 0.0) + share * v
-        if algo.value_loss is not None:
-            m = self.learner.update(batch, policy_loss=None, value_loss=algo.value_loss, **common)
-            steps = max(steps, m.pop("optimizer_steps"))
-            out.update(m)
-        out["optimizer_steps"] = steps
-        return out
 
     def demonstrations(self) -> list[Trajectory]:
         """``expert_demonstrations`` on the run's training tasks: what behaviour cloning trains on, and STEP-HRL's
@@ -893,7 +722,7 @@ class Trainer:
                     flush=True,
                 )
             if self.ref_adapters and self.offline is None:
-                self.freeze_reference()  # π_ref: the policy RL starts from (after BC)
+                self.updater.freeze_reference()  # π_ref: the policy RL starts from (after BC)
             self.checkpoint(0)
             self.start_iter = 1
         if self.hisr is not None:
@@ -909,7 +738,7 @@ class Trainer:
                 with timed(timings, "rollout"):
                     trajs, new = self.offline.iteration_data(it)
                 if it == self.offline.first_online() and self.algo.uses_reference(self.algo_cfg):
-                    self.freeze_reference()  # π_off: the policy the offline phase ended with
+                    self.updater.freeze_reference()  # π_off: the policy the offline phase ended with
                 episodes = [t for t in trajs if not t.info.get("anchor")]
                 # train success is that of the iteration's own rollouts; the stored data's is not the policy's
                 stats = {**trajectory_stats(new or episodes), "buffer_trajectories": float(len(episodes))}

@@ -299,6 +299,8 @@ PAIRS: list[tuple[str, str, set[str]]] = [
     ("hiper_synthetic_small", "ppo_synthetic_small", set()),
     ("hiper_synthetic_long", "ppo_synthetic_long", set()),
     ("hiper_synthetic_multi", "ppo_synthetic_multi", set()),
+    ("hiper_synthetic_3stage", "ppo_synthetic_3stage", set()),
+    ("ppo_synthetic_3stage", "gigpo_synthetic_3stage", {"algo.gamma"}),  # GiGPO's own 0.95
     ("grpo_alfworld", "rloo_alfworld", set()),
     ("grpo_alfworld", "gigpo_alfworld", set()),
     ("hiper_alfworld", "ppo_alfworld", {"rollout.agent", "algo.reward_terms"}),

@@ -10,7 +10,14 @@ import pytest
 from actors.trajectory import Decision, Trajectory, Turn
 from envs import success_reward
 from launch.episode_stats import expert_switches, hierarchy_stats, segment_lengths
-from learners.diagnostics import group_rms, token_groups, update_kl
+from learners.diagnostics import (
+    block_logprobs,
+    group_rms,
+    probe_deltas,
+    probe_splits,
+    token_groups,
+    update_kl,
+)
 from tests.unit.test_glue import HIPER_REWARDS, HIPER_SWITCHES, L, _batch, _traj
 
 
@@ -98,3 +105,26 @@ def test_success_rewards_of_the_envs():
     assert success_reward("scienceworld") == 100.0
     for name in ("synthetic", "textcraft", "virtualhome", "webshop"):
         assert success_reward(name) == 1.0
+
+
+def test_the_probe_reads_each_expert_decision_and_averages_its_change_per_split():
+    """Two expert episodes, q = [S, K, S] and [S, K]: decisions turn0, keep, switch | turn0, keep; final segments:
+    turns 2 | 0-1. Log-probs per token: before -1, after -1 + 0.1 on switch tokens and + 0.2 on action tokens, so
+    per turn the switch block (2 tokens) gains 0.2 and the action block (2 tokens) 0.4, the subgoal 0. The subgoal
+    counts only where the expert writes a new one (turn 0 and SWITCH): 3 of the 5 states."""
+    trajs = [_traj("a", HIPER_REWARDS, HIPER_SWITCHES), _traj("b", [0.0, 1.0], [True, False])]
+    splits = probe_splits(trajs)
+    assert [s["kind"] for s in splits] == ["turn0", "keep", "switch", "turn0", "keep"]
+    assert [s["final_segment"] for s in splits] == [False, False, True, True, True]
+    turns = _batch(trajs)
+    before = np.full((5, L), -1.0)
+    after = before.copy()
+    groups = token_groups(trajs, turns)
+    after[groups["switch"]] += 0.1
+    after[groups["action"]] += 0.2
+    b, a = block_logprobs(turns, before), block_logprobs(turns, after)
+    assert b["switch"].tolist() == [-2.0] * 5 and b["action"].tolist() == [-2.0] * 5
+    d = probe_deltas(splits, b, a)
+    assert d["switch/all"] == pytest.approx(0.2) and d["action/keep"] == pytest.approx(0.4)
+    assert d["subgoal/all"] == 0.0 and "subgoal/keep" not in d
+    assert set(d) >= {"action/final", "action/nonfinal", "switch/switch", "switch/keep"}
