@@ -142,6 +142,36 @@ def learner_spec(
     )
 
 
+ALL_STEPS = 1 << 62
+"""``critic_only_steps`` that covers every optimizer step of an update."""
+
+
+def update_arguments(
+    algo: Algorithm,
+    algo_cfg: Any,
+    cfg: TrainConfig,
+    *,
+    seed: int,
+    mini_batch_size: int | None,
+    warmup_left: int,
+) -> dict[str, Any]:
+    """The keyword arguments of the learner group's ``update`` calls of one driver update (pure).
+
+    ``warmup_left`` > 0 (critic steps still owed to the warm-up of a ``target_critic`` algorithm): the whole update
+    trains the critic alone. STEP-HRL's warm-up runs in whole passes: A is computed at the start of a pass, so the
+    actor joins at the first pass that starts with a warmed-up critic (else it trains on A from an untrained one).
+    ``target_tau``: the algorithm's Polyak rate for a ``target_critic`` algorithm, else 0 (no target copy)."""
+    return {
+        "loss_cfg": algo_cfg,
+        "agg": algo_cfg.agg,
+        "mini_batch_size": mini_batch_size or cfg.learner.mini_batch_size,
+        "epochs": cfg.learner.ppo_epochs,
+        "seed": seed,
+        "critic_only_steps": ALL_STEPS if warmup_left > 0 else 0,
+        "target_tau": algo_cfg.target_tau if algo.target_critic else 0.0,
+    }
+
+
 def env_task_ids(cfg: TrainConfig, split: str) -> list[str]:
     """The run's env's task ids of ``split`` (one env built and closed)."""
     import envs
@@ -563,17 +593,14 @@ class Trainer:
             )
             metrics.update(model_stats)
         with timed(timings, "update"):
-            common = {
-                "loss_cfg": algo_cfg,
-                "agg": algo_cfg.agg,
-                "mini_batch_size": mini_batch_size or self.cfg.learner.mini_batch_size,
-                "epochs": self.cfg.learner.ppo_epochs,
-                "seed": seed,
-                # STEP-HRL's critic warm-up in whole passes: A is computed at the start of a pass, so the actor
-                # joins at the first pass that starts with a warmed-up critic (else it trains on A from an untrained one)
-                "critic_only_steps": 1 << 62 if offline is not None and offline.warmup_left() > 0 else 0,
-                "target_tau": algo_cfg.target_tau if algo.target_critic else 0.0,
-            }
+            common = update_arguments(
+                algo,
+                algo_cfg,
+                self.cfg,
+                seed=seed,
+                mini_batch_size=mini_batch_size,
+                warmup_left=0 if offline is None else offline.warmup_left(),
+            )
             if None in rows_of:  # one adapter: policy and critic step together on every mini-batch
                 if lr is not None:
                     self.learner.set_lr(lr)
