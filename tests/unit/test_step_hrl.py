@@ -252,3 +252,24 @@ def test_expert_local_progress_accumulates_within_a_subtask_and_restarts_with_th
     texts = [expert_text("step_hrl", "progress", s) for s in steps]
     assert "done: go to L<" in texts[0] and "done: go to L; take X<" in texts[1]
     assert "done: craft Y<" in texts[2]
+
+
+@pytest.mark.parametrize(("direction", "v_loss"), [("iql", 0.05), ("authors", 0.95)])
+def test_expectile_direction(direction, v_loss):
+    """V_low 2 above its target 1 (d = −1 < 0), τ₂ 0.95: Eq. 12 weighs it |0.95 − 1| = 0.05; the authors' code
+    weighs V − Q_target > 0 by τ₂ = 0.95. Catches: the option ignored; a bad value accepted (one line, exit 2)."""
+    from launch.config import ConfigError, resolve_algo_config
+
+    values = torch.zeros(1, 12)
+    values[0, 3] = 2.0
+    target = torch.zeros(1, 12)
+    target[0, 3] = 1.0
+    weight = torch.zeros(1, 12)
+    weight[0, 3] = 1.0
+    inputs = CriticInputs(value_target=target, old_values=torch.zeros(1, 12), value_weight=weight)
+    _, m = step_hrl.value_loss(values, inputs, step_hrl.Config(expectile_direction=direction))
+    assert m["v_loss"] == pytest.approx(v_loss)
+    with pytest.raises(
+        ConfigError, match=r"^algo.expectile_direction: unknown value 'upper'; allowed: iql, authors$"
+    ):
+        resolve_algo_config(step_hrl.Config, {"expectile_direction": "upper"})
