@@ -752,7 +752,7 @@ def _check_algo(cfg: TrainConfig) -> Any:
         "clip_low": (lambda v: v >= 0, "a number >= 0"),
         "clip_high": (lambda v: v >= 0, "a number >= 0"),
         "kl_coef": (lambda v: v >= 0, "a number >= 0"),
-        "value_clip": (lambda v: v >= 0, "a number >= 0"),
+        "value_clip": (lambda v: v is None or v >= 0, "a number >= 0 (null: no clipping)"),
         "step_weight": (lambda v: v >= 0, "a number >= 0"),
         "eps": (lambda v: v >= 0, "a number >= 0"),
         "beta": (lambda v: v > 0, "a number > 0"),
