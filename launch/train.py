@@ -142,6 +142,11 @@ def learner_spec(
     )
 
 
+def bc_loss_config(cfg: TrainConfig) -> Any:
+    """The SFT config of the behaviour-cloning warm start: its NLL aggregated by ``bc.agg``."""
+    return get_algo("sft").Config(agg=cfg.bc.agg)
+
+
 ALL_STEPS = 1 << 62
 """``critic_only_steps`` that covers every optimizer step of an update."""
 
@@ -684,7 +689,7 @@ class Trainer:
             m, _ = self.update(
                 demos,
                 sft,
-                sft.Config(),
+                bc_loss_config(cfg),
                 seed=cfg.seed + epoch,
                 lr=cfg.bc.lr,
                 mini_batch_size=cfg.bc.mini_batch_size,

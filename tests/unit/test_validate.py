@@ -495,3 +495,18 @@ def test_a_gpu_share_is_a_fraction_of_one_gpu_or_whole_gpus(key):
         assert _error([f"{key}={bad}"]).startswith(f"{key}: got ")
     for good in ("0.25", "1", "2"):
         validate(resolve_config(None, [f"{key}={good}"]))
+
+
+def test_bc_agg_is_checked_shared_and_reaches_the_bc_loss():
+    """``bc.agg`` (STEP-HRL Eq. 9-10's per-response sum, or the authors' per-response mean) is one of the loss's
+    aggregations, shapes BC (``bc.from_run`` needs it equal) and is what the BC phase trains with.
+    Catches: the BC loss built without it (the default token-mean would stand in silently)."""
+    from launch.config import BC_KEYS
+    from launch.train import bc_loss_config
+
+    cfg = resolve_config(DEFAULT_PRESET, ["bc.agg=seq-mean-token-sum"])
+    validate(cfg)
+    assert bc_loss_config(cfg).agg == "seq-mean-token-sum"
+    assert bc_loss_config(resolve_config(DEFAULT_PRESET)).agg == "token-mean"
+    assert "bc.agg" in BC_KEYS
+    assert _error(["bc.agg=seq-sum"]).startswith("bc.agg: unknown value 'seq-sum'")
