@@ -36,7 +36,7 @@ Deviations, each labelled where it is made:
   loss (the paper names no code; its PPO and GAE are the standard ones). The turn-level ratio is the product of
   its tokens' ratios and leaves [1 − ε, 1 + ε] sooner on long actions; no turn-level variant is offered yet;
 * **value clipping** off by default (``value_clip`` null): the paper's critic is plain regression on the return (it
-  names no clip). ``value_clip=0.2`` is PPO's clipped value loss, the default before (and PPO's here).
+  names no clip). ``value_clip=0.2`` is PPO's clipped value loss (PPO's default here).
 """
 
 from __future__ import annotations

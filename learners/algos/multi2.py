@@ -33,6 +33,9 @@ Our copy of the paper lost Eq. 3–7 in extraction; the forms above are reconstr
   Q_target (the default, ``expectile_direction="iql"``). The authors' code (``alg/Multi_RL.py``,
   ``weight_tau`` 0.95) weighs V − Q_target < 0 by 1 − τ and > 0 by τ: IQL at 1 − τ, a V that tracks the lower 0.05
   expectile. ``expectile_direction="authors"`` gives the code's weights.
+* **Target critic.** Q's TD target and V's regression target read the soft-updated copy (V_target(s'),
+  Q_target(s, a): IQL, as STEP-HRL Eq. 11–12); the authors' code reads both from the current critic without a
+  gradient and uses its target copy only for the policy-anchored actions (``get_policy_q``).
 * **KL in the online phase** reaches every trained row (``loss_mask``), the planner's SFT rows included, where
   Eq. 7 regularises the executor alone: a policy loss sees no role, and a per-role KL mask would need a field in
   ``learners.targets.PolicyInputs`` (shared by every algorithm). With ``model.role_adapters`` (the presets) the
