@@ -24,8 +24,8 @@ Reading and deviations:
 * **The clip is per token.** Eq. 4's ratio is π_θ(ζ_t | C_t) / π_old(ζ_t | C_t) of the whole step output ζ_t;
   ours is the shared ``learners.targets.clipped_policy_loss``, ratio and clip per response token, as in verl's
   PPO loss that verl-agent (which HIPIF follows for its step-level advantages, Sec. 3.1) trains with. No authors'
-  code is public. A step-level ratio is the product of its tokens' ratios (it leaves [1 − ε, 1 + ε] sooner on long steps); no
-  step-level variant is offered yet.
+  code is public. A step-level ratio is the product of its tokens' ratios (it leaves [1 − ε, 1 + ε] sooner on
+  long steps); no step-level variant is offered yet.
 * The paper has no warm start (Qwen2.5 3B/7B-Instruct learn the format zero-shot); our CPU preset on the 135M model
   starts from a behaviour-cloning warm start on expert demonstrations in HIPIF's format (``bc``), as every CPU
   preset does.

@@ -113,6 +113,7 @@ EXPECTILE_DIRECTIONS = ("iql", "authors")
 
 
 def check_expectile_direction(direction: str) -> None:
+    """A bad ``expectile_direction`` fails when the Config is built (before Ray: one line, exit 2)."""
     if direction not in EXPECTILE_DIRECTIONS:
         raise ValueError(
             f"algo.expectile_direction: unknown value {direction!r}; allowed: {', '.join(EXPECTILE_DIRECTIONS)}"

@@ -510,3 +510,12 @@ def test_bc_agg_is_checked_shared_and_reaches_the_bc_loss():
     assert bc_loss_config(resolve_config(DEFAULT_PRESET)).agg == "token-mean"
     assert "bc.agg" in BC_KEYS
     assert _error(["bc.agg=seq-sum"]).startswith("bc.agg: unknown value 'seq-sum'")
+
+
+def test_hisr_value_clip_is_a_number_or_null():
+    """HISR's default is no value clip (null); a number clips; a negative one fails in one line."""
+    validate(resolve_config("hisr_synthetic_multi", ["algo.value_clip=null"]))
+    validate(resolve_config("hisr_synthetic_multi", ["algo.value_clip=0.2"]))
+    assert _error(["algo.value_clip=-1"], "hisr_synthetic_multi") == (
+        "algo.value_clip: got -1.0; allowed: a number >= 0 (null: no clipping)"
+    )
