@@ -222,6 +222,10 @@ class BCConfig:
     epochs: int = 4
     mini_batch_size: int = 8
     lr: float = 2e-3
+    agg: str = "token-mean"
+    """How the NLL of a mini-batch is aggregated (``learners.losses.AGG_MODES``): token-mean over all response tokens;
+    seq-mean-token-sum sums log π over a response and averages over responses (STEP-HRL Eq. 9-10); seq-mean-token-mean
+    averages within a response first (STEP-HRL's public code)."""
     from_run: str = ""
     """Take the BC warm start from another run's ``checkpoints/iter_0`` (the policy with its optimizer state)
     instead of running it: one BC shared by several algorithms on the same setting. The critic, which BC never
@@ -711,6 +715,9 @@ def _check_ranges(cfg: TrainConfig) -> None:
     ]
     for ok, key, value, allowed in checks:
         _need(ok, key, value, allowed)
+    from learners.losses import AGG_MODES
+
+    _choice("bc.agg", bc.agg, AGG_MODES)
     if lr.zero_stage == 3:
         # learners.worker refuses ZeRO-3 with more than one micro-batch per step (wrong gradients): say so now
         minis = [("learner.mini_batch_size", lr.mini_batch_size)]
@@ -769,7 +776,7 @@ def _check_algo(cfg: TrainConfig) -> Any:
         "clip_low": (lambda v: v >= 0, "a number >= 0"),
         "clip_high": (lambda v: v >= 0, "a number >= 0"),
         "kl_coef": (lambda v: v >= 0, "a number >= 0"),
-        "value_clip": (lambda v: v >= 0, "a number >= 0"),
+        "value_clip": (lambda v: v is None or v >= 0, "a number >= 0 (null: no clipping)"),
         "step_weight": (lambda v: v >= 0, "a number >= 0"),
         "eps": (lambda v: v >= 0, "a number >= 0"),
         "beta": (lambda v: v > 0, "a number > 0"),
@@ -983,6 +990,7 @@ BC_KEYS = (
     "bc.epochs",
     "bc.mini_batch_size",
     "bc.lr",
+    "bc.agg",
     "env.",
     "rollout.agent",
     "rollout.agent_options",

@@ -103,6 +103,11 @@ def learner_spec(
     )
 
 
+def bc_loss_config(cfg: TrainConfig) -> Any:
+    """The SFT config of the behaviour-cloning warm start: its NLL aggregated by ``bc.agg``."""
+    return get_algo("sft").Config(agg=cfg.bc.agg)
+
+
 def env_task_ids(cfg: TrainConfig, split: str) -> list[str]:
     """The run's env's task ids of ``split`` (one env built and closed)."""
     import envs
@@ -498,9 +503,7 @@ class Trainer:
             mini_batch_size=mini_batch_size,
             reference=offline is None or offline.online(iteration),
             annotate=self.hisr.annotate if algo.reward_models and self.hisr is not None else None,
-            # STEP-HRL's critic warm-up in whole passes: A is computed at the start of a pass, so the actor joins at
-            # the first pass that starts with a warmed-up critic (else it trains on A from an untrained one)
-            critic_only_steps=1 << 62 if offline is not None and offline.warmup_left() > 0 else 0,
+            warmup_left=0 if offline is None else offline.warmup_left(),
             critic_warmup=critic_warmup,
         )
         if offline is not None:
@@ -526,7 +529,7 @@ class Trainer:
             m, _ = self.update(
                 demos,
                 sft,
-                sft.Config(),
+                bc_loss_config(cfg),
                 seed=cfg.seed + epoch,
                 lr=cfg.bc.lr,
                 mini_batch_size=cfg.bc.mini_batch_size,

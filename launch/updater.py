@@ -28,6 +28,36 @@ Annotate = Callable[[list[Trajectory], TurnBatch, np.ndarray], dict[str, float]]
 """A stage that writes model rewards into the turns before the targets (HISR's reward models), returning stats."""
 
 
+ALL_STEPS = 1 << 62
+"""``critic_only_steps`` that covers every optimizer step of an update."""
+
+
+def update_arguments(
+    algo: Algorithm,
+    algo_cfg: Any,
+    learner_cfg: Any,
+    *,
+    seed: int,
+    mini_batch_size: int | None,
+    warmup_left: int,
+) -> dict[str, Any]:
+    """The keyword arguments of the learner group's ``update`` calls of one update (pure).
+
+    ``warmup_left`` > 0 (critic steps still owed to the warm-up of a ``target_critic`` algorithm): the whole update
+    trains the critic alone. STEP-HRL's warm-up runs in whole passes: A is computed at the start of a pass, so the
+    actor joins at the first pass that starts with a warmed-up critic (else it trains on A from an untrained one).
+    ``target_tau``: the algorithm's Polyak rate for a ``target_critic`` algorithm, else 0 (no target copy)."""
+    return {
+        "loss_cfg": algo_cfg,
+        "agg": algo_cfg.agg,
+        "mini_batch_size": mini_batch_size or learner_cfg.mini_batch_size,
+        "epochs": learner_cfg.ppo_epochs,
+        "seed": seed,
+        "critic_only_steps": ALL_STEPS if warmup_left > 0 else 0,
+        "target_tau": algo_cfg.target_tau if algo.target_critic else 0.0,
+    }
+
+
 @contextmanager
 def timed(timings: dict[str, float], name: str) -> Iterator[None]:
     t0 = time.perf_counter()
@@ -74,12 +104,13 @@ class Updater:
         mini_batch_size: int | None = None,
         reference: bool = True,
         annotate: Annotate | None = None,
-        critic_only_steps: int = 0,
+        warmup_left: int = 0,
         critic_warmup: int = 0,
     ) -> tuple[dict[str, Any], dict[str, float]]:
         """Returns (metrics, timings). ``reference``: the KL term's reference is read when the algorithm has one
-        (an offline phase has none); ``annotate``: HISR's model rewards; ``critic_only_steps``: the first optimizer
-        steps train the critic alone (STEP-HRL); ``critic_warmup`` critic-only passes come first
+        (an offline phase has none); ``annotate``: HISR's model rewards; ``warmup_left``: critic steps still owed to a
+        target-critic algorithm's warm-up (STEP-HRL: the update trains the critic alone); ``critic_warmup``
+        critic-only passes come first
         (``warm_up_critic``); ``lr``: this update's policy learning rate (BC), restored after."""
         timings: dict[str, float] = {}
         with timed(timings, "advantage"):
@@ -130,15 +161,9 @@ class Updater:
             )
             metrics.update(model_stats)
         with timed(timings, "update"):
-            common = {
-                "loss_cfg": algo_cfg,
-                "agg": algo_cfg.agg,
-                "mini_batch_size": mini_batch_size or self.cfg.mini_batch_size,
-                "epochs": self.cfg.ppo_epochs,
-                "seed": seed,
-                "critic_only_steps": critic_only_steps,
-                "target_tau": algo_cfg.target_tau if algo.target_critic else 0.0,
-            }
+            common = update_arguments(
+                algo, algo_cfg, self.cfg, seed=seed, mini_batch_size=mini_batch_size, warmup_left=warmup_left
+            )
             if None in rows_of:  # one adapter: policy and critic step together on every mini-batch
                 if lr is not None:
                     self.learner.set_lr(lr)

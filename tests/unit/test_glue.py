@@ -334,6 +334,26 @@ def test_ppo_bootstrap(truncated):
     assert tg.value_target[0, 0] == pytest.approx(ret, abs=1e-6)
 
 
+def test_a_truncated_episode_bootstraps_from_its_last_state():
+    """Three turns, r = 0, V = (2, 1, 4), truncated, γ 0.5, λ 1 (PPO and HISR's turn-level GAE). V(s_3) ~ V(s_2) = 4:
+    δ_2 = 0.5 · 4 − 4 = −2, δ_1 = 0.5 · 4 − 1 = 1, δ_0 = 0.5 · 1 − 2 = −1.5; A_2 = −2, A_1 = 1 + 0.5 · (−2) = 0,
+    A_0 = −1.5 + 0.5 · 0 = −1.5; returns A + V = (0.5, 1, 2). Catches: the bootstrap read at V(s_0) = 2 (A would be
+    (−1.75, −0.5, −3)), which a one-turn trajectory cannot tell apart."""
+    from learners.algos import hisr
+
+    traj = _traj("a", [0.0, 0.0, 0.0], truncated=True)
+    for t in traj.turns:
+        t.shaped = {"segment": 0.0}  # HISR's r_fuse = the shaped terms: 0 here, as PPO's env reward
+    values = np.array([[2.0], [1.0], [4.0]], np.float32)
+    for algo, cfg in (
+        (ppo, ppo.Config(gamma=0.5, lam=1.0, normalize_advantages=False)),
+        (hisr, hisr.Config(gamma=0.5, lam=1.0, normalize_advantages=False)),
+    ):
+        tg = algo.compute_targets([traj], _batch([traj]), values, cfg)
+        np.testing.assert_allclose(tg.token_adv, _rows([-1.5, 0.0, -2.0]), atol=1e-6)
+        np.testing.assert_allclose(tg.value_target[:, 0], [0.5, 1.0, 2.0], atol=1e-6)
+
+
 @pytest.mark.parametrize("truncated", [False, True])
 def test_hiper_bootstrap(truncated):
     """One turn, r = 0, V_high(s_0) = 2, V_low(s_0, o_0) = 1. Terminated: A_high = 0 - 2 = -2, A_low = 0 - 1 = -1.
