@@ -570,9 +570,10 @@ class RolloutWorker:
         packed: bool = True,
         temperature: float | None = None,
         sample_seed: int | None = None,
+        seeds: Sequence[int] | None = None,
     ) -> Iterator[dict[str, Any] | TrajectoryGroup]:
-        """Yield one group per task id as soon as its ``group_size`` episodes (same task, same env ``seed``)
-        are all done.  A group with a failed episode is replayed whole, up to ``max_group_retries`` times, then
+        """Yield one group per task id as soon as its ``group_size`` episodes (same task, same env ``seed``; or
+        ``seeds[i]`` for task i, as an evaluation panel fixes them) are all done.  A group with a failed episode is replayed whole, up to ``max_group_retries`` times, then
         dropped (``stats["groups_dropped"]``): a partial group is never returned.  ``packed``: the
         ``pack_group`` dict (numpy arrays, for Ray); else a ``TrajectoryGroup``.  ``temperature`` overrides the
         configured one for this call (evaluation at the validation temperature); ``sample_seed`` seeds torch's
@@ -582,8 +583,10 @@ class RolloutWorker:
 
             torch.manual_seed(sample_seed)
         groups = _Groups()
-        for task_id in task_ids:
-            groups.submit(task_id, seed, group_size)
+        if seeds is not None and len(seeds) != len(task_ids):
+            raise ValueError(f"{len(seeds)} seeds for {len(task_ids)} tasks")
+        for i, task_id in enumerate(task_ids):
+            groups.submit(task_id, seed if seeds is None else int(seeds[i]), group_size)
         yield from self._play(groups, self._params(temperature), packed)
 
     def serve(
@@ -691,11 +694,18 @@ class RolloutWorker:
         packed: bool = True,
         temperature: float | None = None,
         sample_seed: int | None = None,
+        seeds: Sequence[int] | None = None,
     ) -> list[dict[str, Any] | TrajectoryGroup]:
         """``list(collect_stream(...))``: whole groups only, in completion order."""
         return list(
             self.collect_stream(
-                task_ids, group_size, seed, packed=packed, temperature=temperature, sample_seed=sample_seed
+                task_ids,
+                group_size,
+                seed,
+                packed=packed,
+                temperature=temperature,
+                sample_seed=sample_seed,
+                seeds=seeds,
             )
         )
 

@@ -33,6 +33,24 @@ def _choices(env: Any, first_obs: str, info: dict[str, Any]) -> list[str]:
     return list(derive(first_obs)) if derive is not None else []
 
 
+def _play(
+    env: Any, task_id: str, env_seed: int, rng: random.Random, max_steps: int
+) -> tuple[bool, float] | None:
+    """One episode of uniformly random available commands: (won, score); None if the env offers no command."""
+    obs, info = env.reset(task_id=task_id, seed=env_seed)
+    first = obs
+    for step in range(max_steps):
+        choices = _choices(env, first, info)
+        if not choices:
+            if step == 0:
+                return None
+            break
+        obs, _, terminated, truncated, info = env.step(rng.choice(choices))
+        if terminated or truncated:
+            break
+    return bool(info.get("won", False)), float(info.get("score", 0.0) or 0.0)
+
+
 def random_policy_success(
     env: Any, task_ids: Sequence[str], *, max_steps: int, seed: int = 0, repeats: int = 4
 ) -> ChanceBaseline | None:
@@ -41,18 +59,30 @@ def random_policy_success(
     wins, scores, n = 0, 0.0, 0
     for r in range(repeats):
         for i, task_id in enumerate(task_ids):
-            obs, info = env.reset(task_id=task_id, seed=seed + r * len(task_ids) + i)
-            first = obs
-            for _ in range(max_steps):
-                choices = _choices(env, first, info)
-                if not choices:
-                    if n == 0:
-                        return None
-                    break
-                obs, _, terminated, truncated, info = env.step(rng.choice(choices))
-                if terminated or truncated:
-                    break
-            wins += bool(info.get("won", False))
-            scores += float(info.get("score", 0.0) or 0.0)
+            played = _play(env, task_id, seed + r * len(task_ids) + i, rng, max_steps)
+            if played is None:
+                if n == 0:
+                    return None
+                played = (False, 0.0)
+            wins += played[0]
+            scores += played[1]
             n += 1
     return ChanceBaseline(wins / max(1, n), scores / max(1, n), n)
+
+
+def random_policy_wins(
+    env: Any, tasks: Sequence[tuple[str, int]], *, max_steps: int, seed: int = 0, repeats: int = 4
+) -> list[int] | None:
+    """Wins of the random policy in ``repeats`` plays of each (task id, env seed) pair, every play from the pair's
+    own initial state (an evaluation panel's). Each play draws from its own RNG, seeded by (``seed``, pair, play),
+    so a pair's wins do not depend on the other pairs or their order. None if the env offers no command."""
+    wins = [0] * len(tasks)
+    for i, (task_id, env_seed) in enumerate(tasks):
+        for r in range(repeats):
+            played = _play(
+                env, task_id, env_seed, random.Random(f"{seed}:{task_id}:{env_seed}:{r}"), max_steps
+            )
+            if played is None:
+                return None
+            wins[i] += played[0]
+    return wins

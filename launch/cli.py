@@ -2,7 +2,8 @@
 
 hierarl train [PRESET] [key=value ...]   the main job (no preset: hiper_textcraft_cpu, see README);
                                          --dry-run: print the resolved config and exit; --help: every key
-hierarl eval RUN_DIR [--episodes N]      success per task type of a run's latest checkpoint
+hierarl eval RUN_DIR [--panel P,...]     success per task type of a run's latest checkpoint on evaluation panels
+hierarl panel list|show|make|check       the evaluation panels (fixed (task, env seed) lists, launch/panels/)
 hierarl rollout [options]                play episodes, write trajectories as JSONL (+ summary)
 hierarl sweep [--dry-run] SPEC.yaml      a grid of runs on one Ray cluster, resumable; a results table + curves
 hierarl download-alfworld [DEST]         the official ALFWorld data download (needs the internet)
@@ -12,6 +13,8 @@ hierarl presets                          list the YAML presets
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import os
 import sys
 import time
@@ -86,10 +89,13 @@ def cmd_train(args: Sequence[str]) -> int:
         if not dry_run:
             check_run_dir(cfg)
         described = _describe_preset(preset, named)
+        from launch.panels import run_panel
+
+        panel = run_panel(cfg)  # builds the env: an unknown or mismatched panel fails here, before Ray
     except (ConfigError, ValueError) as e:
         print(f"hierarl train: {_one_line(e)}", file=sys.stderr)
         return 2
-    print(f"[hierarl] {described}", flush=True)
+    print(f"[hierarl] {described}; eval panel {panel.label} ({len(panel.tasks)} tasks)", flush=True)
     if dry_run:
         from launch.config import resolved_text
 
@@ -106,16 +112,22 @@ def cmd_train(args: Sequence[str]) -> int:
 def cmd_eval(args: Sequence[str]) -> int:
     p = argparse.ArgumentParser(
         prog="hierarl eval",
-        description="Evaluate a run's latest checkpoint: the paper-style table per task type, beside the random "
-        "policy on the same tasks; written to <run>/eval_<split>.md and .csv.",
+        description="Evaluate a run's latest checkpoint on evaluation panels (the same (task, env seed) pairs for "
+        "every run): the paper-style table per task type, beside the random policy on the same pairs; written to "
+        "<run>/eval_<panel>.md and .csv.",
     )
     p.add_argument("run_dir")
-    p.add_argument("--episodes", type=int, default=0, help="0: the whole eval split")
+    p.add_argument(
+        "--panel",
+        default=None,
+        help="comma-separated panel names (hierarl panel list); default: the run's eval_panel",
+    )
+    p.add_argument("--episodes", type=int, default=0, help="the first N tasks of each panel; 0: all of them")
     p.add_argument(
         "--split",
         default=None,
-        help="comma-separated splits, e.g. ALFWorld's eval_in_distribution,eval_out_of_distribution (seen / "
-        "unseen); default: the run's env.eval_split",
+        help="comma-separated splits, each scored on its auto panel, e.g. ALFWorld's valid_seen,valid_unseen "
+        "(seen / unseen); instead of --panel",
     )
     p.add_argument("--no-random", action="store_true", help="skip the random-policy column (slow envs)")
     a = p.parse_args(args)
@@ -124,16 +136,31 @@ def cmd_eval(args: Sequence[str]) -> int:
     if not latest.exists():
         print(f"hierarl eval: no checkpoint under {run}", file=sys.stderr)
         return 2
+    if a.panel and a.split:
+        print("hierarl eval: --panel or --split, not both", file=sys.stderr)
+        return 2
     cfg = read_run_config(run)
     adapter = run / "checkpoints" / latest.read_text().strip() / "adapter"
+    from launch.panels import AUTO, resolve_panel
+
+    options = dict(cfg.env.options)
+    wanted = [(name, cfg.env.eval_split) for name in a.panel.split(",")] if a.panel else []
+    wanted += [(AUTO, split) for split in a.split.split(",")] if a.split else []
+    try:
+        panels = [
+            resolve_panel(cfg.env.name, options, split, name, a.episodes)
+            for name, split in wanted or [(cfg.eval_panel, cfg.env.eval_split)]
+        ]
+    except ConfigError as e:
+        print(f"hierarl eval: {_one_line(e)}", file=sys.stderr)
+        return 2
 
     import torch
 
-    import envs
     from actors.models import resolve_model_path
     from actors.rollout import RolloutWorker
-    from envs.random_policy import random_policy_success
-    from launch.report import eval_markdown, eval_rows, task_type, write_eval
+    from launch.evaluation import random_baseline
+    from launch.report import eval_markdown, eval_rows, write_eval
     from launch.train import rollout_worker_config
 
     m_path = resolve_model_path(cfg.model.path, cfg.model.cache_dir)
@@ -144,32 +171,121 @@ def cmd_eval(args: Sequence[str]) -> int:
         )
     )
     try:
-        for split in (a.split or cfg.env.eval_split).split(","):
-            probe = envs.make(cfg.env.name, **dict(cfg.env.options))
-            tasks = probe.task_ids(split)
-            tasks = tasks[: a.episodes] if a.episodes else tasks
+        for panel in panels:
             t0 = time.perf_counter()
-            groups = worker.collect(tasks, 1, cfg.seed, packed=False)
+            groups = worker.collect(
+                [t.task_id for t in panel.tasks],
+                1,
+                packed=False,
+                seeds=[t.seed for t in panel.tasks],
+                sample_seed=cfg.seed + 10_000,
+            )
             trajs = [t for g in groups for t in g.trajectories]  # type: ignore[union-attr]
             chance: dict[str, float] = {}
             if not a.no_random:
-                by_type: dict[str, list[str]] = {}
-                for t in trajs:
-                    by_type.setdefault(task_type(t), []).append(t.task_id)
-                for name, ids in by_type.items():
-                    base = random_policy_success(probe, ids, max_steps=cfg.env.max_steps, seed=cfg.seed)
-                    chance[name] = float("nan") if base is None else base.success
-            probe.close()
+                per_task = random_baseline(cfg.env.name, options, cfg.env.max_steps, panel)
+                by_type: dict[str, list[float]] = {}
+                for t, c in zip(panel.tasks, per_task or [float("nan")] * len(panel.tasks), strict=True):
+                    by_type.setdefault(t.task_type, []).append(c)
+                chance = {k: sum(v) / len(v) for k, v in by_type.items()}
             rows = eval_rows(trajs, chance)
             title = (
-                f"{cfg.algo} / {cfg.rollout.agent} on {cfg.env.name} {split} ({len(trajs)} episodes, "
-                f"{time.perf_counter() - t0:.0f}s; checkpoint {adapter.parent.name})"
+                f"{cfg.algo} / {cfg.rollout.agent} on {cfg.env.name}, panel {panel.label} ({len(trajs)} of "
+                f"{len(panel.tasks)} tasks played, {time.perf_counter() - t0:.0f}s; checkpoint {adapter.parent.name})"
             )
             text = eval_markdown(rows, title)
-            write_eval(rows, text, run / f"eval_{split}")
+            write_eval(rows, text, run / f"eval_{panel.name}")
             print(text, flush=True)
     finally:
         worker.close()
+    return 0
+
+
+def cmd_panel(args: Sequence[str]) -> int:
+    """``hierarl panel list|show|make|check`` (launch/panels.py): the stored evaluation panels."""
+    p = argparse.ArgumentParser(
+        prog="hierarl panel", description="Evaluation panels (launch/panels/<name>.json)."
+    )
+    sub = p.add_subparsers(dest="action", required=True)
+    sub.add_parser("list", help="the stored panels")
+    show = sub.add_parser("show", help="a panel's header and its tasks per type")
+    show.add_argument("name")
+    make = sub.add_parser(
+        "make",
+        help="make a panel from the installed env (NAME ENV SPLIT), or remake a stored one from its recipe (NAME "
+        "alone; its version goes up if its tasks changed)",
+    )
+    make.add_argument("name")
+    make.add_argument("env", nargs="?")
+    make.add_argument("split", nargs="?")
+    make.add_argument("--options", type=json.loads, default={}, help="env options as JSON (envs.make)")
+    make.add_argument(
+        "--size", type=int, default=0, help="keep the first N tasks of the split's order (0: all)"
+    )
+    make.add_argument(
+        "--order", default="proportional", help="proportional or round_robin (launch/panels.py)"
+    )
+    make.add_argument("--description", default="")
+    make.add_argument("--out", default=None, help="folder to write to (default: launch/panels)")
+    check = sub.add_parser("check", help="check a stored panel against the installed data")
+    check.add_argument("name")
+    check.add_argument("--options", type=json.loads, default=None, help="env options (default: the panel's)")
+    a = p.parse_args(args)
+
+    from launch import panels as P
+
+    try:
+        if a.action == "list":
+            for name in P.panel_names():
+                pa = P.load_panel(name)
+                made = ", ".join(f"{k} {v}" for k, v in pa.made_with.items()) or "built in"
+                print(f"{pa.label:<34} {pa.env:<12} {pa.split:<14} {len(pa.tasks):>5} tasks  ({made})")
+        elif a.action == "show":
+            pa = P.load_panel(a.name)
+            types: dict[str, int] = {}
+            for t in pa.tasks:
+                types[t.task_type] = types.get(t.task_type, 0) + 1
+            print(f"{pa.label}: {pa.description}")
+            print(f"  env {pa.env}, split {pa.split}, options {json.dumps(pa.options)}, digest {pa.digest}")
+            print(f"  made with {pa.made_with}; {len(pa.tasks)} tasks:")
+            for ty, n in sorted(types.items()):
+                print(f"    {ty:<40} {n}")
+        elif a.action == "make":
+            out = Path(a.out) if a.out else P.PANEL_DIR
+            if a.env is None:
+                old = P.load_panel(a.name)
+                panel = P.remake(old)
+                verb = "unchanged" if panel.version == old.version else f"changed: version {panel.version}"
+            else:
+                panel = P.derive(a.env, a.options, a.split, name=a.name, size=a.size, order=a.order)
+                old = (
+                    P.from_json((out / f"{a.name}.json").read_text(), a.name)
+                    if (out / f"{a.name}.json").exists()
+                    else None
+                )
+                if old is not None:
+                    bump = 0 if old.digest == panel.digest else 1
+                    panel = dataclasses.replace(panel, version=old.version + bump)
+                panel = dataclasses.replace(
+                    panel, description=a.description or (old.description if old else "")
+                )
+                verb = "written"
+            path = P.save_panel(panel, out)
+            print(f"{path}: {panel.label}, {len(panel.tasks)} tasks ({verb})")
+        elif a.action == "check":
+            pa = P.load_panel(a.name)
+            options = pa.options if a.options is None else a.options
+            env = P.build_env(pa.env, options)
+            try:
+                notes = P.check_panel(pa, env)
+            finally:
+                env.close()
+            for note in notes:
+                print(f"note: {note}")
+            print(f"{pa.label}: all {len(pa.tasks)} tasks match the installed data")
+    except ConfigError as e:
+        print(f"hierarl panel: {_one_line(e)}", file=sys.stderr)
+        return 2
     return 0
 
 
@@ -225,6 +341,7 @@ COMMANDS = {
     "eval": cmd_eval,
     "rollout": cmd_rollout,
     "sweep": cmd_sweep,
+    "panel": cmd_panel,
     "download-alfworld": cmd_download_alfworld,
     "presets": cmd_presets,
 }

@@ -251,8 +251,13 @@ class TrainConfig:
     """RL iterations after the BC warm start (0: BC and its evaluation only)."""
     eval_every: int = 2
     """Evaluate every k RL iterations (0: never)."""
+    eval_panel: str = "auto"
+    """The tasks every evaluation scores: a stored panel (``launch/panels/<name>.json``, ``hierarl panel list``),
+    the same (task id, env seed) pairs for every seed, method and worker count. "auto": the panel derived from
+    ``env.eval_split`` and ``env.options`` the same way (named after the stored panel it equals, if any)."""
     eval_episodes: int = 8
-    """Episodes per evaluation, drawn from ``env.eval_split``."""
+    """Evaluate on the first N tasks of ``eval_panel`` (its order keeps the task types' shares in every prefix);
+    0: the whole panel."""
     eval_zero_shot: bool = False
     """Evaluate the untrained model first (SmolLM2 zero-shot wins nothing on our envs: off in the default)."""
     checkpoint_every: int = 1
@@ -635,6 +640,7 @@ def _check_ranges(cfg: TrainConfig) -> None:
         (e.step_timeout_s > 0, "env.step_timeout_s", e.step_timeout_s, gt0),
         (bool(e.train_split), "env.train_split", e.train_split, "a split name of the env"),
         (bool(e.eval_split), "env.eval_split", e.eval_split, "a split name of the env"),
+        (bool(cfg.eval_panel), "eval_panel", cfg.eval_panel, "auto or a panel name (hierarl panel list)"),
         (cfg.cpu_threads >= 0, "cpu_threads", cfg.cpu_threads, "an integer >= 0 (0: auto)"),
         (cfg.max_staleness >= 0, "max_staleness", cfg.max_staleness, "an integer >= 0 (0: off)"),
         (
@@ -703,7 +709,7 @@ def _check_ranges(cfg: TrainConfig) -> None:
         (bc.lr > 0, "bc.lr", bc.lr, gt0),
         (cfg.iterations >= 0, "iterations", cfg.iterations, "an integer >= 0"),
         (cfg.eval_every >= 0, "eval_every", cfg.eval_every, "an integer >= 0 (0: never)"),
-        (cfg.eval_episodes >= 0, "eval_episodes", cfg.eval_episodes, "an integer >= 0"),
+        (cfg.eval_episodes >= 0, "eval_episodes", cfg.eval_episodes, "an integer >= 0 (0: the whole panel)"),
         (cfg.checkpoint_every >= 0, "checkpoint_every", cfg.checkpoint_every, "an integer >= 0 (0: never)"),
         (
             cfg.checkpoint_keep_last >= 0,

@@ -37,6 +37,7 @@ from typing import Any
 import yaml
 
 from launch.config import ConfigError, TrainConfig, parse_cli_overrides, resolve_config, validate
+from launch.panels import run_panel
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,7 @@ def cells(spec: SweepSpec) -> list[Cell]:
     """Every combination of the grid, resolved and validated (before anything starts)."""
     axes = list(spec.grid)
     out = []
+    panels: set[str] = set()  # eval panels checked already (one env build each)
     for combo in itertools.product(*(spec.grid[a] for a in axes)):
         values = dict(zip(axes, combo, strict=True))
         preset = values.get("preset", spec.preset)
@@ -104,6 +106,10 @@ def cells(spec: SweepSpec) -> list[Cell]:
         try:
             cfg = resolve_config(preset, [*overrides, f"run_dir={Path(spec.out) / name}"])
             validate(cfg)
+            key = repr((cfg.env.name, cfg.env.options, cfg.env.eval_split, cfg.eval_panel, cfg.eval_episodes))
+            if key not in panels:
+                run_panel(cfg)  # an unknown panel, or one the installed data does not match, fails here
+                panels.add(key)
         except ConfigError as e:
             raise ConfigError(f"sweep cell {name}: {e}") from e
         out.append(Cell(values, cfg, name))

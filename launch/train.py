@@ -47,7 +47,6 @@ from cluster.ray_cluster import (
     spawn_in_bundle,
 )
 from envs import success_reward
-from envs.random_policy import random_policy_success
 from launch.algos import get_algo
 from launch.config import (
     TrainConfig,
@@ -59,8 +58,10 @@ from launch.config import (
     torch_threads,
 )
 from launch.episode_stats import trajectory_stats
+from launch.evaluation import Evaluation
 from launch.hisr import RewardModels, reward_model_learners
 from launch.offline import OfflineData
+from launch.panels import PanelTask, shards
 from launch.stream import AsyncRollouts, iteration_tasks
 from launch.updater import Updater, timed
 from learners.algorithm import Algorithm
@@ -251,7 +252,7 @@ class Trainer:
         self.train_ids: list[str] = []
         self.start_iter = 0
         self.history: list[dict[str, Any]] = []
-        self._chance: dict[tuple[str, ...], float] = {}
+        self.evaluation = Evaluation(cfg)  # the eval panel, its baselines, and results on it
         self.metrics_path = self.run_dir / "metrics.jsonl"
         self._tb = None
         self.resumed_from: Path | None = None
@@ -442,43 +443,36 @@ class Trainer:
         tasks, seed = iteration_tasks(self.train_ids, cfg.seed, iteration, cfg.rollout.groups_per_iter)
         return self.start_collect(tasks, cfg.rollout.group_size, seed, temperature=cfg.rollout.temperature)
 
-    def chance(self, task_ids: Sequence[str], seed: int) -> float:
-        """Success of a uniformly random policy over the available commands on ``task_ids`` (computed once per task
-        set, pure Python; nan where the env offers no command list): every eval is reported beside it."""
-        key = tuple(task_ids)
-        if key not in self._chance:
-            import envs
-
-            env = envs.make(self.cfg.env.name, **dict(self.cfg.env.options))
-            try:
-                base = random_policy_success(env, key, max_steps=self.cfg.env.max_steps, seed=seed)
-            finally:
-                env.close()
-            self._chance[key] = float("nan") if base is None else base.success
-        return self._chance[key]
-
     def evaluate(self, n: int, seed: int) -> dict[str, Any]:
-        """Success on the eval split at the validation temperature (HiPER C.1: 0.4), per task type, beside the
-        random policy's success on the same tasks and the model's valid-format rate."""
-        ids = self.task_ids(self.cfg.env.eval_split)
-        rng = random.Random(seed)
-        ids = rng.sample(ids, min(n, len(ids)))
-        trajs = self.collect(ids, 1, seed, temperature=self.cfg.rollout.eval_temperature)
-        per_type: dict[str, list[bool]] = {}
-        for t in trajs:
-            per_type.setdefault(str(t.info.get("task_type", "all")), []).append(t.won)
-        stats = trajectory_stats(trajs)
-        return {
-            "success": sum(t.won for t in trajs) / max(1, len(trajs)),
-            "random": self.chance(ids, seed),
-            "valid_format": stats["valid_format"],
-            "valid_roles": {
-                k[len("valid_format_") :]: v for k, v in stats.items() if k.startswith("valid_format_")
-            },
-            "per_type": {k: sum(v) / len(v) for k, v in sorted(per_type.items())},
-            "episodes": len(trajs),
-            **({"subgoal_completion": stats["subgoal_completion"]} if "subgoal_completion" in stats else {}),
-        }
+        """Success on the run's eval panel (``eval_panel``, its first ``n`` tasks; ``launch.evaluation``) at the
+        validation temperature (HiPER C.1: 0.4), per task type, beside the random policy on the same (task, seed)
+        pairs, and the model's valid-format rate. ``seed`` seeds the sampling only."""
+        panel = self.evaluation.panel(n)
+        trajs = self.play_panel(panel.tasks, seed, temperature=self.cfg.rollout.eval_temperature)
+        return self.evaluation.result(panel, trajs, trajectory_stats(trajs))
+
+    def play_panel(
+        self, tasks: Sequence[PanelTask], sample_seed: int, *, temperature: float
+    ) -> list[Trajectory]:
+        """One episode of each (task id, env seed) pair, dealt over the rollout workers with each pair's own seed
+        (the split changes nothing about what is played); a worker that dies is replaced and its share replayed."""
+        collections = [
+            self.submit(
+                Collection(
+                    k,
+                    None,
+                    ([p.task_id for p in shard], 1, None),
+                    {
+                        "temperature": temperature,
+                        "sample_seed": sample_seed + k,
+                        "seeds": [p.seed for p in shard],
+                    },
+                )
+            )
+            for k, shard in enumerate(shards(tasks, len(self.rollout)))
+            if shard
+        ]
+        return self.gather(collections)
 
     def update(
         self,
@@ -882,9 +876,12 @@ def checkpoints_to_prune(iterations: Sequence[int], keep_last: int) -> list[int]
     return rl[:-keep_last] if keep_last and len(rl) > keep_last else []
 
 
-def _flat(ev: dict[str, Any]) -> dict[str, float]:
-    """An eval result as metric keys: eval_success, eval_random, eval_valid_format, eval_<task type>..."""
-    out = {f"eval_{k}": ev[k] for k in ("success", "random", "valid_format", "subgoal_completion") if k in ev}
+def _flat(ev: dict[str, Any]) -> dict[str, Any]:
+    """An eval result as metric keys: eval_success, eval_random, eval_valid_format, eval_<task type>..., and the
+    panel's label and per-task outcomes (``eval_panel``, ``eval_outcomes``: one character per task, in panel
+    order), which paired comparisons of two runs read."""
+    keys = ("success", "random", "valid_format", "subgoal_completion", "dropped", "panel", "outcomes")
+    out = {f"eval_{k}": ev[k] for k in keys if k in ev}
     out.update({f"eval_valid_format_{role}": v for role, v in ev.get("valid_roles", {}).items()})
     out.update({f"eval_{k}": v for k, v in ev.get("per_type", {}).items()})
     return out
@@ -892,8 +889,8 @@ def _flat(ev: dict[str, Any]) -> dict[str, float]:
 
 def _eval_text(ev: dict[str, Any]) -> str:
     return (
-        f"success {ev['success']:.3f} (random policy {ev['random']:.3f}, valid format {ev['valid_format']:.2f}) "
-        f"{ev['per_type']}"
+        f"success {ev['success']:.3f} on {len(ev['outcomes'])} tasks of panel {ev['panel']} (random policy "
+        f"{ev['random']:.3f}, valid format {ev['valid_format']:.2f}) {ev['per_type']}"
     )
 
 

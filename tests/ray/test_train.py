@@ -64,6 +64,11 @@ def test_run_writes_everything_and_resume_reproduces_the_losses(ray_local, tmp_p
     assert any(p.name.startswith("events") for p in (run / "tb").iterdir())
     rl = [r for r in full if r.get("phase") == "rl"]
     assert [r["iteration"] for r in rl] == [1, 2]
+    # every evaluation (after BC, after RL 2) scores the same pairs: the eval panel's first eval_episodes tasks
+    evals = [r for r in full if "eval_success" in r]
+    assert [r["phase"] for r in evals] == ["bc", "rl"]
+    assert {r["eval_panel"] for r in evals} == {"synthetic_small_test@1[:2]"}
+    assert all(r["eval_success"] == r["eval_outcomes"].count("1") / 2 for r in evals)
     critic = ["value_loss"] if algo != "hipif" else []  # HIPIF is critic-free (GRPO objective)
     for r in rl:
         assert ("value_loss" in r) == bool(critic)
@@ -539,6 +544,11 @@ def test_hisr_stages_are_cached_and_a_resume_reproduces_the_losses(ray_local, tm
     assert row["collected"] == 4 and row["hindsight_rows"] > 0
     rl = [r for r in full if r.get("phase") == "rl"]
     assert [r["iteration"] for r in rl] == [1, 2]
+    # every evaluation (after BC, after RL 2) scores the same pairs: the eval panel's first eval_episodes tasks
+    evals = [r for r in full if "eval_success" in r]
+    assert [r["phase"] for r in evals] == ["bc", "rl"]
+    assert {r["eval_panel"] for r in evals} == {"synthetic_small_test@1[:2]"}
+    assert all(r["eval_success"] == r["eval_outcomes"].count("1") / 2 for r in evals)
     for r in rl:
         for key in (
             "hisr_segments",
@@ -616,6 +626,11 @@ def test_step_hrl_offline_data_is_cached_and_a_resume_reproduces_the_losses(ray_
     assert sum(r.get("phase") == "data" for r in full) == 1
     rl = [r for r in full if r.get("phase") == "rl"]
     assert [r["iteration"] for r in rl] == [1, 2]
+    # every evaluation (after BC, after RL 2) scores the same pairs: the eval panel's first eval_episodes tasks
+    evals = [r for r in full if "eval_success" in r]
+    assert [r["phase"] for r in evals] == ["bc", "rl"]
+    assert {r["eval_panel"] for r in evals} == {"synthetic_small_test@1[:2]"}
+    assert all(r["eval_success"] == r["eval_outcomes"].count("1") / 2 for r in evals)
     for r in rl:
         for key in ("value_loss", "adv_abs_mean", "transitions_low", "buffer_trajectories"):
             assert key in r and math.isfinite(r[key]), key
@@ -660,6 +675,11 @@ def test_multi2_offline_then_online_and_a_resume_reproduces_the_losses(ray_local
     assert (root / "online_2.jsonl").exists() and not (root / "online_1.jsonl").exists()
     rl = [r for r in full if r.get("phase") == "rl"]
     assert [r["iteration"] for r in rl] == [1, 2]
+    # every evaluation (after BC, after RL 2) scores the same pairs: the eval panel's first eval_episodes tasks
+    evals = [r for r in full if "eval_success" in r]
+    assert [r["phase"] for r in evals] == ["bc", "rl"]
+    assert {r["eval_panel"] for r in evals} == {"synthetic_small_test@1[:2]"}
+    assert all(r["eval_success"] == r["eval_outcomes"].count("1") / 2 for r in evals)
     assert rl[0]["anchor_rows"] > 0 and "kl" not in rl[0]
     assert rl[1]["anchor_rows"] == 0 and math.isfinite(rl[1]["executor/kl"]) and rl[1]["executor/kl"] >= 0
     for r in rl:
@@ -708,6 +728,11 @@ def test_role_adapters_train_apart_and_a_resume_reproduces_the_losses(ray_local,
     full = _run(tmp_path / "full", [*ROLE_ADAPTERS, "iterations=2"])
     rl = [r for r in full if r.get("phase") == "rl"]
     assert [r["iteration"] for r in rl] == [1, 2]
+    # every evaluation (after BC, after RL 2) scores the same pairs: the eval panel's first eval_episodes tasks
+    evals = [r for r in full if "eval_success" in r]
+    assert [r["phase"] for r in evals] == ["bc", "rl"]
+    assert {r["eval_panel"] for r in evals} == {"synthetic_small_test@1[:2]"}
+    assert all(r["eval_success"] == r["eval_outcomes"].count("1") / 2 for r in evals)
     for r in rl:
         for key in (
             "planner/approx_kl",

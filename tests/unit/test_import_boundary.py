@@ -24,6 +24,8 @@ def _pure_modules() -> list[str]:
         "learners.prepare",
         "launch.config",
         "launch.algos",
+        "launch.panels",
+        "launch.evaluation",
     ]
     for pkg in ("reward", "actors.agents", "learners.algos"):
         path = ROOT / pkg.replace(".", "/")
