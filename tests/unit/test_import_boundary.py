@@ -22,10 +22,12 @@ def _pure_modules() -> list[str]:
         "learners.targets",
         "learners.algorithm",
         "learners.prepare",
+        "learners.diagnostics",
         "launch.config",
         "launch.algos",
         "launch.panels",
         "launch.evaluation",
+        "launch.episode_stats",
     ]
     for pkg in ("reward", "actors.agents", "learners.algos"):
         path = ROOT / pkg.replace(".", "/")
