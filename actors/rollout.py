@@ -294,6 +294,8 @@ def iter_episodes(
                         r.info.get("score", 0.0) or 0.0
                     )  # the env's progress after the step
                     turn.info["next_observation"] = r.observation
+                    if "subgoals_done" in r.info:  # the env's progress: the expert's switch points
+                        turn.info["subgoals_done"] = int(r.info["subgoals_done"])
                     ep.agent.observe(r.observation, r.reward, r.terminated, r.truncated, r.info)
                     if r.terminated or r.truncated or ep.steps >= max_steps:
                         status = "finished" if r.terminated else "truncated"

@@ -209,6 +209,7 @@ def trajectory_from_json(d: dict[str, Any]) -> Trajectory:
 
 def to_jsonl(trajectories: Iterable[Trajectory], path: str | Path, *, append: bool = False) -> None:
     """Write one JSON object per trajectory (the documented on-disk schema: the dataclass fields by name)."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a" if append else "w", encoding="utf-8") as f:
         for traj in trajectories:
             f.write(json.dumps(trajectory_to_json(traj), ensure_ascii=False) + "\n")

@@ -16,6 +16,12 @@ HiPER vs flat PPO at equal sample budget on the synthetic env's longest tasks (s
     python bench/bench_learning.py --out bench/results/hiper_vs_ppo --preset synthetic_long --algos hiper,ppo \\
         --seeds 0,1,2
 
+The 3-stage study: HiPER, PPO and GiGPO from one BC warm start per seed (``--shared-bc``: the first algorithm's
+BC checkpoint is the others' ``bc.from_run``), 6 iterations, eval on the fixed 48-task panel::
+
+    python bench/bench_learning.py --out bench/results/synthetic_3stage --preset synthetic_3stage \
+        --algos hiper,ppo,gigpo --seeds 0,1,2 --shared-bc
+
 The same with a negative control: the first algorithm once more per seed with every advantage negated
 (``learner.negate_advantages=true``, labelled ``hiper-negated``); it must not gain over its BC start::
 
@@ -227,6 +233,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also run the first algorithm with learner.negate_advantages=true per seed",
     )
+    p.add_argument(
+        "--shared-bc",
+        action="store_true",
+        help="per seed, the first algorithm's BC warm start is every other algorithm's (bc.from_run)",
+    )
     p.add_argument("--no-run", action="store_true", help="only summarise the runs already in --out")
     p.add_argument("--runs", nargs="*", default=[], help="summarise these run folders instead (no training)")
     p.add_argument(
@@ -252,9 +263,11 @@ def main(argv: list[str] | None = None) -> int:
         variants.append((f"{algos[0]}-negated", algos[0], ["learner.negate_advantages=true"]))
     # Seed-major order: a sweep cut short still holds every algorithm at the seeds it finished.
     for seed in [int(s) for s in a.seeds.split(",")] if algos else []:
-        for label, algo, extra in variants:
+        for i, (label, algo, extra) in enumerate(variants):
             preset = f"{algo}_{a.preset}" if a.preset else None
             overrides = ([] if preset else [f"algo={algo}"]) + [*a.set, *extra, f"seed={seed}"]
+            if a.shared_bc and i:  # the same BC start for every algorithm of this seed
+                overrides.append(f"bc.from_run={out / f'{variants[0][0]}_seed{seed}'}")
             history = ensure_run(out, f"{label}_seed{seed}", preset, overrides, run=not a.no_run)
             if history:
                 runs[f"{label}_seed{seed}"] = curve(history)

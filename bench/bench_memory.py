@@ -73,6 +73,7 @@ def build_rows(preset: str, model: str, episodes: int, out: Path) -> dict[str, A
     from transformers import AutoTokenizer
 
     from actors.models import resolve_model_path
+    from envs import success_reward
     from launch.algos import get_algo
     from launch.config import resolve_algo_config, resolve_config
     from launch.train import env_task_ids, expert_demonstrations
@@ -85,7 +86,8 @@ def build_rows(preset: str, model: str, episodes: int, out: Path) -> dict[str, A
     tok = AutoTokenizer.from_pretrained(resolve_model_path(model))
     demos = expert_demonstrations(cfg, tok, env_task_ids(cfg, cfg.env.train_split))
     pad = tok.pad_token_id or tok.eos_token_id
-    turns = shaped_turns(demos, algo_cfg, max_len=cfg.learner.max_seq_len, pad_id=pad)
+    r = success_reward(cfg.env.name, dict(cfg.env.options))
+    turns = shaped_turns(demos, algo_cfg, success_reward=r, max_len=cfg.learner.max_seq_len, pad_id=pad)
     seqs = sequences(turns, algo.value_slots)
     np.savez(out, **{k: v for k, v in seqs.__dict__.items() if v is not None})
     lengths = seqs.attention_mask.sum(1)

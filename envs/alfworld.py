@@ -111,13 +111,15 @@ class AlfWorldEnv:
     """One TextWorld-PDDL engine playing ALFWorld games one at a time (``reset`` loads the next game file)."""
 
     name = "alfworld"
+    SUCCESS_REWARD = 10.0
+    """R by default (HiPER, HIPIF, GiGPO); ``success_reward`` sets another."""
 
     def __init__(
         self,
         *,
         split: str = "valid_unseen",
         max_steps: int = 50,
-        success_reward: float = 10.0,
+        success_reward: float = SUCCESS_REWARD,
         data_dir: str | Path | None = None,
         tarball: str | Path | None = None,
         expert: str | None = None,

@@ -11,6 +11,7 @@ Contract (gymnasium-like, text in / text out)::
 ``info`` always carries the keys in ``INFO_KEYS``: ``task`` (instruction text), ``admissible_actions`` (list of
 str, or None where the benchmark has no list), ``won`` (bool), ``score`` (the benchmark's own score),
 ``valid_action`` (bool: False when the last action was not understood), ``task_id``, ``task_type``, ``split``.
+``SUCCESS_REWARD`` (class attribute): R, the reward of a won episode (``success_reward``).
 
 Rewards are the benchmark's own; every shaping term lives in ``reward/``.  ``terminated`` means the task reached a
 terminal state (won or lost); ``truncated`` means the step limit (``max_steps``) cut the episode.
@@ -20,7 +21,7 @@ Adapters never raise on a bad action string: it yields an observation saying the
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 INFO_KEYS: tuple[str, ...] = (
@@ -41,6 +42,7 @@ class TextEnv(Protocol):
 
     name: str
     max_steps: int
+    SUCCESS_REWARD: float
 
     def reset(self, *, task_id: str | None = None, seed: int | None = None) -> tuple[str, dict[str, Any]]: ...
 
@@ -78,6 +80,12 @@ def resolve(name: str) -> Callable[..., TextEnv]:
     except ImportError as e:
         raise ImportError(f"environment {name!r} needs `pip install '{extra}'` ({e})") from e
     return getattr(module, attr)
+
+
+def success_reward(name: str, options: Mapping[str, Any] | None = None) -> float:
+    """R: what env ``name`` with ``options`` pays for a won episode (its class's ``SUCCESS_REWARD`` unless an
+    option ``success_reward`` sets it). Every shaping amount is a fraction of it (``reward.shaping``)."""
+    return float((options or {}).get("success_reward", resolve(name).SUCCESS_REWARD))
 
 
 def make(name: str, **options: Any) -> TextEnv:

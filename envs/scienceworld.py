@@ -138,6 +138,8 @@ class ScienceWorldEnv:
     """
 
     name = "scienceworld"
+    SUCCESS_REWARD = 100.0
+    """A won task's rewards (score increments) sum to its 0-100 score."""
 
     def __init__(
         self,

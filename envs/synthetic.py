@@ -105,6 +105,7 @@ class SyntheticHierEnv:
     """Synthetic staged crafting world (see module docstring); implements ``envs.base.TextEnv``."""
 
     name = "synthetic"
+    SUCCESS_REWARD = 1.0
 
     def __init__(
         self,
@@ -114,7 +115,7 @@ class SyntheticHierEnv:
         actions_per_stage: int = 2,
         distractors: int = 1,
         split: str = "train",
-        success_reward: float = 1.0,
+        success_reward: float = SUCCESS_REWARD,
         train_tasks_per_stage: int = 200,
         test_tasks_per_stage: int = 50,
         seed: int | None = None,

@@ -44,6 +44,7 @@ class TextCraftEnv:
     """TextCraft adapter (see module docstring)."""
 
     name = "textcraft"
+    SUCCESS_REWARD = 1.0
 
     def __init__(
         self,

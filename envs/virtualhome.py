@@ -111,6 +111,7 @@ class VirtualHomeEnv:
     """VirtualHome text adapter (see module docstring)."""
 
     name = "virtualhome"
+    SUCCESS_REWARD = 1.0
 
     def __init__(
         self,

@@ -164,6 +164,14 @@ class LearnerConfig:
     """Learner precision: "float32", "bfloat16" (DeepSpeed bf16) or "auto" (bf16 on CUDA / AMX CPUs)."""
     actor_lr: float = 5e-5
     critic_lr: float = 1e-4
+    """The critic's learning rate (its LoRA and value heads), apart from the actor's (HiPER App. C.1: 10x)."""
+    critic_warmup_passes: int = 0
+    """Critic-only passes over the first RL iteration's rollouts (the BC policy's) before its first update, each on
+    targets recomputed from the critic as the last pass left it; 0: the first update reads a critic that is 0
+    everywhere. For algorithms with an online critic (PPO, HiPER, HISR)."""
+    measure_update: bool = True
+    """After every RL update, one more log-prob pass over the batch measures what the update did to the policy:
+    ``kl_update`` and ``kl_update/<token group>`` (``learners.diagnostics``). Costs one forward pass."""
     micro_batch_size: int = 8
     """Rows per forward/backward (bounds memory; gradients accumulate over the mini-batch)."""
     gradient_checkpointing: bool = False
@@ -214,6 +222,10 @@ class BCConfig:
     epochs: int = 4
     mini_batch_size: int = 8
     lr: float = 2e-3
+    agg: str = "token-mean"
+    """How the NLL of a mini-batch is aggregated (``learners.losses.AGG_MODES``): token-mean over all response tokens;
+    seq-mean-token-sum sums log π over a response and averages over responses (STEP-HRL Eq. 9-10); seq-mean-token-mean
+    averages within a response first (STEP-HRL's public code)."""
     from_run: str = ""
     """Take the BC warm start from another run's ``checkpoints/iter_0`` (the policy with its optimizer state)
     instead of running it: one BC shared by several algorithms on the same setting. The critic, which BC never
@@ -286,6 +298,9 @@ class TrainConfig:
     """"" starts a local Ray cluster for the run; "auto" or "ray://host:port" joins one."""
     resume: bool = False
     """Continue from ``<run_dir>/checkpoints/latest``."""
+    save_trajectories: bool = False
+    """Write every RL iteration's trajectories to ``<run_dir>/trajectories/iter_<k>.jsonl`` (what the update
+    replay, ``bench/bench_replay.py``, trains on)."""
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -669,6 +684,12 @@ def _check_ranges(cfg: TrainConfig) -> None:
         (lr.actor_lr > 0, "learner.actor_lr", lr.actor_lr, gt0),
         (lr.critic_lr > 0, "learner.critic_lr", lr.critic_lr, gt0),
         (
+            lr.critic_warmup_passes >= 0,
+            "learner.critic_warmup_passes",
+            lr.critic_warmup_passes,
+            "an integer >= 0 (0: no warm-up)",
+        ),
+        (
             lr.behaviour_is_cap is None or lr.behaviour_is_cap == 0 or lr.behaviour_is_cap >= 1,
             "learner.behaviour_is_cap",
             lr.behaviour_is_cap,
@@ -704,6 +725,9 @@ def _check_ranges(cfg: TrainConfig) -> None:
     ]
     for ok, key, value, allowed in checks:
         _need(ok, key, value, allowed)
+    from learners.losses import AGG_MODES
+
+    _choice("bc.agg", bc.agg, AGG_MODES)
     if lr.zero_stage == 3:
         # learners.worker refuses ZeRO-3 with more than one micro-batch per step (wrong gradients): say so now
         minis = [("learner.mini_batch_size", lr.mini_batch_size)]
@@ -762,7 +786,7 @@ def _check_algo(cfg: TrainConfig) -> Any:
         "clip_low": (lambda v: v >= 0, "a number >= 0"),
         "clip_high": (lambda v: v >= 0, "a number >= 0"),
         "kl_coef": (lambda v: v >= 0, "a number >= 0"),
-        "value_clip": (lambda v: v >= 0, "a number >= 0"),
+        "value_clip": (lambda v: v is None or v >= 0, "a number >= 0 (null: no clipping)"),
         "step_weight": (lambda v: v >= 0, "a number >= 0"),
         "eps": (lambda v: v >= 0, "a number >= 0"),
         "beta": (lambda v: v > 0, "a number > 0"),
@@ -976,6 +1000,7 @@ BC_KEYS = (
     "bc.epochs",
     "bc.mini_batch_size",
     "bc.lr",
+    "bc.agg",
     "env.",
     "rollout.agent",
     "rollout.agent_options",
@@ -1164,8 +1189,13 @@ def _resolved_lines(cfg: Any, indent: str) -> list[str]:
 def resolved_text(cfg: TrainConfig, algo_cfg: Any) -> str:
     """The resolved run config as YAML plus the resolved algorithm config (what a run prints and saves), then the
     values a ``null`` default stands for in this run (``read_run_config`` keeps the ``null``: a resumed run derives
-    them again)."""
-    derived = f"derived:\n  learner.behaviour_is_cap: {behaviour_is_cap(cfg)!r}\n"
+    them again) and the env's success reward, the unit of every shaping amount."""
+    from envs.base import success_reward
+
+    derived = (
+        f"derived:\n  env.success_reward: {success_reward(cfg.env.name, cfg.env.options)!r}\n"
+        f"  learner.behaviour_is_cap: {behaviour_is_cap(cfg)!r}\n"
+    )
     return dump_yaml(cfg) + "resolved_algo:\n" + "".join(_resolved_lines(algo_cfg, "  ")) + derived
 
 

@@ -23,7 +23,6 @@ import random
 import shutil
 import time
 from collections.abc import Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,7 +36,7 @@ from actors.demos import collect_demonstrations
 from actors.inference import LoraSpec
 from actors.models import resolve_model_path
 from actors.rollout import RolloutWorker, WorkerConfig, read_peft_adapter, unpack_group
-from actors.trajectory import Trajectory
+from actors.trajectory import Trajectory, to_jsonl
 from cluster.metrics import RunMetrics
 from cluster.ray_cluster import (
     WORKER_LOST,
@@ -47,6 +46,7 @@ from cluster.ray_cluster import (
     place_workers,
     spawn_in_bundle,
 )
+from envs import success_reward
 from launch.algos import get_algo
 from launch.baselines import BASE_SEED
 from launch.config import (
@@ -58,55 +58,16 @@ from launch.config import (
     resolved_text,
     torch_threads,
 )
+from launch.episode_stats import trajectory_stats
 from launch.evaluation import Evaluation
 from launch.hisr import RewardModels, reward_model_learners
 from launch.offline import OfflineData
 from launch.panels import Panel, PanelTask, shards
-from launch.report import subgoal_rate
 from launch.stream import AsyncRollouts, iteration_tasks
+from launch.updater import Updater, timed
 from learners.algorithm import Algorithm
 from learners.group import LearnerGroup
-from learners.prepare import learner_batch, shaped_turns
-from learners.targets import sequences
-from learners.transitions import subgoal_counts
 from learners.worker import LearnerSpec
-
-
-@contextmanager
-def timed(timings: dict[str, float], name: str):
-    t0 = time.perf_counter()
-    yield
-    timings[name] = timings.get(name, 0.0) + time.perf_counter() - t0
-
-
-def trajectory_stats(trajs: Sequence[Trajectory]) -> dict[str, float]:
-    """Success, return, format validity (also per role, ``valid_format_<role>``, for protocols with several roles:
-    STEP-HRL's high / low / progress, Multi2's planner / executor), switch rate and mean segment length, tokens per
-    turn, and for protocols with sub-goal turns the share of issued sub-goals completed (``subgoal_completion``)."""
-    turns = [t for tr in trajs for t in tr.turns]
-    counts = [subgoal_counts(t) for t in trajs]
-    n = max(1, len(trajs))
-    seg_lengths = []
-    for tr in trajs:
-        q = tr.switches()
-        if q.size:
-            seg_lengths.append(q.size / max(1, int(q.sum())))
-    return {
-        "success": sum(t.won for t in trajs) / n,
-        "return": float(np.mean([t.episode_return for t in trajs])) if trajs else 0.0,
-        "env_steps": float(np.mean([t.info.get("env_steps", len(t.turns)) for t in trajs])) if trajs else 0.0,
-        "valid_format": float(np.mean([t.decision.valid for t in turns])) if turns else 0.0,
-        "switch_rate": float(np.mean([bool(t.decision.switch) for t in turns])) if turns else 0.0,
-        "segment_len": float(np.mean(seg_lengths)) if seg_lengths else 0.0,
-        "prompt_tokens": float(np.mean([t.prompt_ids.size for t in turns])) if turns else 0.0,
-        "response_tokens": float(np.mean([t.response_ids.size for t in turns])) if turns else 0.0,
-        "failed": float(sum(t.status == "failed" for t in trajs)),
-        **{
-            f"valid_format_{role}": float(np.mean([t.decision.valid for t in turns if t.role == role]))
-            for role in sorted({t.role for t in turns} - {"agent"})
-        },
-        **({"subgoal_completion": subgoal_rate(counts)} if any(i for i, _ in counts) else {}),
-    }
 
 
 def learner_adapters(cfg: TrainConfig) -> tuple[tuple[str, float], ...]:
@@ -142,6 +103,11 @@ def learner_spec(
         seed=cfg.seed,
         torch_threads=torch_threads(cfg, cfg.learner.num_workers, node_cores(), device),
     )
+
+
+def bc_loss_config(cfg: TrainConfig) -> Any:
+    """The SFT config of the behaviour-cloning warm start: its NLL aggregated by ``bc.agg``."""
+    return get_algo("sft").Config(agg=cfg.bc.agg)
 
 
 def env_task_ids(cfg: TrainConfig, split: str) -> list[str]:
@@ -264,6 +230,15 @@ class Trainer:
             cfg.learner.num_workers,
             WorkerResources(cfg.learner.cpus_per_worker, self.learner_gpus),
         )
+        self.updater = Updater(
+            self.learner,
+            cfg.learner,
+            pad_id=self.pad_id,
+            success_reward=success_reward(cfg.env.name, dict(cfg.env.options)),
+            role_adapters=cfg.model.role_adapters,
+            ref_adapters=self.ref_adapters,
+            behaviour_is_cap=behaviour_is_cap(cfg),
+        )
         self.version = 0
         # the last two pushes (adapter name, None for the one adapter of most runs → its tensors): a one-step-off
         # checkpoint saves the older (its in-flight rollouts' adapter)
@@ -291,22 +266,6 @@ class Trainer:
 
     def task_ids(self, split: str) -> list[str]:
         return env_task_ids(self.cfg, split)
-
-    def freeze_reference(self) -> None:
-        """Copy each policy adapter into its frozen ``ref_<name>``: the KL term's reference from here on (RL's start:
-        the BC policy; an offline algorithm's first online iteration: π_off)."""
-        for name in self.adapters or ["default"]:
-            self.learner.load_adapter_weights(self.learner.adapter_weights(name), adapter=f"ref_{name}")
-
-    def reference_logprobs(self, seqs: Any, rows_of: dict[str | None, np.ndarray]) -> np.ndarray:
-        """The reference policy's log-probs of every row: each row under the frozen copy of its role's adapter, or
-        with every adapter disabled where the run keeps no copy (``learner.kl_reference=base``)."""
-        if not self.ref_adapters:
-            return self.learner.logprobs(seqs, reference=True)
-        ref = np.zeros(seqs.input_ids.shape, np.float32)
-        for name, rows in rows_of.items():
-            ref[rows] = self.learner.logprobs(seqs.rows(rows), adapter=f"ref_{name or 'default'}")
-        return ref
 
     def sample(self, prompts: Sequence[np.ndarray], role: str, seed: int) -> list[Any]:
         """One response per prompt from ``role``'s adapter, spread over the rollout workers, in prompt order."""
@@ -395,10 +354,19 @@ class Trainer:
 
     def update_recovering(self, trajs: list[Trajectory], it: int) -> tuple[dict[str, Any], dict[str, float]]:
         """``update`` on iteration ``it``'s rollouts; if a learner worker dies, the group is rebuilt from the newest
-        readable checkpoint and the update redone on the same rollouts."""
+        readable checkpoint and the update redone on the same rollouts. The first RL iteration's critic is warmed
+        up first (``learner.critic_warmup_passes``)."""
+        warmup = self.cfg.learner.critic_warmup_passes if it == 1 and self.offline is None else 0
         while True:
             try:
-                return self.update(trajs, self.algo, self.algo_cfg, seed=self.cfg.seed + it, iteration=it)
+                return self.update(
+                    trajs,
+                    self.algo,
+                    self.algo_cfg,
+                    seed=self.cfg.seed + it,
+                    iteration=it,
+                    critic_warmup=warmup,
+                )
             except WORKER_LOST as e:
                 self.rebuild_learner(e)
 
@@ -417,6 +385,7 @@ class Trainer:
             self.cfg.learner.num_workers,
             WorkerResources(self.cfg.learner.cpus_per_worker, self.learner_gpus),
         )
+        self.updater.learner = self.learner
         loaded = self.load_newest_checkpoint()
         if loaded is None:
             raise RuntimeError(
@@ -547,122 +516,25 @@ class Trainer:
         lr: float | None = None,
         mini_batch_size: int | None = None,
         iteration: int = 0,
-    ):
-        """The pure half (``learners.prepare``) around the learner group's forward passes and update; returns
-        (metrics, timings)."""
-        timings: dict[str, float] = {}
-        with timed(timings, "advantage"):
-            turns = shaped_turns(trajs, algo_cfg, max_len=self.cfg.learner.max_seq_len, pad_id=self.pad_id)
-            seqs = sequences(turns, algo.value_slots)
-        rows_of = self.adapter_rows(trajs, turns)
-        with timed(timings, "logprobs"):
-            # behaviour cloning reads no π_old: its pass is skipped (zeros stand in)
-            logprobs = np.zeros(seqs.input_ids.shape, np.float32)
-            if algo.uses_old_logprobs:
-                for name, rows in rows_of.items():  # each row under the adapter of its turn's role
-                    logprobs[rows] = self.learner.logprobs(seqs.rows(rows), adapter=name)
-            offline = self.offline if algo is self.algo else None
-            ref = None
-            if algo.uses_reference(algo_cfg) and (offline is None or offline.online(iteration)):
-                ref = self.reference_logprobs(seqs, rows_of)
-        model_stats: dict[str, float] = {}
-        if algo.reward_models:
-            assert self.hisr is not None
-            with timed(timings, "reward_models"):
-                model_stats = self.hisr.annotate(trajs, turns, logprobs)
-        values = None
-        if algo.value_slots:
-            with timed(timings, "values"):
-                values = self.learner.values(seqs)
-        with timed(timings, "advantage"):
-            batch, metrics = learner_batch(
-                algo,
-                algo_cfg,
-                trajs,
-                turns,
-                seqs,
-                logprobs,
-                ref,
-                values,
-                negate_advantages=self.cfg.learner.negate_advantages,
-                behaviour_is_cap=behaviour_is_cap(self.cfg),
-            )
-            metrics.update(model_stats)
-        with timed(timings, "update"):
-            common = {
-                "loss_cfg": algo_cfg,
-                "agg": algo_cfg.agg,
-                "mini_batch_size": mini_batch_size or self.cfg.learner.mini_batch_size,
-                "epochs": self.cfg.learner.ppo_epochs,
-                "seed": seed,
-                # STEP-HRL's critic warm-up in whole passes: A is computed at the start of a pass, so the actor
-                # joins at the first pass that starts with a warmed-up critic (else it trains on A from an untrained one)
-                "critic_only_steps": 1 << 62 if offline is not None and offline.warmup_left() > 0 else 0,
-                "target_tau": algo_cfg.target_tau if algo.target_critic else 0.0,
-            }
-            if None in rows_of:  # one adapter: policy and critic step together on every mini-batch
-                if lr is not None:
-                    self.learner.set_lr(lr)
-                metrics.update(
-                    self.learner.update(
-                        batch, policy_loss=algo.policy_loss, value_loss=algo.value_loss, **common
-                    )
-                )
-                if lr is not None:
-                    self.learner.set_lr(self.cfg.learner.actor_lr)
-            else:
-                metrics.update(self._update_adapters(batch, algo, rows_of, lr, common))
-            if offline is not None:
-                offline.critic_steps += int(metrics["optimizer_steps"])
+        critic_warmup: int = 0,
+    ) -> tuple[dict[str, Any], dict[str, float]]:
+        """``Updater.update`` with this run's offline-data and reward-model hooks; returns (metrics, timings)."""
+        offline = self.offline if algo is self.algo else None
+        metrics, timings = self.updater.update(
+            trajs,
+            algo,
+            algo_cfg,
+            seed=seed,
+            lr=lr,
+            mini_batch_size=mini_batch_size,
+            reference=offline is None or offline.online(iteration),
+            annotate=self.hisr.annotate if algo.reward_models and self.hisr is not None else None,
+            warmup_left=0 if offline is None else offline.warmup_left(),
+            critic_warmup=critic_warmup,
+        )
+        if offline is not None:
+            offline.critic_steps += int(metrics["optimizer_steps"])
         return metrics, timings
-
-    def adapter_rows(self, trajs: Sequence[Trajectory], turns: Any) -> dict[str | None, np.ndarray]:
-        """Batch rows per policy adapter (``model.role_adapters``: the adapter of each row's role); {None: every
-        row} with one adapter."""
-        if not self.adapters:
-            return {None: np.arange(len(turns))}
-        roles = self.cfg.model.role_adapters
-        names = np.array([roles[trajs[i].turns[j].role] for i, j in turns.index])
-        return {n: np.flatnonzero(names == n) for n in self.adapters if (names == n).any()}
-
-    def _update_adapters(
-        self,
-        batch: Any,
-        algo: Algorithm,
-        rows_of: dict[str | None, np.ndarray],
-        lr: float | None,
-        common: dict,
-    ) -> dict[str, float]:
-        """Several adapters: each adapter's policy steps on its roles' rows (its own optimizer; the first
-        ``critic_only_steps`` skip them all), then the critic on every row. Metrics: the policy's per adapter
-        (``<name>/<metric>``) and their row-weighted mean under the plain name."""
-        out: dict[str, float] = {}
-        steps = 0.0
-        for name, rows in rows_of.items():
-            if not batch.loss_mask[rows].any():
-                # nothing to train (an algorithm that keeps this role fixed): no step at all, since AdamW's moments
-                # would still move the adapter on a zero gradient
-                continue
-            if lr is not None:
-                self.learner.set_lr(lr, adapter=name)
-            m = self.learner.update(
-                batch.rows(rows), policy_loss=algo.policy_loss, value_loss=None, adapter=name, **common
-            )
-            if lr is not None:
-                self.learner.set_lr(
-                    self.cfg.learner.adapter_lr.get(name, self.cfg.learner.actor_lr), adapter=name
-                )
-            steps = max(steps, m.pop("optimizer_steps"))
-            share = rows.size / len(batch)
-            for k, v in m.items():
-                out[f"{name}/{k}"] = v
-                out[k] = out.get(k, 0.0) + share * v
-        if algo.value_loss is not None:
-            m = self.learner.update(batch, policy_loss=None, value_loss=algo.value_loss, **common)
-            steps = max(steps, m.pop("optimizer_steps"))
-            out.update(m)
-        out["optimizer_steps"] = steps
-        return out
 
     def demonstrations(self) -> list[Trajectory]:
         """``expert_demonstrations`` on the run's training tasks: what behaviour cloning trains on, and STEP-HRL's
@@ -683,7 +555,7 @@ class Trainer:
             m, _ = self.update(
                 demos,
                 sft,
-                sft.Config(),
+                bc_loss_config(cfg),
                 seed=cfg.seed + epoch,
                 lr=cfg.bc.lr,
                 mini_batch_size=cfg.bc.mini_batch_size,
@@ -879,7 +751,7 @@ class Trainer:
                     flush=True,
                 )
             if self.ref_adapters and self.offline is None:
-                self.freeze_reference()  # π_ref: the policy RL starts from (after BC)
+                self.updater.freeze_reference()  # π_ref: the policy RL starts from (after BC)
             self.checkpoint(0)
             self.start_iter = 1
         if self.hisr is not None:
@@ -895,7 +767,7 @@ class Trainer:
                 with timed(timings, "rollout"):
                     trajs, new = self.offline.iteration_data(it)
                 if it == self.offline.first_online() and self.algo.uses_reference(self.algo_cfg):
-                    self.freeze_reference()  # π_off: the policy the offline phase ended with
+                    self.updater.freeze_reference()  # π_off: the policy the offline phase ended with
                 episodes = [t for t in trajs if not t.info.get("anchor")]
                 # train success is that of the iteration's own rollouts; the stored data's is not the policy's
                 stats = {**trajectory_stats(new or episodes), "buffer_trajectories": float(len(episodes))}
@@ -921,6 +793,8 @@ class Trainer:
             stats["policy_lag"] = self.version - min(
                 (turn.policy_version for t in trajs for turn in t.turns), default=self.version
             )
+            if cfg.save_trajectories:  # before the update writes its shaping into the turns
+                to_jsonl(trajs, self.run_dir / "trajectories" / f"iter_{it}.jsonl")
             metrics, t_upd = self.update_recovering(trajs, it)
             timings.update(t_upd)
             if self._pending:
@@ -1073,12 +947,15 @@ def _iteration_line(r: dict[str, Any]) -> str:
         f"return {r['return']:+.2f}",
         f"valid {r['valid_format']:.2f}",
         f"kl {r.get('kl', 0.0):.4f}",
+        f"update kl {r.get('kl_update', 0.0):.4f}",
         f"entropy {r.get('entropy', 0.0):.2f}",
         f"switch {r['switch_rate']:.2f}",
         f"seglen {r['segment_len']:.1f}",
         f"tok {r['prompt_tokens']:.0f}+{r['response_tokens']:.0f}",
         f"gap {r.get('logprob_gap', 0.0):.3f}",
     ]
+    if "switch_agreement" in r:
+        parts.append(f"expert-switch agreement {r['switch_agreement']:.2f}")
     if r.get("policy_lag"):
         parts.append(f"lag {r['policy_lag']}")
     if "eval_success" in r:

@@ -144,7 +144,9 @@ class HAEResult:
     ``adv_low``: Eq. 6 (action tokens).  ``adv_high``: Eq. 8, non-zero only at boundaries b_k (subgoal tokens;
     the loss multiplies by q_t).  ``adv_switch``: Eq. 10 (switch tokens), 0 at turn 0.  ``target_low``: Eq. 13-14
     (regress V_low(s_t, o_t)).  ``target_high``: Eq. 11 at boundaries, 0 elsewhere (regress V_high(s_{b_k})).
-    ``boundary``: bool, True at b_0 = 0 and every turn with q_t = 1.
+    ``boundary``: bool, True at b_0 = 0 and every turn with q_t = 1.  ``switch_return``: G-bar_t, the discounted
+    reward from turn t to the end of its segment plus the discounted V_high at the next boundary (the return the
+    switch decision at t leads to; the HiPER authors' switch target, ``switch_adv="return"`` in ``algos.hiper``).
     """
 
     adv_low: Tensor
@@ -153,6 +155,7 @@ class HAEResult:
     target_low: Tensor
     target_high: Tensor
     boundary: Tensor
+    switch_return: Tensor
 
 
 def hierarchical_advantages(
@@ -192,6 +195,8 @@ def hierarchical_advantages(
 
     Critic targets: y_low[t] = r_t + gamma V_next[t] (Eq. 13-14, the same V_next as Eq. 7);
     y_high[b_k] = r~_k + gamma~_k V_high(s_{b_{k+1}}) (Eq. 11).  Values are treated as constants (sg).
+    Switch return (every t, b_k <= t < b_{k+1}): G-bar_t = sum_{l=t}^{b_{k+1}-1} gamma^{l-t} r_l
+    + gamma^{b_{k+1}-t} V_high(s_{b_{k+1}}); at a boundary it equals y_high.
     """
     r = _f64(rewards).tolist()
     vl, vlp, vh = _f64(v_low).tolist(), _f64(v_low_prev).tolist(), _f64(v_high).tolist()
@@ -217,9 +222,13 @@ def hierarchical_advantages(
             running = delta + gamma * lam_low * running  # Eq. 6 (GAE sum within the segment)
             adv_low[t] = running
 
-    adv_high, target_high = [0.0] * T, [0.0] * T
+    adv_high, target_high, switch_return = [0.0] * T, [0.0] * T, [0.0] * T
     running = 0.0
     for b, e in reversed(list(zip(starts, ends, strict=True))):
+        ret = v_high_at(e)
+        for t in reversed(range(b, e)):
+            ret = r[t] + gamma * ret
+            switch_return[t] = ret  # G-bar_t
         seg_reward = sum(gamma ** (t - b) * r[t] for t in range(b, e))  # r~_k
         seg_discount = gamma ** (e - b)  # gamma~_k
         target_high[b] = seg_reward + seg_discount * v_high_at(e)  # Eq. 11
@@ -242,6 +251,7 @@ def hierarchical_advantages(
         target_low=out(target_low),
         target_high=out(target_high),
         boundary=boundary,
+        switch_return=out(switch_return),
     )
 
 
@@ -301,6 +311,7 @@ def hierarchical_advantages_batch(
     seg_discount = torch.ones_like(run_low)  # gamma^{e-t}; gamma~_k at t = b_k
     v_high_seg_end = torch.zeros_like(run_low)  # V_high(s_{b_{k+1}})
     run_high = torch.zeros_like(run_low)  # A_high at the next boundary after t (0 past the last)
+    switch_return = torch.zeros_like(adv_low)
     one = torch.ones((), dtype=torch.float64)
     for t in reversed(range(T)):
         cont = ~seg_end[:, t]  # turn t+1 is in the same segment
@@ -309,7 +320,8 @@ def hierarchical_advantages_batch(
         seg_reward = r[:, t] + gamma * torch.where(cont, seg_reward, zero)
         seg_discount = gamma * torch.where(cont, seg_discount, one)
         v_high_seg_end = torch.where(cont, v_high_seg_end, v_high_next[:, t])
-        y_high = seg_reward + seg_discount * v_high_seg_end  # Eq. 11
+        y_high = seg_reward + seg_discount * v_high_seg_end  # Eq. 11 at a boundary; G-bar_t at every t
+        switch_return[:, t] = torch.where(valid[:, t], y_high, zero)
         a_high = y_high - vh[:, t] + seg_discount * lam_high * run_high  # Eq. 8
         is_b = boundary[:, t]
         target_high[:, t] = torch.where(is_b, y_high, zero)
@@ -325,6 +337,7 @@ def hierarchical_advantages_batch(
         target_low=target_low,
         target_high=target_high,
         boundary=boundary,
+        switch_return=switch_return,
     )
 
 

@@ -2,7 +2,7 @@
 
 The driver (``launch.train.Trainer.update``) runs it around the learner group's forward passes::
 
-    turns = shaped_turns(trajs, algo_cfg, max_len, pad_id)             # pure
+    turns = shaped_turns(trajs, algo_cfg, success_reward=R, max_len, pad_id)   # pure
     seqs = learners.targets.sequences(turns, algo.value_slots)         # pure
     logprobs, ref_logprobs, values = learner forward passes on seqs    # Ray / DeepSpeed
     batch, stats = learner_batch(algo, algo_cfg, trajs, turns, seqs, logprobs, ref_logprobs, values)  # pure
@@ -23,15 +23,17 @@ import torch
 from actors.trajectory import Trajectory
 from learners.algorithm import Algorithm
 from learners.batch import LearnerBatch, Sequences, TurnBatch, build_turn_batch
+from learners.diagnostics import group_rms, token_groups
 from learners.losses import aggregation_weights, behaviour_weights
 from reward.shaping import apply_shaping, shaping_for
 
 
 def shaped_turns(
-    trajectories: Sequence[Trajectory], algo_cfg: Any, *, max_len: int, pad_id: int
+    trajectories: Sequence[Trajectory], algo_cfg: Any, *, success_reward: float, max_len: int, pad_id: int
 ) -> TurnBatch:
-    """Write the algorithm's shaping terms into every turn (in place, idempotent), then pad the turns."""
-    shaping = shaping_for(algo_cfg)
+    """Write the algorithm's shaping terms into every turn (in place, idempotent), then pad the turns.
+    ``success_reward``: the env's R (``envs.success_reward``), the unit of every shaping amount."""
+    shaping = shaping_for(algo_cfg, success_reward)
     for t in trajectories:
         apply_shaping(t, shaping)
     return build_turn_batch(trajectories, max_len=max_len, pad_id=pad_id)
@@ -85,6 +87,7 @@ def learner_batch(
             stats.update(w_stats)
     targets = algo.compute_targets(trajectories, turns.with_logprobs(logprobs), values, algo_cfg)
     stats.update(targets.stats)
+    stats.update(group_rms(targets.token_adv, token_groups(trajectories, turns)))
     batch = LearnerBatch(
         seqs=seqs,
         old_logprobs=logprobs.astype(np.float32),

@@ -105,6 +105,14 @@ CRITIC_ADAPTER = "critic"
 """The critic's LoRA adapter on the policy's base (a policy adapter may not take this name)."""
 
 
+@torch.no_grad()
+def polyak_update_(targets: Sequence[torch.Tensor], sources: Sequence[torch.Tensor], tau: float) -> None:
+    """θ̄ ← (1 − τ) θ̄ + τ θ in place, tensor by tensor (Haarnoja et al. 2018; STEP-HRL App. B: τ₁ = 0.2): a small τ
+    moves the target a little towards the critic. Pure tensor arithmetic, unit-tested without a learner."""
+    for t, p in zip(targets, sources, strict=True):
+        t.mul_(1.0 - tau).add_(p.detach(), alpha=tau)
+
+
 @contextmanager
 def _using_adapter(model: nn.Module, adapter: str | None) -> Iterator[None]:
     """Forward passes of ``model`` (a peft model) inside use LoRA adapter ``adapter`` (None: unchanged). Sets each
@@ -479,12 +487,10 @@ class LearnerWorker:
             for p, o in zip(params, own, strict=True):
                 p.data = o
 
-    @torch.no_grad()
     def soft_update_target(self, tau: float) -> None:
-        """θ̄ ← (1 − τ) θ̄ + τ θ (Haarnoja et al. 2018; STEP-HRL App. B: τ₁ = 0.2)."""
+        """The target critic one Polyak step towards the critic (``polyak_update_``)."""
         assert self.critic_target is not None
-        for t, p in zip(self.critic_target, self._critic_params(), strict=True):
-            t.mul_(1.0 - tau).add_(p.detach(), alpha=tau)
+        polyak_update_(self.critic_target, self._critic_params(), tau)
 
     @torch.no_grad()
     def values(self, seqs: Sequences, critic: str | None = None) -> np.ndarray:

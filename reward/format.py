@@ -13,6 +13,6 @@ import numpy as np
 from actors.trajectory import Trajectory
 
 
-def format_penalty(traj: Trajectory, penalty: float = 0.1) -> np.ndarray:
+def format_penalty(traj: Trajectory, penalty: float) -> np.ndarray:
     """float64[T]: −penalty on every turn whose decision is malformed (``decision.valid`` False), else 0."""
     return np.array([0.0 if t.decision.valid else -penalty for t in traj.turns], dtype=np.float64)

@@ -103,7 +103,7 @@ def action_grounding_reward(
     return alpha * action_executable(traj, patterns).astype(np.float64)
 
 
-def invalid_action_penalty(traj: Trajectory, penalty: float = 0.1) -> np.ndarray:
+def invalid_action_penalty(traj: Trajectory, penalty: float) -> np.ndarray:
     """float64[T]: −penalty on turns whose step info says the action was not understood (``valid_action is False``).
 
     verl-agent's invalid-action penalty (−0.1); a turn without the key is not penalised (no evidence)."""

@@ -2,12 +2,14 @@
 
 HiPER App. C: "we incur a small penalty c_t = c_KEEP (1 − q_t) to each turn where the agent decides to KEEP, so as
 to encourage exploration at the high-level and prevent degenerate behavior, such as committing to a single subgoal
-for an entire episode"; c_KEEP = 0.3 is the best value of the sensitivity study (App. D.2, Table 4).
+for an entire episode"; c_KEEP = 0.3 against R = 10 is the best value of the sensitivity study (App. D.2, Table 4);
+the constants here are in units of R (``reward.shaping``).
 
 KEEP means o_t = o_{t−1} (Sec. 4.1, Eq. 2: the subgoal is copied as-is), and the Plan–Execute prompt lists "If you
 KEEP, copy the exact current subgoal into <subgoal>" among its format requirements (App. C.3).  A KEEP whose
-subgoal text differs from the previous one therefore breaks the format; it is priced like the format penalty (0.1)
-but recorded as its own component, so a parser that flags it must not also set ``Decision.valid`` False for it.
+subgoal text differs from the previous one therefore breaks the format; the HiPER authors' code charges it (0.3
+against R = 10: 0.03 R), recorded as its own component, so a parser that flags it must not also set
+``Decision.valid`` False for it.
 """
 
 from __future__ import annotations
@@ -17,14 +19,16 @@ import numpy as np
 from actors.trajectory import Trajectory
 
 
-def keep_penalty(traj: Trajectory, c_keep: float = 0.3) -> np.ndarray:
-    """float64[T]: −c_KEEP·(1 − q_t) with q_t = ``traj.switches()``, the same q_t the HAE advantages use.
+def keep_penalty(traj: Trajectory, c_keep: float, *, normalized: bool = False) -> np.ndarray:
+    """float64[T]: −c_KEEP·(1 − q_t) with q_t = ``traj.switches()``, the same q_t the HAE advantages use;
+    ``normalized``: −c_KEEP·(1 − q_t)/T, so a whole episode costs at most c_KEEP (the HiPER authors' default mode).
 
     Turn 0 is always a boundary (q_0 = 1, HiPER Sec. 4.3: b_0 = 0), so a KEEP there is not charged; an unreadable
     switch (``decision.switch`` None) counts as KEEP, as it does for the segment boundaries. Enable only for
     protocols that emit a switch (Plan–Execute), otherwise every turn after the first would be charged."""
     q = traj.switches().astype(np.float64)
-    return -c_keep * (1.0 - q)
+    per_turn = -c_keep * (1.0 - q)
+    return per_turn / max(1, q.size) if normalized else per_turn
 
 
 def _same_text(a: str, b: str) -> bool:
@@ -52,6 +56,6 @@ def keep_changed_subgoal(traj: Trajectory) -> np.ndarray:
     return out
 
 
-def keep_consistency_penalty(traj: Trajectory, penalty: float = 0.1) -> np.ndarray:
+def keep_consistency_penalty(traj: Trajectory, penalty: float) -> np.ndarray:
     """float64[T]: −penalty on each KEEP turn that changed the subgoal text (see ``keep_changed_subgoal``)."""
     return -penalty * keep_changed_subgoal(traj).astype(np.float64)

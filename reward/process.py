@@ -95,9 +95,7 @@ def subgoal_spans(traj: Trajectory) -> list[tuple[int, int]]:
     return list(zip(starts, [*starts[1:], len(traj.turns)], strict=True))
 
 
-def ungrounded_subgoal_penalty(
-    traj: Trajectory, penalty: float = 0.1, include_task: bool = True
-) -> np.ndarray:
+def ungrounded_subgoal_penalty(traj: Trajectory, penalty: float, include_task: bool = True) -> np.ndarray:
     """float64[T]: r^gr_t = −penalty on each subgoal step (q_t = 1 with a non-empty subgoal) whose subgoal contains no
     grounded object or location (HIPIF App. B): none of its ``entity_words`` string-matches an entity word of the
     environment context available at that step, namely the task instruction (``include_task``), every observation
@@ -117,7 +115,7 @@ def ungrounded_subgoal_penalty(
 
 
 def subgoal_failure_penalty(
-    traj: Trajectory, penalty: float = 0.1, patterns: Sequence[str] = FAILURE_PATTERNS
+    traj: Trajectory, penalty: float, patterns: Sequence[str] = FAILURE_PATTERNS
 ) -> np.ndarray:
     """float64[T]: r^term_t, only for successful trajectories (``traj.won``): −penalty on the step that proposed a
     subgoal whose final observation shows execution failure (HIPIF App. B).
@@ -136,7 +134,7 @@ def subgoal_failure_penalty(
     return out
 
 
-def repeat_penalty(traj: Trajectory, penalty: float = 0.1, threshold: int = 3) -> np.ndarray:
+def repeat_penalty(traj: Trajectory, penalty: float, threshold: int = 3) -> np.ndarray:
     """float64[T]: r^exec_t = −penalty on every turn whose (action, resulting observation) pair has now occurred
     ``threshold`` or more times within the current subgoal span (HIPIF App. B: penalise the third occurrence; App. D
     found penalising the second occurrence less stable). Counts restart at every subgoal switch, "since the same

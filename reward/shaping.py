@@ -4,17 +4,22 @@ Each term is a pure function ``Trajectory -> float64[T]`` from the modules of th
 ``shaped`` components (rather than one summed number) lets the learner log and ablate them, and
 ``Turn.reward = env_reward + sum(shaped.values())`` is what the advantage estimators read.
 
+Units: every penalty is a fraction of the env's success reward R (``envs.success_reward``; ALFWorld pays 10,
+TextCraft, WebShop, VirtualHome and the synthetic env 1, ScienceWorld's score 100), so one rule gives every
+algorithm and env the papers' ratio: HiPER's c_KEEP 0.3 and format 0.1 against R = 10 are 0.03 R and 0.01 R.
+The HISR grounding term is the exception: α is a weight inside the fused model reward (Eq. 8), not an amount.
+
 =====================  ====================================================  ================================
 component name         rule                                                  source
 =====================  ====================================================  ================================
-``format``             −0.1 per malformed output                             HiPER App. C; HIPIF App. B r^fmt
-``keep``               −c_KEEP (1 − q_t), c_KEEP = 0.3                       HiPER App. C, D.2
-``keep_consistency``   −0.1 when KEEP changed the subgoal text               HiPER Eq. 2 + App. C.3 prompt
-``invalid_action``     −0.1 when the env did not understand the action       verl-agent
-``ungrounded_subgoal`` −0.1 subgoal names nothing in the env context         HIPIF App. B r^gr
-``subgoal_failure``    −0.1 (won episodes) subgoal ended on a failure        HIPIF App. B r^term
-``repeat``             −0.1 on the 3rd+ same action–observation pair         HIPIF App. B r^exec
-``action_grounding``   +α·1[action executable], α = 0.3                      HISR Eq. 8
+``format``             −0.01 R per malformed output                          HiPER App. C; HIPIF App. B r^fmt
+``keep``               −c_KEEP (1 − q_t), c_KEEP = 0.03 R                    HiPER App. C, D.2
+``keep_consistency``   −0.03 R when KEEP changed the subgoal text            HiPER authors' code; App. C.3 prompt
+``invalid_action``     −0.01 R when the env did not understand the action    verl-agent
+``ungrounded_subgoal`` −0.01 R subgoal names nothing in the env context      HIPIF App. B r^gr
+``subgoal_failure``    −0.01 R (won episodes) subgoal ended on a failure     HIPIF App. B r^term
+``repeat``             −0.01 R on the 3rd+ same action–observation pair      HIPIF App. B r^exec
+``action_grounding``   +α·1[action executable], α = 0.3 (not scaled by R)    HISR Eq. 8
 =====================  ====================================================  ================================
 """
 
@@ -37,18 +42,22 @@ from reward.process import repeat_penalty, subgoal_failure_penalty, ungrounded_s
 class ShapingConstants:
     """The shaping terms' constants (defaults from the papers): their one definition. Every RL algorithm's
     ``Config`` holds one as its ``shaping`` field, so ``algo.shaping.<name>=v`` reaches each of them
-    (``shaping_for``)."""
+    (``shaping_for``). Amounts are in units of the env's success reward R (the module docstring)."""
 
-    format_penalty: float = 0.1
-    """Cost of a malformed output (HiPER App. C; HIPIF App. B); scale it with the env's success reward."""
-    c_keep: float = 0.3
-    """HiPER's KEEP penalty c_KEEP (App. C; best value of App. D.2, Table 4)."""
-    keep_consistency_penalty: float = 0.1
-    """Cost of a KEEP that rewrote the subgoal: a format requirement of the Plan–Execute prompt (App. C.3)."""
-    invalid_action_penalty: float = 0.1
-    """Cost of an action the environment did not understand (verl-agent's −0.1)."""
-    process_penalty: float = 0.1
-    """Magnitude of each HIPIF process penalty r^gr, r^term, r^exec (App. B; App. D: 0.1 beat 0.05 and 0.2)."""
+    format_penalty: float = 0.01
+    """Cost of a malformed output, × R (HiPER App. C and HIPIF App. B: 0.1 against R = 10)."""
+    c_keep: float = 0.03
+    """HiPER's KEEP penalty c_KEEP, × R (App. C: 0.3 against R = 10, the best value of App. D.2, Table 4)."""
+    keep_mode: str = "per_turn"
+    """"per_turn": −c_KEEP on every KEEP turn (HiPER App. C); "normalized": −c_KEEP / T on every KEEP turn of a T-turn
+    episode, at most c_KEEP per episode (the HiPER authors' code, ``keep_penalty_mode``)."""
+    keep_consistency_penalty: float = 0.03
+    """Cost of a KEEP that rewrote the subgoal, × R (the HiPER authors' code: 0.3 against R = 10; the paper's prompt
+    (App. C.3) makes it a format requirement)."""
+    invalid_action_penalty: float = 0.01
+    """Cost of an action the environment did not understand, × R (verl-agent: 0.1 against ALFWorld's R = 10)."""
+    process_penalty: float = 0.01
+    """Each HIPIF process penalty r^gr, r^term, r^exec, × R (App. B: 0.1 against R = 10; App. D: 0.1 beat 0.05, 0.2)."""
     repeat_threshold: int = 3
     """HIPIF r^exec fires from this occurrence of an action–observation pair within a subgoal on (App. B: third)."""
     ground_in_task: bool = True
@@ -72,6 +81,8 @@ class ShapingConfig:
     ``HISR_TERMS``. The default is the format penalty every baseline uses (HiPER App. C)."""
     constants: ShapingConstants = field(default_factory=ShapingConstants)
     """The terms' constants (an RL algorithm's ``Config.shaping``; default: the papers')."""
+    success_reward: float = 1.0
+    """The env's success reward R: every amount in ``constants`` is multiplied by it (``SCALED_TERMS``)."""
 
     def __post_init__(self) -> None:
         unknown = [t for t in self.terms if t not in TERMS]
@@ -87,15 +98,26 @@ class ShapingConfig:
             raise ValueError("repeat_threshold must be >= 1")
         if not 0.0 <= self.constants.grounding_alpha <= 1.0:
             raise ValueError("grounding_alpha must lie in [0, 1] (HISR Eq. 8 is a convex combination)")
+        if self.constants.keep_mode not in KEEP_MODES:
+            raise ValueError(f"keep_mode {self.constants.keep_mode!r}; known: {', '.join(KEEP_MODES)}")
+        if not self.success_reward > 0:
+            raise ValueError(f"success_reward must be > 0, got {self.success_reward}")
 
 
-def shaping_for(algo_cfg: Any) -> ShapingConfig:
-    """The shaping of an algorithm's ``Config``: its ``reward_terms`` with its ``shaping`` constants (every RL
-    algorithm's ``Config`` has that field; a config without one, e.g. SFT's, keeps the paper defaults)."""
+KEEP_MODES = ("per_turn", "normalized")
+
+
+def shaping_for(algo_cfg: Any, success_reward: float = 1.0) -> ShapingConfig:
+    """The shaping of an algorithm's ``Config`` in an env paying ``success_reward``: its ``reward_terms`` with its
+    ``shaping`` constants (every RL algorithm's ``Config`` has that field; a config without one, e.g. SFT's, keeps
+    the paper defaults). The unit R is the success reward the algorithm's returns see: an algorithm that pays the
+    outcome at its own scale (HIPIF's ``success_reward``, 10 whatever the env pays) sets it, else the env's."""
     constants = getattr(algo_cfg, "shaping", None)
+    own = getattr(algo_cfg, "success_reward", None)
     return ShapingConfig(
         terms=tuple(algo_cfg.reward_terms),
         constants=ShapingConstants() if constants is None else constants,
+        success_reward=success_reward if own is None else float(own),
     )
 
 
@@ -103,7 +125,7 @@ TermFn = Callable[[Trajectory, ShapingConstants], np.ndarray]
 
 TERMS: dict[str, TermFn] = {
     "format": lambda traj, c: format_penalty(traj, c.format_penalty),
-    "keep": lambda traj, c: keep_penalty(traj, c.c_keep),
+    "keep": lambda traj, c: keep_penalty(traj, c.c_keep, normalized=c.keep_mode == "normalized"),
     "keep_consistency": lambda traj, c: keep_consistency_penalty(traj, c.keep_consistency_penalty),
     "invalid_action": lambda traj, c: invalid_action_penalty(traj, c.invalid_action_penalty),
     "ungrounded_subgoal": lambda traj, c: ungrounded_subgoal_penalty(
@@ -114,7 +136,10 @@ TERMS: dict[str, TermFn] = {
     "action_grounding": lambda traj, c: action_grounding_reward(traj, c.grounding_alpha, c.failure_patterns),
 }
 """Component name -> term; each reads its constants from ``ShapingConstants`` and returns float64[T] for the
-trajectory's turns."""
+trajectory's turns (amounts in units of R: ``shaping_components`` scales them)."""
+
+SCALED_TERMS: frozenset[str] = frozenset(TERMS) - {"action_grounding"}
+"""The terms whose amounts are fractions of the env's success reward (all but HISR's weighted grounding term)."""
 
 HIPER_TERMS: tuple[str, ...] = ("format", "keep", "keep_consistency")
 HIPIF_TERMS: tuple[str, ...] = ("format", "ungrounded_subgoal", "subgoal_failure", "repeat")
@@ -122,8 +147,12 @@ HISR_TERMS: tuple[str, ...] = ("action_grounding",)
 
 
 def shaping_components(traj: Trajectory, config: ShapingConfig) -> dict[str, np.ndarray]:
-    """{component name: float64[T]} for the configured terms; pure (the trajectory is not modified)."""
-    return {name: np.asarray(TERMS[name](traj, config.constants), dtype=np.float64) for name in config.terms}
+    """{component name: float64[T]} for the configured terms, amounts × R; pure (the trajectory is not modified)."""
+    return {
+        name: np.asarray(TERMS[name](traj, config.constants), dtype=np.float64)
+        * (config.success_reward if name in SCALED_TERMS else 1.0)
+        for name in config.terms
+    }
 
 
 def apply_shaping(traj: Trajectory, config: ShapingConfig) -> Trajectory:

@@ -45,6 +45,8 @@ class WebShopEnv:
     """Text WebShop with a BM25 search engine, the official reward and a scripted expert."""
 
     name = "webshop"
+    SUCCESS_REWARD = 1.0
+    """The official purchase reward of a perfect match (HiPER pays 10x it: ``success_reward`` is not an option here)."""
 
     def __init__(
         self,

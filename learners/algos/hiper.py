@@ -1,32 +1,48 @@
 """HiPER (seed 001): Plan–Execute agent trained with Hierarchical Advantage Estimation and PPO.
 
 Per turn the agent writes ``<switch>KEEP|SWITCH</switch><subgoal>o_t</subgoal><action>a_t</action>``. Rewards
-r_t = env reward + format penalty (−0.1 per malformed turn) + KEEP penalty c_t = −c_KEEP (1 − q_t) (App. C,
-c_KEEP = 0.3) + KEEP-consistency penalty (ours: a KEEP that rewrites the subgoal, −0.1).
+r_t = env reward + format penalty + KEEP penalty c_t = −c_KEEP (1 − q_t) (App. C) + KEEP-consistency penalty (a KEEP
+that rewrites the subgoal; the authors' code charges it, the paper's prompt forbids it). Every constant is in units
+of the env's success reward R (``reward.shaping``): the paper's c_KEEP 0.3 and format 0.1 against R = 10 are 0.03 R
+and 0.01 R, so a TextCraft or synthetic run (R = 1) gets the paper's ratio.
 
 Advantages (``learners.advantages.hierarchical_advantages``): low-level GAE inside segments bootstrapping to V_high at
-the next boundary (Eq. 6–7), high-level GAE over segments (Eq. 8), switching advantage (q_t − β_t)(V_high(s_t) −
-V_low(s_t, o_{t−1})) (Eq. 9–10), critic targets Eq. 11 and 13–14. Actor loss Eq. 28: switch tokens get A^switch,
-subgoal tokens A^high on boundary turns only, action tokens A^low (``learners.losses.decision_token_advantages``);
-+ KL to the reference policy with β = 0.01 (Eq. 30, App. C.1). Critic loss Eq. 12/29: squared error of both heads.
+the next boundary (Eq. 6–7), high-level GAE over segments (Eq. 8), and the switching advantage, one of
+(``switch_adv``):
 
-Where the two-head critic is read (one shared backbone, two heads, App. C.2):
-* V_high(s_t): head 0 at the last prompt token (state before the turn's output);
-* V_low(s_t, o_{t−1}): head 1 at the last prompt token (the prompt states the current subgoal o_{t−1});
-* V_low(s_t, o_t): head 1 at the last token of the new ``<subgoal>`` block in the response.
+* ``"return"`` (default; the authors' code, ``hiper_hae/core_hae.py``): A^switch_t = Ḡ_t − V_sw(s_t, o_{t−1}), Ḡ_t the
+  return from t to the end of its segment bootstrapped at the next boundary's V_high, V_sw a third critic head read
+  where the switch is decided and regressed on Ḡ_t: a sample of Q^switch − V^switch of Theorem 4.1;
+* ``"eq10"`` (the paper): (q_t − β_t)(V_high(s_t) − V_low(s_t, o_{t−1})).
+
+Both are 0 at turn 0 (no switch decision: b_0 = 0 is forced). Actor loss Eq. 28: switch tokens get A^switch, subgoal
+tokens A^high on boundary turns only, action tokens A^low (``learners.losses.decision_token_advantages``); a KEEP
+turn's copied subgoal carries no advantage but stays under the KL anchor (it is still generated text); + KL to the
+reference policy with β = 0.01 (Eq. 30, App. C.1). Critic loss Eq. 12/29: squared error of every valid slot.
+
+The critic (one shared backbone, three heads, App. C.2 plus the authors' third head):
+* V_high(s_t): head 0 at the last prompt token, regressed at boundaries;
+* V_low(s_t, o_{t−1}): head 1 at the last prompt token (the prompt states o_{t−1}), regressed on KEEP turns, where
+  o_t = o_{t−1} and its target is V_low(s_t, o_t)'s;
+* V_low(s_t, o_t): head 1 at the last token of the new ``<subgoal>`` block, regressed on every turn;
+* V_sw(s_t, o_{t−1}): head 2 at the last prompt token, regressed on Ḡ_t on every decided turn (t ≥ 1).
+Every slot is trained whatever ``switch_adv`` reads, so either form can be replayed from the same critic.
+Targets (``critic_target``): ``"lambda"`` (default; the authors' ``ret = adv + V``): λ-returns A^low + V_low and
+A^high + V_high, which carry the outcome back to early states in one iteration; ``"td0"``: the paper's Eq. 11 / 13.
+
+Advantage normalisation (``adv_norm``, on when ``normalize_advantages``; the paper specifies none): ``"per_type"``
+(default, the authors' ``norm_adv``) centres and scales each type over the turns that carry it (every turn for
+A^low, boundaries for A^high, decided turns for A^switch). How A^switch is scaled (``switch_norm``): ``"own"``
+(centred and scaled by its own std: the authors' choice for the return form) or ``"action"`` (divided by A^low's
+std and not centred). Eq. 10 is already centred (E[q − β] = 0) and its scale is its only measure of confidence:
+scaled by its own std any consistent sign of δ = V_high − V_low, however small, becomes a unit-strength push, so
+``eq10`` takes ``"action"`` by default. ``"joint"``: one mean and std over all three types (verl practice; it lets
+the action advantages' mean flip switch signs).
 
 Deviations, all documented: β_t = π(SWITCH | s_t, o_{t−1}) is taken from the sampled switch span's probability
 (P(span) if SWITCH was sampled, 1 − P(span) if KEEP was), not from a separate forward pass over both words;
 response tokens outside the three blocks (whitespace, EOS) get A^low so the model also learns to stop; the value of
 a truncated episode's final state is approximated by V_high(s_{T−1}).
-
-Advantage normalisation (``adv_norm``, on when ``normalize_advantages``): the paper does not specify one. The
-default ``"per_type"`` whitens switch, subgoal and action tokens separately, each over its own tokens (as issue 10
-reports the HiPER authors' code normalises low, high and switch advantages separately). ``"joint"`` (one mean/std
-over all loss tokens, verl practice) is kept as an option but is wrong here: action tokens dominate the pooled mean,
-and the small, zero-mean switch advantages (q_t − β_t)(V_high − V_low) then all move by −mean/std, so a positive
-A^switch can come out negative (a good SWITCH is trained down). Turn 0's switch tokens (no switch decision: b_0 = 0
-is forced, A^switch = 0) stay 0 and are left out of the switch statistics under ``"per_type"``.
 Hyperparameters (App. C.1): actor lr 1e-6, critic lr 1e-5, λ_high = λ_low = 0.95, KL 0.01, rollout temperature 1.0,
 validation temperature 0.4, mini-batch 256 — the learning rates and batch sizes live in the run config.
 """
@@ -54,16 +70,15 @@ from learners.targets import (
     rows_per_trajectory,
     squared_value_loss,
     whiten,
-    whiten_groups,
 )
 from reward.shaping import HIPER_TERMS, ShapingConstants
 
 
 @dataclass(frozen=True)
 class Config:
-    """``shaping`` holds every shaping constant (``reward.shaping.ShapingConstants``: c_keep 0.3, format_penalty
-    0.1, keep_consistency_penalty, ...), so ``algo.shaping.<name>=v`` sets it; ``reward_terms`` picks the terms
-    applied."""
+    """``shaping`` holds every shaping constant (``reward.shaping.ShapingConstants``, in units of the env's success
+    reward: c_keep 0.03, format_penalty 0.01, ...), so ``algo.shaping.<name>=v`` sets it; ``reward_terms`` picks
+    the terms applied."""
 
     gamma: float = 0.99
     lam_low: float = 0.95
@@ -72,30 +87,56 @@ class Config:
     clip_high: float = 0.2
     kl_coef: float = 0.01
     kl_kind: str = "low_var_kl"
+    switch_adv: str = "return"
+    """"return": Ḡ_t − V_sw(s_t, o_{t−1}) (the authors' code); "eq10": (q_t − β_t)(V_high − V_low(s_t, o_{t−1}))
+    (the paper's Eq. 10). See the module docstring."""
+    switch_norm: str | None = None
+    """How ``adv_norm="per_type"`` scales A^switch: "own" (centred, divided by its own std) or "action" (divided by
+    A^low's std, not centred); None: "own" for ``switch_adv="return"``, "action" for "eq10"."""
+    critic_target: str = "lambda"
+    """"lambda": λ-return targets A + V (the authors' code); "td0": the paper's one-step targets (Eq. 11, 13)."""
     normalize_advantages: bool = True
     adv_norm: str = "per_type"
-    """"per_type": whiten switch / subgoal / action advantages separately (default); "joint": over all loss
-    tokens at once, which lets the action tokens' mean flip switch-token signs (see the module docstring)."""
+    """"per_type": each advantage type over the turns that carry it (default); "joint": one mean/std over all
+    three, which lets the action advantages' mean flip switch-token signs (see the module docstring)."""
     agg: str = "token-mean"
     reward_terms: tuple[str, ...] = HIPER_TERMS
     shaping: ShapingConstants = field(default_factory=ShapingConstants)
     """The shaping constants (``algo.shaping.<name>``); the papers' defaults."""
 
     def __post_init__(self) -> None:
-        if self.adv_norm not in ADV_NORMS:
-            raise ValueError(
-                f"algo.adv_norm: unknown value {self.adv_norm!r}; allowed: {', '.join(ADV_NORMS)}"
-            )
+        for name, allowed in (
+            ("adv_norm", ADV_NORMS),
+            ("switch_adv", SWITCH_ADVS),
+            ("switch_norm", (None, *SWITCH_NORMS)),
+            ("critic_target", CRITIC_TARGETS),
+        ):
+            if getattr(self, name) not in allowed:
+                shown = ", ".join(str(a) for a in allowed)
+                raise ValueError(f"algo.{name}: unknown value {getattr(self, name)!r}; allowed: {shown}")
+
+    @property
+    def resolved_switch_norm(self) -> str:
+        """``switch_norm``, or the switch form's own choice when it is None."""
+        if self.switch_norm is not None:
+            return self.switch_norm
+        return "own" if self.switch_adv == "return" else "action"
 
 
 ADV_NORMS = ("per_type", "joint")
+SWITCH_ADVS = ("return", "eq10")
+SWITCH_NORMS = ("own", "action")
+CRITIC_TARGETS = ("lambda", "td0")
 
 
 VALUE_SLOTS = (
     ValueSlot("v_high", 0, "prompt_last"),
     ValueSlot("v_low_prev", 1, "prompt_last"),
     ValueSlot("v_low", 1, "subgoal_last"),
+    ValueSlot("v_switch", 2, "prompt_last"),
 )
+V_HIGH, V_LOW_PREV, V_LOW, V_SWITCH = range(4)
+"""Column of each slot in ``values`` / ``value_target``."""
 
 
 def switch_probability(logprobs: np.ndarray, switch_mask: np.ndarray, switched: bool) -> float:
@@ -104,42 +145,111 @@ def switch_probability(logprobs: np.ndarray, switch_mask: np.ndarray, switched: 
     return p if switched else 1.0 - p
 
 
-def compute_targets(
-    trajectories: Sequence[Trajectory], batch: TurnBatch, values: np.ndarray | None, cfg: Config
-) -> Targets:
-    assert values is not None, "HiPER needs the two-head critic"
+@dataclass
+class _TurnAdvantages:
+    """Per-row (turn) advantages, critic targets and the rows each applies to, for a whole batch."""
+
+    switch: np.ndarray
+    high: np.ndarray
+    low: np.ndarray
+    boundary: np.ndarray
+    decided: np.ndarray
+    target: np.ndarray
+    valid: np.ndarray
+    delta: np.ndarray
+
+
+def turn_advantages(
+    trajectories: Sequence[Trajectory], batch: TurnBatch, values: np.ndarray, cfg: Config
+) -> _TurnAdvantages:
+    """HAE per trajectory (``learners.advantages.hierarchical_advantages``), the configured switch form and the
+    critic targets of the four slots, laid out by batch row."""
     n = len(batch)
-    adv = {k: np.zeros(n) for k in ("switch", "high", "low")}
-    boundary = np.zeros(n, bool)
-    target = np.zeros((n, 3), np.float32)
-    valid = np.zeros((n, 3), bool)
+    out = _TurnAdvantages(
+        *(np.zeros(n) for _ in range(3)),
+        boundary=np.zeros(n, bool),
+        decided=np.zeros(n, bool),
+        target=np.zeros((n, len(VALUE_SLOTS)), np.float32),
+        valid=np.zeros((n, len(VALUE_SLOTS)), bool),
+        delta=np.zeros(n),
+    )
     old_lp = batch.old_logprobs.numpy()
     sw_mask = batch.masks.get("switch_mask", torch.zeros_like(batch.response_mask)).numpy()
     for traj, rows in zip(trajectories, rows_per_trajectory(batch, trajectories), strict=True):
         q = traj.switches()
         beta = np.array([switch_probability(old_lp[r], sw_mask[r], bool(q[i])) for i, r in enumerate(rows)])
-        v_high, v_low_prev, v_low = (values[rows, k].astype(np.float64) for k in range(3))
+        v = values[rows].astype(np.float64)
         res = hierarchical_advantages(
             traj.rewards(),
-            v_low,
-            v_low_prev,
-            v_high,
+            v[:, V_LOW],
+            v[:, V_LOW_PREV],
+            v[:, V_HIGH],
             q,
             beta,
             gamma=cfg.gamma,
             lam_low=cfg.lam_low,
             lam_high=cfg.lam_high,
             terminated=traj.terminated,
-            bootstrap_value=bootstrap_value(traj, v_high[-1]),
+            bootstrap_value=bootstrap_value(traj, v[-1, V_HIGH]),
         )
-        adv["switch"][rows] = res.adv_switch.numpy()
-        adv["high"][rows] = res.adv_high.numpy()
-        adv["low"][rows] = res.adv_low.numpy()
-        boundary[rows] = res.boundary.numpy()
-        target[rows, 0] = res.target_high.numpy()
-        valid[rows, 0] = res.boundary.numpy()
-        target[rows, 2] = res.target_low.numpy()
-        valid[rows, 2] = True
+        boundary = res.boundary.numpy()
+        decided = np.arange(len(rows)) > 0  # turn 0 has no switch decision
+        keep = decided & ~boundary
+        a_low, a_high = res.adv_low.numpy(), res.adv_high.numpy()
+        if cfg.switch_adv == "eq10":
+            a_switch = res.adv_switch.numpy()
+        else:
+            a_switch = np.where(decided, res.switch_return.numpy() - v[:, V_SWITCH], 0.0)
+        if cfg.critic_target == "lambda":
+            y_high, y_low = a_high + v[:, V_HIGH], a_low + v[:, V_LOW]
+        else:
+            y_high, y_low = res.target_high.numpy(), res.target_low.numpy()
+        out.switch[rows], out.high[rows], out.low[rows] = a_switch, a_high, a_low
+        out.boundary[rows], out.decided[rows] = boundary, decided
+        out.delta[rows] = v[:, V_HIGH] - v[:, V_LOW_PREV]
+        for slot, y, ok in (
+            (V_HIGH, y_high, boundary),
+            (V_LOW_PREV, y_low, keep),  # o_t = o_{t-1} on a KEEP turn: V_low(s_t, o_{t-1}) = V_low(s_t, o_t)
+            (V_LOW, y_low, np.ones_like(boundary)),
+            (V_SWITCH, res.switch_return.numpy(), decided),
+        ):
+            out.target[rows, slot] = np.where(ok, y, 0.0)
+            out.valid[rows, slot] = ok
+    return out
+
+
+def normalise(a: _TurnAdvantages, cfg: Config) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(switch, high, low) per row after ``adv_norm`` (see the module docstring); rows a type does not apply to
+    stay 0."""
+    rows = {"switch": a.decided, "high": a.boundary, "low": np.ones_like(a.boundary)}
+    raw = {"switch": a.switch, "high": a.high, "low": a.low}
+    if not cfg.normalize_advantages:
+        return a.switch, a.high, a.low
+    if cfg.adv_norm == "joint":
+        pooled = np.concatenate([raw[k][rows[k]] for k in raw])
+        mean, std = (pooled.mean(), pooled.std()) if pooled.size > 1 else (0.0, 1.0)
+        out = {k: np.where(rows[k], (raw[k] - mean) / (std + 1e-8), 0.0) for k in raw}
+        return out["switch"], out["high"], out["low"]
+    high = whiten(a.high, a.boundary).astype(np.float64)
+    low = whiten(a.low, rows["low"]).astype(np.float64)
+    if cfg.resolved_switch_norm == "own":
+        switch = whiten(a.switch, a.decided).astype(np.float64)
+    else:  # scaled like the actions' advantages, not re-centred: Eq. 10's size stays its confidence
+        scale = a.low.std() if a.low.size > 1 else 1.0
+        switch = np.where(a.decided, a.switch / (scale + 1e-8), 0.0)
+    return switch, high, low
+
+
+def _rms(x: np.ndarray, rows: np.ndarray) -> float:
+    return float(np.sqrt(np.mean(x[rows] ** 2))) if rows.any() else 0.0
+
+
+def compute_targets(
+    trajectories: Sequence[Trajectory], batch: TurnBatch, values: np.ndarray | None, cfg: Config
+) -> Targets:
+    assert values is not None, "HiPER needs its critic"
+    a = turn_advantages(trajectories, batch, values, cfg)
+    switch, high, low = normalise(a, cfg)
     resp = batch.response_mask
     m_switch = batch.masks.get("switch_mask", torch.zeros_like(resp)) & resp
     m_sub = batch.masks.get("subgoal_mask", torch.zeros_like(resp)) & resp & ~m_switch
@@ -148,35 +258,27 @@ def compute_targets(
         m_switch,
         m_sub,
         m_act,
-        torch.from_numpy(adv["switch"]),
-        torch.from_numpy(adv["high"]),
-        torch.from_numpy(adv["low"]),
-        torch.from_numpy(boundary),
+        torch.from_numpy(switch),
+        torch.from_numpy(high),
+        torch.from_numpy(low),
+        torch.from_numpy(a.boundary),
     )
-    token_adv_np, mask_np = token_adv.numpy().astype(np.float32), loss_mask.numpy()
-    if cfg.normalize_advantages and cfg.adv_norm == "joint":
-        token_adv_np = whiten(token_adv_np, mask_np)
-    elif cfg.normalize_advantages:
-        # turn 0 has no switch decision (b_0 = 0 is forced): its switch tokens stay 0 and out of the statistics
-        decided = torch.tensor([j > 0 for _i, j in batch.index], dtype=torch.bool)
-        token_adv_np = whiten_groups(
-            token_adv_np,
-            [
-                (m_switch & decided[:, None]).numpy(),
-                (m_sub & torch.from_numpy(boundary)[:, None]).numpy(),
-                m_act.numpy(),
-            ],
-        )
+    # a KEEP turn's copied subgoal: no advantage (not a decision), but under the KL anchor like every token
+    loss_mask = loss_mask | m_sub
+    d = a.delta[a.decided]
+    n = len(batch)
     return Targets(
-        token_adv=token_adv_np,
-        loss_mask=mask_np,
-        value_target=target,
-        value_valid=valid,
+        token_adv=token_adv.numpy().astype(np.float32),
+        loss_mask=loss_mask.numpy(),
+        value_target=a.target,
+        value_valid=a.valid,
         stats={
-            "switch_rate": float(boundary.mean()) if n else 0.0,
-            "adv_low_mean": float(adv["low"].mean()) if n else 0.0,
-            "adv_high_abs": float(np.abs(adv["high"][boundary]).mean()) if boundary.any() else 0.0,
-            "adv_switch_abs": float(np.abs(adv["switch"]).mean()) if n else 0.0,
+            "switch_rate": float(a.boundary[a.decided].mean()) if a.decided.any() else 0.0,
+            "delta_mean": float(d.mean()) if d.size else 0.0,
+            "delta_sd": float(d.std()) if d.size else 0.0,
+            "adv_raw_rms_switch": _rms(a.switch, a.decided),
+            "adv_raw_rms_high": _rms(a.high, a.boundary),
+            "adv_raw_rms_low": _rms(a.low, np.ones(n, bool)),
         },
     )
 

@@ -21,6 +21,11 @@ Reading and deviations:
 * r^proc_t is the sum of the turn's shaping components, i.e. exactly the configured ``reward_terms`` (default: the
   four of Eq. 7). Adding a term (e.g. ``invalid_action``) adds it to r^proc.
 * σ_S is the unbiased standard deviation (GRPO's); a group whose steps all score the same gets 0.
+* **The clip is per token.** Eq. 4's ratio is π_θ(ζ_t | C_t) / π_old(ζ_t | C_t) of the whole step output ζ_t;
+  ours is the shared ``learners.targets.clipped_policy_loss``, ratio and clip per response token, as in verl's
+  PPO loss that verl-agent (which HIPIF follows for its step-level advantages, Sec. 3.1) trains with. No authors'
+  code is public. A step-level ratio is the product of its tokens' ratios (it leaves [1 − ε, 1 + ε] sooner on
+  long steps); no step-level variant is offered yet.
 * The paper has no warm start (Qwen2.5 3B/7B-Instruct learn the format zero-shot); our CPU preset on the 135M model
   starts from a behaviour-cloning warm start on expert demonstrations in HIPIF's format (``bc``), as every CPU
   preset does.

@@ -25,7 +25,18 @@ Deviations, each labelled where it is made:
   weighs the same; the scale is Eq. 3's mean divided by the mean segment count;
 * the value of a truncated episode's final state is approximated by V(s_{T−1}), advantages are whitened (as PPO);
 * beyond the paper, off by default: ``outcome_coef`` c adds c · R (the outcome the SPRM regresses on) to the last
-  turn's r_fuse, for the case where the SPRM's segment rewards alone do not steer the policy to success.
+  turn's r_fuse, for the case where the SPRM's segment rewards alone do not steer the policy to success;
+* **the SPRM starts from a fresh LoRA** on the base model (its adapter ``sprm`` and the Eq. 2 head), where App. B
+  "continue[s] training the π_policy" (π_ref after behaviour cloning) into the SPRM. The hindsight model does start
+  from π_ref (``launch.hisr``); the SPRM cannot yet: the learner copies LoRA tensors into policy and frozen adapters
+  only, not into a value model's (``learners.worker.LearnerWorker.load_adapter_weights``), so π_ref's weights would
+  need that copy (and the value model's optimizer state rebuilt) first;
+* **the clip is per token**: Eq. 9's ratio is π(a_t | s_t) / π_old(a_t | s_t) of the whole action a_t (a turn);
+  ours is the shared ``learners.targets.clipped_policy_loss``, a ratio and clip per response token as in verl's PPO
+  loss (the paper names no code; its PPO and GAE are the standard ones). The turn-level ratio is the product of
+  its tokens' ratios and leaves [1 − ε, 1 + ε] sooner on long actions; no turn-level variant is offered yet;
+* **value clipping** off by default (``value_clip`` null): the paper's critic is plain regression on the return (it
+  names no clip). ``value_clip=0.2`` is PPO's clipped value loss (PPO's default here).
 """
 
 from __future__ import annotations
@@ -63,7 +74,8 @@ class Config:
     kl_coef: float = 0.01
     """HISR App. B: KL coefficient 1e-2."""
     kl_kind: str = "low_var_kl"
-    value_clip: float = 0.2
+    value_clip: float | None = None
+    """None: ½ (V − return)², as the paper (no value clip); a number: PPO's clipped value loss (docstring)."""
     normalize_advantages: bool = True
     agg: str = "token-mean"
     reward_terms: tuple[str, ...] = HISR_TERMS
@@ -139,7 +151,7 @@ def compute_targets(
 
 
 def value_loss(values: torch.Tensor, inputs: CriticInputs, cfg: Config):
-    """0.5 · (V − return)², PPO-clipped around the old values by ``value_clip``."""
+    """0.5 · (V − return)², PPO-clipped around the old values when ``value_clip`` is set."""
     return squared_value_loss(values, inputs, clip=cfg.value_clip)
 
 

@@ -28,6 +28,20 @@ Our copy of the paper lost Eq. 3–7 in extraction; the forms above are reconstr
 * **Constants**: the hyperparameter table (App. C.2) lost its values; the authors' ``config/Multi_rl.json`` gives
   γ 0.99, τ (Polyak) 0.2, expectile 0.95, actor lr 1e-6, critic lr 1e-6, planner lr 1e-5, 10 epochs, and trains
   the actor with A · log π (``use_adv``), offered here as ``actor_loss="advantage"``. β = 1 and c = 0.1 are ours.
+* **Expectile direction.** Eq. 5 is IQL's expectile regression (an "expectile loss" with "the indicator
+  function"): L₂^τ(d) = |τ − 1(d < 0)| d², d = Q_target − V, so τ = 0.95 makes V track the upper 0.95 expectile of
+  Q_target (the default, ``expectile_direction="iql"``). The authors' code (``alg/Multi_RL.py``,
+  ``weight_tau`` 0.95) weighs V − Q_target < 0 by 1 − τ and > 0 by τ: IQL at 1 − τ, a V that tracks the lower 0.05
+  expectile. ``expectile_direction="authors"`` gives the code's weights.
+* **Target critic.** Q's TD target and V's regression target read the soft-updated copy (V_target(s'),
+  Q_target(s, a): IQL, as STEP-HRL Eq. 11–12); the authors' code reads both from the current critic without a
+  gradient and uses its target copy only for the policy-anchored actions (``get_policy_q``).
+* **KL in the online phase** reaches every trained row (``loss_mask``), the planner's SFT rows included, where
+  Eq. 7 regularises the executor alone: a policy loss sees no role, and a per-role KL mask would need a field in
+  ``learners.targets.PolicyInputs`` (shared by every algorithm). With ``model.role_adapters`` (the presets) the
+  planner's term pulls it towards its own frozen copy π_off^H on the expert sub-goals it is cloned on in every
+  iteration, so it only slows that SFT; with one shared adapter it regularises the shared policy on planner turns
+  as well.
 * **Executor reward**: App. B's internal reward (1 when the active sub-goal is completed) plus the env reward.
 * **KL** per response token with ``kl_kind`` at the buffer's tokens (k3 "low_var_kl" by default), not the exact
   KL over the vocabulary: buffer actions come from older policies, so the estimate is approximate.
@@ -49,6 +63,7 @@ import torch
 
 from actors.trajectory import Trajectory
 from learners.algorithm import Algorithm
+from learners.algos.step_hrl import check_expectile_direction, value_expectile
 from learners.batch import TurnBatch
 from learners.losses import awr_weights, iql_slot_loss, kl_estimate
 from learners.targets import CriticInputs, PolicyInputs, Targets, ValueSlot, broadcast_turn_values
@@ -64,6 +79,9 @@ class Config:
     beta: float = 1.0
     """AWR temperature of w(A) = exp(A / β) (Eq. 6-7; the paper's value is illegible)."""
     expectile: float = 0.95
+    expectile_direction: str = "iql"
+    """iql: Eq. 5 as IQL writes it (V tracks the upper 0.95 expectile of Q_target); authors: the authors' code's
+    weights, IQL at 1 − τ (docstring)."""
     target_tau: float = 0.2
     """Polyak rate of the target critic, after every critic step."""
     warmup_steps: int = 0
@@ -91,6 +109,9 @@ class Config:
     env_reward_scale: float = 1.0
     reward_terms: tuple[str, ...] = ()
     shaping: ShapingConstants = field(default_factory=ShapingConstants)
+
+    def __post_init__(self) -> None:
+        check_expectile_direction(self.expectile_direction)
 
 
 VALUE_SLOTS = (
@@ -180,7 +201,12 @@ def policy_loss(new_lp: torch.Tensor, inputs: PolicyInputs, cfg: Config):
     n = mask.sum().clamp(min=1)
     metrics = {"nll": float(torch.where(mask, -new_lp, zero).detach().sum() / n)}
     if inputs.ref_logprobs is not None:
-        kl = torch.where(mask, kl_estimate(new_lp, inputs.ref_logprobs.float(), cfg.kl_kind), zero)
+        # masked positions are set equal *before* the estimator (as ``learners.targets.clipped_policy_loss``): a
+        # far-off padding log-prob makes k3's exp(−log r) inf there, and torch.where's zero gradient times inf is NaN
+        kl = kl_estimate(
+            torch.where(mask, new_lp, zero), torch.where(mask, inputs.ref_logprobs.float(), zero), cfg.kl_kind
+        )
+        kl = torch.where(mask, kl, zero)
         loss = loss + cfg.kl_coef * kl
         metrics["kl"] = float(kl.detach().sum() / n)
     return loss, metrics
@@ -188,7 +214,8 @@ def policy_loss(new_lp: torch.Tensor, inputs: PolicyInputs, cfg: Config):
 
 def value_loss(values: torch.Tensor, inputs: CriticInputs, cfg: Config):
     """Σ w · ℓ over float[B, 4]: (y − Q)² on the Q slot (Eq. 4), L₂^τ(y − V) on the V slot (Eq. 5)."""
-    return iql_slot_loss(values, inputs.value_target, inputs.value_weight, IS_V_SLOT, cfg.expectile)
+    tau = value_expectile(cfg.expectile, cfg.expectile_direction)
+    return iql_slot_loss(values, inputs.value_target, inputs.value_weight, IS_V_SLOT, tau)
 
 
 ALGORITHM = Algorithm(

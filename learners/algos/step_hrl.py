@@ -29,6 +29,20 @@ Deviations and readings, each labelled:
   plan's subgoals and a deterministic progress text (``actors.demos``).
 * Q and V share one critic model per role-head pair (six heads on one LoRA critic), not a network per role:
   the paper says "a separate critic network" per role; ours separates them by head.
+* **Expectile direction.** Eq. 12 is IQL's L₂^τ₂ with τ₂ = 0.95 > 0.5, "an upper expectile", the default
+  (``expectile_direction="iql"``). The authors' public code (TonyStark042/STEP-HRL, ``alg/step_rl.py``) weighs
+  V − Q_target < 0 by 1 − τ₂ and > 0 by τ₂ ("conservative estimate"), which is IQL at 1 − τ₂: its V tracks the
+  lower 0.05 expectile. ``expectile_direction="authors"`` gives the code's weights.
+* **Collection temperature.** App. B samples the high-level and local-progress policies at 0.7 and the low level
+  greedily (temperature 0, for well-formed actions; App. A says 1.0 and 0); the authors' collection code calls
+  ``generate`` without sampling, greedy for every role. Ours samples all three roles at one
+  ``collect_temperature`` (0.7: App. B's for two of the three roles), because a rollout worker batches every
+  role's prompts in one generation call with one temperature; per-role temperatures need that call split by role
+  (``actors.rollout.iter_episodes``). ``collect_temperature=0`` is the authors' code (greedy everywhere).
+* **Behaviour cloning** (Sec. 3.2) is the run's shared ``bc`` phase, token-mean NLL by default (one BC start for
+  every method compared); Eq. 9–10 sum log π over a response's tokens and average over responses
+  (``bc.agg=seq-mean-token-sum``); the authors' code averages each response's token log-probs
+  (``bc.agg=seq-mean-token-mean``). The RL actor loss does sum them (Eq. 10 via Eq. 13, ``agg``).
 """
 
 from __future__ import annotations
@@ -65,6 +79,9 @@ class Config:
     """AWR temperature β (Eq. 13)."""
     expectile: float = 0.95
     """τ₂ of Eq. 12."""
+    expectile_direction: str = "iql"
+    """iql: Eq. 12 (V tracks the upper τ₂ expectile of Q_target); authors: the authors' code's weights, IQL at
+    1 − τ₂ (docstring)."""
     target_tau: float = 0.2
     """τ₁: soft update of the target critic after every critic step."""
     warmup_steps: int = 100
@@ -87,6 +104,26 @@ class Config:
     (App. C: "values ranging from 0 to 1"), our adapter reports increments of the 0-100 score (preset: 0.01)."""
     reward_terms: tuple[str, ...] = ()
     shaping: ShapingConstants = field(default_factory=ShapingConstants)
+
+    def __post_init__(self) -> None:
+        check_expectile_direction(self.expectile_direction)
+
+
+EXPECTILE_DIRECTIONS = ("iql", "authors")
+
+
+def check_expectile_direction(direction: str) -> None:
+    """A bad ``expectile_direction`` fails when the Config is built (before Ray: one line, exit 2)."""
+    if direction not in EXPECTILE_DIRECTIONS:
+        raise ValueError(
+            f"algo.expectile_direction: unknown value {direction!r}; allowed: {', '.join(EXPECTILE_DIRECTIONS)}"
+        )
+
+
+def value_expectile(tau: float, direction: str) -> float:
+    """The τ of IQL's L₂^τ(Q_target − V) = |τ − 1(d < 0)| d² that ``expectile_direction`` means: ``iql`` τ itself;
+    ``authors`` 1 − τ (STEP-HRL's and Multi2's public code weigh V − Q_target > 0 by τ, i.e. IQL at 1 − τ)."""
+    return tau if direction == "iql" else 1.0 - tau
 
 
 def _slots() -> tuple[ValueSlot, ...]:
@@ -173,7 +210,8 @@ IS_V_SLOT = tuple(k < N_CURRENT and k % 2 == 1 for k in range(len(VALUE_SLOTS)))
 def value_loss(values: torch.Tensor, inputs: CriticInputs, cfg: Config):
     """Σ w · ℓ over float[B, 12]: ℓ = (y − Q)² on Q slots (Eq. 11), L₂^τ₂(y − V) on V slots (Eq. 12), with w the
     convention's ``value_weight`` (0 on the target slots and on the other roles' slots)."""
-    return iql_slot_loss(values, inputs.value_target, inputs.value_weight, IS_V_SLOT, cfg.expectile)
+    tau = value_expectile(cfg.expectile, cfg.expectile_direction)
+    return iql_slot_loss(values, inputs.value_target, inputs.value_weight, IS_V_SLOT, tau)
 
 
 ALGORITHM = Algorithm(

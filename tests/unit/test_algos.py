@@ -92,33 +92,50 @@ def test_hiper_routes_each_advantage_to_its_decision_tokens():
     batch, tg = _targets("hiper", [traj])
     p = 3  # prompt length: response tokens start at position 3
     sw, sg, act, eos = slice(p, p + 2), slice(p + 2, p + 4), slice(p + 4, p + 6), p + 6
-    # KEEP turn (row 1): subgoal tokens are not a decision -> out of the loss mask
-    assert not tg.loss_mask[1, sg].any() and tg.loss_mask[0, sg].all() and tg.loss_mask[2, sg].all()
+    # KEEP turn (row 1): its copied subgoal is not a decision -> advantage 0, but it stays under the KL anchor
+    assert (tg.token_adv[1, sg] == 0).all() and tg.loss_mask[:, sg].all()
     # switch and action tokens (and the EOS, which shares the low-level advantage) are always trained
     assert tg.loss_mask[:, sw].all() and tg.loss_mask[:, act].all() and tg.loss_mask[:, eos].all()
     # V = 0 everywhere: A_low = discounted reward-to-go inside the segment; A_high = segment return
     assert tg.token_adv[2, act][0] == pytest.approx(1.0)
     assert tg.token_adv[2, sg][0] == pytest.approx(1.0)
     assert tg.token_adv[0, act][0] == pytest.approx(0.0)
-    # critic targets: V_high only at boundaries (turns 0 and 2), V_low everywhere, slot 1 never
-    assert tg.value_valid[:, 0].tolist() == [True, False, True]
-    assert tg.value_valid[:, 2].all() and not tg.value_valid[:, 1].any()
+    # critic targets: V_high at boundaries (turns 0, 2), V_low(s, o_{t-1}) on the KEEP turn, V_low everywhere,
+    # V_sw on decided turns (1, 2)
+    assert tg.value_valid.tolist() == [
+        [True, False, True, False],
+        [False, True, True, True],
+        [True, False, True, True],
+    ]
     pos, head = value_positions(batch, get_algo("hiper").value_slots)
-    assert head.tolist() == [0, 1, 1]
-    assert pos[0].tolist() == [p - 1, p - 1, p + 3]  # last prompt token; last subgoal token
+    assert head.tolist() == [0, 1, 1, 2]
+    assert pos[0].tolist() == [p - 1, p - 1, p + 3, p - 1]  # last prompt token; last subgoal token
 
 
-def test_hiper_switch_advantage_sign():
-    # V_high(s_1) > V_low(s_1, o_0): switching at turn 1 was good; SWITCH gets positive A_switch
+def test_hiper_eq10_switch_advantage_sign():
+    # V_high(s_1) > V_low(s_1, o_0): switching at turn 1 was good; SWITCH gets positive A_switch, KEEP negative
     traj = _traj("a", "g", [0.0, 0.0], [True, True])
     batch = build_turn_batch([traj], max_len=64, pad_id=0)
-    values = np.array([[0.0, 0.0, 0.0], [1.0, 0.2, 0.0]], np.float32)
+    values = np.array([[0.0, 0.0, 0.0, 0.0], [1.0, 0.2, 0.0, 0.0]], np.float32)
     algo = get_algo("hiper")
-    tg = algo.compute_targets([traj], batch, values, algo.Config(normalize_advantages=False))
+    cfg = algo.Config(normalize_advantages=False, switch_adv="eq10")
+    tg = algo.compute_targets([traj], batch, values, cfg)
     assert tg.token_adv[1, 3] > 0
     traj.turns[1].decision.switch = False
-    tg = algo.compute_targets([traj], batch, values, algo.Config(normalize_advantages=False))
+    tg = algo.compute_targets([traj], batch, values, cfg)
     assert tg.token_adv[1, 3] < 0
+
+
+@pytest.mark.parametrize("switch", [True, False])
+def test_hiper_return_switch_advantage_sign(switch):
+    # V_sw(s_1, o_0) = 0.5: the decision at turn 1 (either one) led to G-bar_1 = 1 (win) -> +0.5, or 0 -> -0.5
+    algo = get_algo("hiper")
+    values = np.array([[0.0] * 4, [0.0, 0.0, 0.0, 0.5]], np.float32)
+    for reward, sign in ((1.0, 1), (0.0, -1)):
+        traj = _traj("a", "g", [0.0, reward], [True, switch])
+        batch = build_turn_batch([traj], max_len=64, pad_id=0)
+        tg = algo.compute_targets([traj], batch, values, algo.Config(normalize_advantages=False))
+        assert tg.token_adv[1, 3] == pytest.approx(0.5 * sign)
 
 
 def test_sft_trains_every_response_token():

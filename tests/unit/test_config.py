@@ -81,7 +81,7 @@ def test_every_preset_resolves(preset):
 def test_cli_beats_preset():
     cfg = resolve_config("hiper_textcraft_cpu", ["env.max_steps=7", "algo.shaping.c_keep=0.2"])
     assert cfg.env.max_steps == 7
-    assert cfg.algo_overrides == {"shaping.c_keep": 0.2, "shaping.format_penalty": 0.01}
+    assert cfg.algo_overrides == {"shaping.c_keep": 0.2}
 
 
 def test_dumped_yaml_round_trips():
@@ -111,18 +111,14 @@ def test_the_run_config_holds_no_algorithm_defaults():
     assert TrainConfig().algo_overrides == {}
 
 
-def test_the_cpu_main_job_preset_is_the_old_embedded_default():
-    """``hierarl train`` (no preset) loads hiper_textcraft_cpu: the dataclass defaults + the TextCraft scaling
-    that used to be the ``algo_overrides`` default (HiPER App. C values / 10: TextCraft pays 1, not 10) + CPU-sized
-    learner micro-batches (bench_memory.py)."""
+def test_the_cpu_main_job_preset_is_the_defaults_sized_for_cpu():
+    """``hierarl train`` (no preset) loads hiper_textcraft_cpu: the dataclass defaults + CPU-sized learner
+    micro-batches (bench_memory.py). Its shaping needs no override: the constants are in units of the env's success
+    reward, and HiPER App. C's c_KEEP 0.3 and format 0.1 against R = 10 are 0.03 and 0.01 of TextCraft's R = 1."""
     assert DEFAULT_PRESET == "hiper_textcraft_cpu"
     cfg = resolve_config(DEFAULT_PRESET)
     base = TrainConfig()
-    assert cfg == dataclasses.replace(
-        base,
-        algo_overrides={"shaping.c_keep": 0.03, "shaping.format_penalty": 0.01},
-        learner=dataclasses.replace(base.learner, micro_batch_size=2),
-    )
+    assert cfg == dataclasses.replace(base, learner=dataclasses.replace(base.learner, micro_batch_size=2))
     algo_cfg = resolve_algo_config(get_algo(cfg.algo).Config, cfg.algo_overrides)
     assert (algo_cfg.shaping.c_keep, algo_cfg.shaping.format_penalty) == (0.03, 0.01)
 
@@ -131,10 +127,13 @@ def test_an_algo_switch_keeps_the_shaping_constants_the_new_algorithm_has(tmp_pa
     """``hierarl train algo=ppo`` on the CPU preset keeps TextCraft's format penalty (it scales with the env's
     reward, not with the algorithm); keys of an earlier layer the new algorithm lacks are dropped; keys of the
     same layer are all checked (by resolve_algo_config); a bad name fails at once."""
-    cfg = resolve_config(DEFAULT_PRESET, ["algo=ppo"])
+    shaped = _write(
+        tmp_path / "s.yaml", "algo: hiper\nalgo_overrides: {shaping: {c_keep: 0.05, format_penalty: 0.02}}\n"
+    )
+    cfg = resolve_config(str(shaped), ["algo=ppo"])
     assert cfg.algo == "ppo" and cfg.algo_overrides == {
-        "shaping.c_keep": 0.03,
-        "shaping.format_penalty": 0.01,
+        "shaping.c_keep": 0.05,
+        "shaping.format_penalty": 0.02,
     }
     preset = _write(
         tmp_path / "h.yaml", "algo: hiper\nalgo_overrides: {lam_low: 0.9, shaping: {format_penalty: 0.02}}\n"
@@ -157,6 +156,7 @@ def test_every_shaping_constant_is_reachable_through_algo_keys(name):
     new = {
         "format_penalty": 0.07,
         "c_keep": 0.11,
+        "keep_mode": "normalized",
         "keep_consistency_penalty": 0.13,
         "invalid_action_penalty": 0.17,
         "process_penalty": 0.19,
@@ -291,18 +291,27 @@ def test_a_based_preset_matches_its_old_spelled_out_version():
 #     prompt with ReAct (the *_alfworld headers say so).
 #   rollout.group_size / groups_per_iter — group-relative methods (GRPO, RLOO, GiGPO) need groups (App. C.1:
 #     group size 8): 8 x 16 episodes against 1 x 128 for HiPER and PPO, the same 128 episodes per iteration.
+#   algo.reward_terms — where the agents differ (ReAct has no switch to charge a KEEP penalty on) or a method's
+#     terms are its contribution (HIPIF's process rewards, Eq. 7). Everywhere else the pair pays the same terms:
+#     PPO on the Plan–Execute agent pays HiPER's KEEP terms too.
 # The synthetic pairs use the same Plan–Execute agent for both (HiPER vs flat PPO on the same outputs).
 PAIRS: list[tuple[str, str, set[str]]] = [
     ("hiper_synthetic_small", "ppo_synthetic_small", set()),
     ("hiper_synthetic_long", "ppo_synthetic_long", set()),
     ("hiper_synthetic_multi", "ppo_synthetic_multi", set()),
+    ("hiper_synthetic_3stage", "ppo_synthetic_3stage", set()),
+    ("ppo_synthetic_3stage", "gigpo_synthetic_3stage", {"algo.gamma"}),  # GiGPO's own 0.95
     ("grpo_alfworld", "rloo_alfworld", set()),
     ("grpo_alfworld", "gigpo_alfworld", set()),
-    ("hiper_alfworld", "ppo_alfworld", {"rollout.agent"}),
+    ("hiper_alfworld", "ppo_alfworld", {"rollout.agent", "algo.reward_terms"}),
     ("ppo_alfworld", "grpo_alfworld", {"rollout.group_size", "rollout.groups_per_iter"}),
     ("hipif_alfworld", "hipif_gigpo_alfworld", set()),
     # HIPIF is its own agent protocol, whose reflection needs a longer response
-    ("hiper_synthetic_multi", "hipif_synthetic_multi", {"rollout.agent", "rollout.max_new_tokens"}),
+    (
+        "hiper_synthetic_multi",
+        "hipif_synthetic_multi",
+        {"rollout.agent", "rollout.max_new_tokens", "algo.reward_terms"},
+    ),
 ]
 
 
@@ -310,27 +319,34 @@ def _flat_fields(cfg) -> dict:
     return {k: v for k, v in flatten(dataclasses.asdict(cfg)).items() if k not in ("algo", "algo_overrides")}
 
 
-@pytest.mark.parametrize(("a", "b", "deliberate"), PAIRS, ids=[f"{a}-{b}" for a, b, _ in PAIRS])
-def test_paired_presets_differ_only_in_algo(a, b, deliberate):
-    ca, cb = resolve_config(a), resolve_config(b)
+def _check_pair(ca, cb, deliberate: set[str], names: str = "the pair") -> None:
     assert ca.algo != cb.algo
     fa, fb = _flat_fields(ca), _flat_fields(cb)
-    differ = {k for k in fa if fa[k] != fb[k]}
-    assert differ == deliberate, f"{a} vs {b} differ in {sorted(differ)}; declared: {sorted(deliberate)}"
-    assert ca.algo_overrides == cb.algo_overrides, "the pair's algo.* keys differ"
-    # what the two algorithms share (the shaping constants, gamma, clipping, KL, ...) resolves equal too;
-    # reward_terms are the algorithm's own (HiPER adds its KEEP terms)
+    # what the two algorithms share (reward terms, shaping constants, gamma, clipping, KL, ...) resolves equal too
     ra = dataclasses.asdict(resolve_algo_config(get_algo(ca.algo).Config, ca.algo_overrides))
     rb = dataclasses.asdict(resolve_algo_config(get_algo(cb.algo).Config, cb.algo_overrides))
-    shared = (set(ra) & set(rb)) - {"reward_terms"}
-    assert {k: ra[k] for k in shared} == {k: rb[k] for k in shared}
+    fa.update({f"algo.{k}": v for k, v in ra.items() if k in rb})
+    fb.update({f"algo.{k}": v for k, v in rb.items() if k in ra})
+    differ = {k for k in fa if fa[k] != fb[k]}
+    assert differ == deliberate, f"{names} differ in {sorted(differ)}; declared: {sorted(deliberate)}"
 
 
-def test_the_pair_check_can_fail():
-    """The 10x smaller format penalty of issue 10.3 is caught (guards against a vacuous pair test)."""
-    ca = resolve_config("hiper_synthetic_small", ["algo.shaping.format_penalty=0.01"])
-    cb = resolve_config("ppo_synthetic_small")
-    assert ca.algo_overrides != cb.algo_overrides
+@pytest.mark.parametrize(("a", "b", "deliberate"), PAIRS, ids=[f"{a}-{b}" for a, b, _ in PAIRS])
+def test_paired_presets_differ_only_in_algo(a, b, deliberate):
+    _check_pair(resolve_config(a), resolve_config(b), deliberate, f"{a} vs {b}")
+
+
+@pytest.mark.parametrize(
+    "override",
+    ["algo.shaping.format_penalty=0.001", "algo.reward_terms=format", "algo.shaping.keep_mode=normalized"],
+)
+def test_the_pair_check_can_fail(override):
+    """A 10x smaller format penalty (issue 10.3), HiPER's KEEP terms on one side only (the HiPER review's F3) or
+    another KEEP mode on one side is caught (guards against a vacuous pair test)."""
+    with pytest.raises(AssertionError, match="differ in"):
+        _check_pair(
+            resolve_config("ppo_synthetic_small", [override]), resolve_config("hiper_synthetic_small"), set()
+        )
 
 
 def test_hisr_cpu_preset_is_the_ppo_pair_plus_its_reward_model_stages():
@@ -350,7 +366,9 @@ def test_hisr_cpu_preset_is_the_ppo_pair_plus_its_reward_model_stages():
         "hindsight_batch",
     }
     assert set(ca.algo_overrides) - set(cb.algo_overrides) <= stage_keys
-    assert {k: ca.algo_overrides[k] for k in cb.algo_overrides} == cb.algo_overrides
+    # HISR's reward terms are its method (Eq. 8's grounding term); the PPO side pays HiPER's
+    shared = {k: v for k, v in cb.algo_overrides.items() if k != "reward_terms"}
+    assert {k: ca.algo_overrides[k] for k in shared} == shared
 
 
 def test_behaviour_is_cap_defaults_on_where_the_loop_lags():

@@ -82,8 +82,11 @@ def _rows(per_turn):
 
 HIPER_REWARDS = [0.0, 0.5, 1.0]
 HIPER_SWITCHES = [True, False, True]
-# value slots per row: [V_high(s_t), V_low(s_t, o_{t-1}), V_low(s_t, o_t)]
-HIPER_VALUES = np.array([[0.5, 0.0, 0.4], [0.6, 0.3, 0.7], [0.2, 0.05, 0.1]], np.float32)
+# value slots per row: [V_high(s_t), V_low(s_t, o_{t-1}), V_low(s_t, o_t), V_sw(s_t, o_{t-1})]
+HIPER_VALUES = np.array(
+    [[0.5, 0.0, 0.4, 0.9], [0.6, 0.3, 0.7, 0.5], [0.2, 0.05, 0.1, 0.6]],
+    np.float32,
+)
 # Segments [0, 2) and [2, 3); V_high(s_3) = 0 (terminated). beta_1 = 1 - 0.8 = 0.2 (KEEP), beta_2 = 0.8 (SWITCH).
 # A_low:  t=1: y = 0.5 + 0.99 V_high(s_2) = 0.5 + 0.198 = 0.698, delta = 0.698 - 0.7 = -0.002, A = -0.002
 #         t=0: y = 0 + 0.99 V_low(s_1, o_1) = 0.693, delta = 0.693 - 0.4 = 0.293,
@@ -92,55 +95,86 @@ HIPER_VALUES = np.array([[0.5, 0.0, 0.4], [0.6, 0.3, 0.7], [0.2, 0.05, 0.1]], np
 # A_high: seg 1: r~ = 1, y_high = 1, A = 1 - 0.2 = 0.8
 #         seg 0: r~ = 0 + 0.99*0.5 = 0.495, gamma~ = 0.99^2 = 0.9801, y_high = 0.495 + 0.9801*0.2 = 0.69102,
 #              A = 0.69102 - 0.5 + 0.9801*0.95*0.8 = 0.19102 + 0.744876 = 0.935896
-# A_switch: t=0: 0; t=1: (0 - 0.2)(0.6 - 0.3) = -0.06; t=2: (1 - 0.8)(0.2 - 0.05) = 0.03
+# G-bar (return to the segment end, bootstrapped at the next boundary): t=2: 1; t=1: 0.5 + 0.99*0.2 = 0.698;
+#         t=0: 0.99*0.698 = 0.69102
+# A_switch, "return" (default): G-bar_t - V_sw(s_t): t=1: 0.698 - 0.5 = 0.198; t=2: 1 - 0.6 = 0.4; t=0: 0
+# A_switch, "eq10": (q - beta)(V_high - V_low_prev): t=1: (0 - 0.2)(0.6 - 0.3) = -0.06; t=2: (1 - 0.8)(0.2 - 0.05)
+#         = 0.03; t=0: 0
 A_LOW = [0.291119, -0.002, 0.9]
 A_HIGH = [0.935896, 0.0, 0.8]
-A_SWITCH = [0.0, -0.06, 0.03]
-Y_LOW = [0.693, 0.698, 1.0]
-Y_HIGH = [0.69102, 0.0, 1.0]
+A_SWITCH = [0.0, 0.198, 0.4]
+A_SWITCH_EQ10 = [0.0, -0.06, 0.03]
+# critic targets, "lambda" (default): A + V: y_high = [0.935896 + 0.5, -, 0.8 + 0.2] = [1.435896, -, 1.0];
+#         y_low = [0.291119 + 0.4, -0.002 + 0.7, 0.9 + 0.1] = [0.691119, 0.698, 1.0]
+# "td0" (Eq. 11, 13): y_high = [0.69102, -, 1.0], y_low = [0.693, 0.698, 1.0]
+Y_LOW = [0.691119, 0.698, 1.0]
+Y_HIGH = [1.435896, 0.0, 1.0]
+Y_LOW_TD0 = [0.693, 0.698, 1.0]
+Y_HIGH_TD0 = [0.69102, 0.0, 1.0]
+# slot validity: V_high at boundaries (rows 0, 2); V_low(s, o_{t-1}) on KEEP turns (row 1: its target is y_low[1]);
+# V_low(s, o_t) everywhere; V_sw on decided turns (rows 1, 2: targets G-bar = 0.698, 1.0)
+HIPER_VALID = [[True, False, True, False], [False, True, True, True], [True, False, True, True]]
 
 
 def _hiper_expected(a_switch, a_high, a_low, boundary):
+    """Token advantages and loss mask of the reference layout: a KEEP turn's subgoal tokens are in the mask (the KL
+    anchor) with advantage 0."""
     adv = np.zeros((len(a_low), L), np.float32)
     mask = np.zeros((len(a_low), L), bool)
     for b in range(len(a_low)):
         adv[b, SW], mask[b, SW] = a_switch[b], True
-        if boundary[b]:
-            adv[b, SG], mask[b, SG] = a_high[b], True
+        adv[b, SG], mask[b, SG] = (a_high[b] if boundary[b] else 0.0), True
         adv[b, P + 4 : P + 7], mask[b, P + 4 : P + 7] = a_low[b], True  # action tokens + EOS get A_low
     return adv, mask
 
 
-def _hiper_targets(sign=1.0, **cfg):
+def _hiper_targets(sign=1.0, values=HIPER_VALUES, **cfg):
     traj = _traj("a", [sign * r for r in HIPER_REWARDS], HIPER_SWITCHES)
     batch = _batch([traj])
-    return batch, hiper.compute_targets([traj], batch, sign * HIPER_VALUES, hiper.Config(**cfg))
+    return batch, hiper.compute_targets([traj], batch, sign * values, hiper.Config(**cfg))
 
 
-def test_hiper_golden_advantages_and_critic_targets():
+@pytest.mark.parametrize("form", ["return", "eq10"])
+def test_hiper_golden_advantages_and_critic_targets(form):
     """Catches (d) V_low(s, o_t) / V_low(s, o_{t-1}) swapped when the slots are unpacked (swapped: A_low at t=1
-    becomes 0.698 - 0.3 = 0.398, A_switch at t=1 becomes -0.2*(0.6 - 0.7) = +0.02), (e) V_high regressed onto the
-    low-level target (slot 0 of row 0 would be 0.693, not 0.69102) and (g) beta from the sampled span on a KEEP
-    turn (beta_1 = 0.8 would give A_switch = -0.8*0.3 = -0.24, not -0.06)."""
-    _batch, tg = _hiper_targets(normalize_advantages=False)
-    adv, mask = _hiper_expected(A_SWITCH, A_HIGH, A_LOW, [True, False, True])
+    becomes 0.698 - 0.3 = 0.398, eq10's A_switch at t=1 becomes -0.2*(0.6 - 0.7) = +0.02), (e) V_high regressed onto
+    the low-level target (slot 0 of row 0 would be 0.691119, not 1.435896), (g) beta from the sampled span on a KEEP
+    turn (beta_1 = 0.8 would give eq10's A_switch = -0.8*0.3 = -0.24, not -0.06), and the return form reading
+    V_high or V_low_prev instead of V_sw (t=1: 0.698 - 0.6 = 0.098 or 0.698 - 0.3 = 0.398, not 0.198)."""
+    _batch, tg = _hiper_targets(normalize_advantages=False, switch_adv=form)
+    a_switch = A_SWITCH if form == "return" else A_SWITCH_EQ10
+    adv, mask = _hiper_expected(a_switch, A_HIGH, A_LOW, [True, False, True])
     np.testing.assert_array_equal(tg.loss_mask, mask)
     np.testing.assert_allclose(tg.token_adv, adv, atol=1e-6)
-    # critic: slot 0 = V_high target at boundaries only, slot 1 (V_low(s, o_{t-1})) is never regressed, slot 2 = y_low
+    # critic targets do not depend on the switch form: every slot is trained whichever one reads it
     np.testing.assert_allclose(tg.value_target[:, 0], Y_HIGH, atol=1e-6)
+    np.testing.assert_allclose(tg.value_target[:, 1], [0.0, 0.698, 0.0], atol=1e-6)
     np.testing.assert_allclose(tg.value_target[:, 2], Y_LOW, atol=1e-6)
-    assert tg.value_valid.tolist() == [[True, False, True], [False, False, True], [True, False, True]]
+    np.testing.assert_allclose(tg.value_target[:, 3], [0.0, 0.698, 1.0], atol=1e-6)
+    assert tg.value_valid.tolist() == HIPER_VALID
+
+
+def test_hiper_td0_targets_are_the_papers_eq_11_and_13():
+    """Catches the λ-return and one-step targets swapped: td0 gives y_high[0] = 0.69102 (Eq. 11), y_low[0] = 0.693
+    (Eq. 13); the default λ-returns give 1.435896 and 0.691119. Advantages are the same either way."""
+    _batch, td0 = _hiper_targets(normalize_advantages=False, critic_target="td0")
+    _batch, lam = _hiper_targets(normalize_advantages=False)
+    assert hiper.Config().critic_target == "lambda"
+    np.testing.assert_allclose(td0.value_target[:, 0], Y_HIGH_TD0, atol=1e-6)
+    np.testing.assert_allclose(td0.value_target[:, 2], Y_LOW_TD0, atol=1e-6)
+    np.testing.assert_allclose(td0.token_adv, lam.token_adv, atol=1e-7)
+    assert td0.value_valid.tolist() == HIPER_VALID
 
 
 def test_hiper_value_slots_read_the_right_positions():
-    """Catches (d) in VALUE_SLOTS: V_low(s, o_{t-1}) is read where the prompt ends (the prompt states o_{t-1}),
-    V_low(s, o_t) at the last token of the new subgoal; V_high also at the prompt end."""
+    """Catches (d) in VALUE_SLOTS: V_low(s, o_{t-1}) and V_sw are read where the prompt ends (the prompt states
+    o_{t-1}), V_low(s, o_t) at the last token of the new subgoal; V_high also at the prompt end; three heads."""
     batch = _batch([_traj("a", HIPER_REWARDS, HIPER_SWITCHES)])
-    assert [s.name for s in hiper.VALUE_SLOTS] == ["v_high", "v_low_prev", "v_low"]
+    assert [s.name for s in hiper.VALUE_SLOTS] == ["v_high", "v_low_prev", "v_low", "v_switch"]
     pos, head = value_positions(batch, hiper.VALUE_SLOTS)
-    assert head.tolist() == [0, 1, 1]
+    assert head.tolist() == [0, 1, 1, 2]
     # last prompt token = 2; last subgoal token = 3 + 3 = 6
-    assert pos.tolist() == [[2, 2, 6]] * 3
+    assert pos.tolist() == [[2, 2, 6, 2]] * 3
 
 
 def test_switch_probability_of_keep_is_one_minus_span():
@@ -300,17 +334,38 @@ def test_ppo_bootstrap(truncated):
     assert tg.value_target[0, 0] == pytest.approx(ret, abs=1e-6)
 
 
+def test_a_truncated_episode_bootstraps_from_its_last_state():
+    """Three turns, r = 0, V = (2, 1, 4), truncated, γ 0.5, λ 1 (PPO and HISR's turn-level GAE). V(s_3) ~ V(s_2) = 4:
+    δ_2 = 0.5 · 4 − 4 = −2, δ_1 = 0.5 · 4 − 1 = 1, δ_0 = 0.5 · 1 − 2 = −1.5; A_2 = −2, A_1 = 1 + 0.5 · (−2) = 0,
+    A_0 = −1.5 + 0.5 · 0 = −1.5; returns A + V = (0.5, 1, 2). Catches: the bootstrap read at V(s_0) = 2 (A would be
+    (−1.75, −0.5, −3)), which a one-turn trajectory cannot tell apart."""
+    from learners.algos import hisr
+
+    traj = _traj("a", [0.0, 0.0, 0.0], truncated=True)
+    for t in traj.turns:
+        t.shaped = {"segment": 0.0}  # HISR's r_fuse = the shaped terms: 0 here, as PPO's env reward
+    values = np.array([[2.0], [1.0], [4.0]], np.float32)
+    for algo, cfg in (
+        (ppo, ppo.Config(gamma=0.5, lam=1.0, normalize_advantages=False)),
+        (hisr, hisr.Config(gamma=0.5, lam=1.0, normalize_advantages=False)),
+    ):
+        tg = algo.compute_targets([traj], _batch([traj]), values, cfg)
+        np.testing.assert_allclose(tg.token_adv, _rows([-1.5, 0.0, -2.0]), atol=1e-6)
+        np.testing.assert_allclose(tg.value_target[:, 0], [0.5, 1.0, 2.0], atol=1e-6)
+
+
 @pytest.mark.parametrize("truncated", [False, True])
 def test_hiper_bootstrap(truncated):
-    """One turn, r = 0, V_high(s_0) = 2, V_low(s_0, o_0) = 1. Terminated: y_high = y_low = 0, A_high = -2,
-    A_low = -1. Truncated (V_high(s_1) ~ V_high(s_0) = 2): y_high = y_low = 0.99*2 = 1.98, A_high = -0.02,
-    A_low = 0.98."""
+    """One turn, r = 0, V_high(s_0) = 2, V_low(s_0, o_0) = 1. Terminated: A_high = 0 - 2 = -2, A_low = 0 - 1 = -1.
+    Truncated (V_high(s_1) ~ V_high(s_0) = 2): A_high = 0.99*2 - 2 = -0.02, A_low = 1.98 - 1 = 0.98. λ-return
+    targets A + V: y_high = -2 + 2 = 0 / 1.98, y_low = -1 + 1 = 0 / 1.98 (no decided turn: slots 1, 3 unused)."""
     traj = _traj("a", [0.0], truncated=truncated)
     batch = _batch([traj])
-    values = np.array([[2.0, 0.0, 1.0]], np.float32)
+    values = np.array([[2.0, 0.0, 1.0, 0.0]], np.float32)
     tg = hiper.compute_targets([traj], batch, values, hiper.Config(normalize_advantages=False))
     y, a_high, a_low = (1.98, -0.02, 0.98) if truncated else (0.0, -2.0, -1.0)
-    np.testing.assert_allclose(tg.value_target[0], [y, 0.0, y], atol=1e-6)
+    np.testing.assert_allclose(tg.value_target[0], [y, 0.0, y, 0.0], atol=1e-6)
+    assert tg.value_valid[0].tolist() == [True, False, True, False]
     assert tg.token_adv[0, SG].tolist() == pytest.approx([a_high] * 2, abs=1e-6)
     assert tg.token_adv[0, P + 4 : P + 7].tolist() == pytest.approx([a_low] * 3, abs=1e-6)
 
@@ -383,33 +438,38 @@ def test_ppo_turn_gae_routes_and_flips(sign):
 
 @pytest.mark.parametrize("sign", [1.0, -1.0])
 @pytest.mark.parametrize("norm", [False, True])
-def test_hiper_advantages_route_and_flip(sign, norm):
-    """Negating rewards and values negates A_low, A_high (linear in r and V) and A_switch
-    ((q - beta)(V_high - V_low), beta unchanged); each lands on its own tokens (the reference case above)."""
-    _batch, tg = _hiper_targets(sign, normalize_advantages=norm)
-    _batch, ref = _hiper_targets(1.0, normalize_advantages=norm)
-    adv, mask = _hiper_expected(A_SWITCH, A_HIGH, A_LOW, [True, False, True])
+@pytest.mark.parametrize("form", ["return", "eq10"])
+def test_hiper_advantages_route_and_flip(sign, norm, form):
+    """Negating rewards and values negates A_low, A_high (linear in r and V) and A_switch (G-bar - V_sw, or
+    (q - beta)(V_high - V_low) with beta unchanged); each lands on its own tokens (the reference case above). The
+    last assert holds for either sign, so a switch advantage that ignored the sign would fail it at sign -1."""
+    _batch, tg = _hiper_targets(sign, normalize_advantages=norm, switch_adv=form)
+    _batch, ref = _hiper_targets(1.0, normalize_advantages=norm, switch_adv=form)
+    a_switch = A_SWITCH if form == "return" else A_SWITCH_EQ10
+    adv, mask = _hiper_expected(a_switch, A_HIGH, A_LOW, [True, False, True])
     np.testing.assert_array_equal(tg.loss_mask, mask)
     if not norm:
         np.testing.assert_allclose(tg.token_adv, sign * adv, atol=1e-6)
     np.testing.assert_allclose(tg.token_adv, sign * ref.token_adv, atol=1e-6)
-    # switch tokens of turns 1 and 2 keep the signs of A_switch = [-0.06, 0.03] (times sign), whatever the norm
-    assert (np.sign(tg.token_adv[1:, SW]) == sign * np.array([[-1.0, -1.0], [1.0, 1.0]])).all()
+    # the switch tokens of turns 1 and 2: return form raw [0.198, 0.4], whitened [-1, +1]; eq10 [-0.06, 0.03]
+    expect = np.array([1.0, 1.0]) if form == "return" and not norm else np.array([-1.0, 1.0])
+    assert (np.sign(tg.token_adv[1:, SW]) == sign * expect[:, None]).all()
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Item 6: HiPER normalises switch / subgoal / action advantages separately
+# HiPER normalises switch / subgoal / action advantages separately, over turns
 # ---------------------------------------------------------------------------------------------------------------
 
 
 def test_hiper_per_type_normalisation_is_the_default_and_golden():
-    """Per type, over each type's own tokens (reference case):
-    switch (turns 1-2 only; turn 0 has no switch decision and stays 0): [-0.06, 0.03] x2 tokens, mean -0.015,
-        std 0.045 -> [-1, +1];
-    subgoal (boundary turns 0, 2): [0.935896, 0.8] x2, mean 0.867948, std 0.067948 -> [+1, -1];
-    action + EOS: [0.291119, -0.002, 0.9] x3, mean 0.396373, deviations [-0.105254, -0.398373, 0.503627],
+    """Per type, over the turns that carry it (reference case, return form):
+    switch (turns 1-2; turn 0 has no switch decision and stays 0): [0.198, 0.4], mean 0.299, std 0.101 -> [-1, +1];
+    subgoal (boundary turns 0, 2): [0.935896, 0.8], mean 0.867948, std 0.067948 -> [+1, -1];
+    action + EOS: [0.291119, -0.002, 0.9], mean 0.396373, deviations [-0.105254, -0.398373, 0.503627],
         std sqrt((0.0110784 + 0.1587010 + 0.2536402)/3) = 0.3756859 -> [-0.2801649, -1.0603886, 1.3405535]."""
-    assert hiper.Config().adv_norm == "per_type" and hiper.Config().normalize_advantages
+    cfg = hiper.Config()
+    assert (cfg.adv_norm, cfg.switch_adv, cfg.resolved_switch_norm) == ("per_type", "return", "own")
+    assert cfg.normalize_advantages
     _batch, tg = _hiper_targets()
     adv, mask = _hiper_expected(
         [0.0, -1.0, 1.0], [1.0, 0.0, -1.0], [-0.2801649, -1.0603886, 1.3405535], [1, 0, 1]
@@ -418,21 +478,50 @@ def test_hiper_per_type_normalisation_is_the_default_and_golden():
     np.testing.assert_allclose(tg.token_adv, adv, atol=1e-5)
 
 
+def test_hiper_eq10_is_scaled_by_the_action_advantages_and_not_recentred():
+    """eq10's default switch_norm is "action": A_switch / std(A_low) = [-0.06, 0.03] / 0.3756859
+    = [-0.1597078, 0.0798539], not centred (their mean stays -0.04)."""
+    assert hiper.Config(switch_adv="eq10").resolved_switch_norm == "action"
+    _batch, tg = _hiper_targets(switch_adv="eq10")
+    np.testing.assert_allclose(tg.token_adv[1:, SW], [[-0.1597078] * 2, [0.0798539] * 2], atol=1e-6)
+    assert (tg.token_adv[0, SW] == 0).all()
+
+
+@pytest.mark.parametrize("eps", [0.002, 0.2])
+def test_eq10_switch_advantage_keeps_the_scale_of_delta(eps):
+    """delta = V_high - V_low_prev = eps on every turn (V_low_prev = V_high - eps; A_low and A_high do not read it):
+    A_switch = (q - beta) eps = [-0.2 eps, +0.2 eps]. Scaled by std(A_low) = 0.3756859 it stays proportional to eps
+    ([-0.2, 0.2] * eps / 0.3756859), the size of the evidence. Whitened on its own ("own") it is [-1, +1] for every
+    eps: a consistent sign of an arbitrarily small delta becomes a unit-strength push (the defect this guards)."""
+    values = HIPER_VALUES.copy()
+    values[:, 1] = values[:, 0] - eps
+    _batch, scaled = _hiper_targets(values=values, switch_adv="eq10")
+    _batch, own = _hiper_targets(values=values, switch_adv="eq10", switch_norm="own")
+    np.testing.assert_allclose(
+        scaled.token_adv[1:, SW], [[-0.2 * eps / 0.3756859] * 2, [0.2 * eps / 0.3756859] * 2], rtol=1e-4
+    )
+    np.testing.assert_allclose(own.token_adv[1:, SW], [[-1.0] * 2, [1.0] * 2], atol=1e-4)
+
+
 def test_hiper_joint_whitening_flips_switch_signs_per_type_does_not():
-    """Joint whitening over all 19 loss tokens: sum = switch 2*(0 - 0.06 + 0.03) = -0.06, subgoal
-    2*(0.935896 + 0.8) = 3.471792, action 3*(0.291119 - 0.002 + 0.9) = 3.567357 -> mean 6.979149 / 19 = 0.367324.
-    The good SWITCH at turn 2 (A_switch = +0.03) becomes (0.03 - 0.367) / std < 0: trained down. Per type it
-    stays positive, and the bad KEEP at turn 1 (A_switch = -0.06) stays negative."""
-    _batch, joint = _hiper_targets(adv_norm="joint")
-    _batch, per_type = _hiper_targets(adv_norm="per_type")
+    """Joint whitening over the turns' entries (eq10): switch [-0.06, 0.03] (decided turns), high [0.935896, 0.8]
+    (boundaries), low [0.291119, -0.002, 0.9]: sum 2.897015 / 7 = mean 0.413859. The good SWITCH at turn 2
+    (A_switch = +0.03) becomes (0.03 - 0.414) / std < 0: trained down. Per type it stays positive, and the bad KEEP
+    at turn 1 (A_switch = -0.06) stays negative."""
+    _batch, joint = _hiper_targets(adv_norm="joint", switch_adv="eq10")
+    _batch, per_type = _hiper_targets(adv_norm="per_type", switch_adv="eq10")
     assert (joint.token_adv[2, SW] < 0).all() and (joint.token_adv[1, SW] < 0).all()  # the flip
     assert (per_type.token_adv[2, SW] > 0).all() and (per_type.token_adv[1, SW] < 0).all()
     np.testing.assert_array_equal(joint.loss_mask, per_type.loss_mask)
 
 
-def test_hiper_rejects_unknown_adv_norm():
-    with pytest.raises(ValueError, match="adv_norm"):
-        hiper.Config(adv_norm="pooled")
+@pytest.mark.parametrize(
+    "key,value",
+    [("adv_norm", "pooled"), ("switch_adv", "eq9"), ("switch_norm", "batch"), ("critic_target", "mc")],
+)
+def test_hiper_rejects_unknown_choices(key, value):
+    with pytest.raises(ValueError, match=key):
+        hiper.Config(**{key: value})
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -190,14 +190,33 @@ def _table2_logprobs():
 
 def test_table2_case_study_golden():
     # products 0.008763, 0.046256, 0.037752, 0.132795; L1 norm 0.225566 -> R_him 0.03885, 0.20507, 0.16737,
-    # 0.58872 (the printed values); ||R_hat||_1 = 1.000, so keep_sprm_scale changes nothing here. (1 - 0.3) x
-    # R_him is paid on each segment's last turn: turns 0, 2, 4, 6.
+    # 0.58872 (the printed values); (1 - 0.3) x R_him is paid on each segment's last turn: turns 0, 2, 4, 6.
     hind, pol, z_turn = _table2_logprobs()
-    for keep in (True, False):
-        reward, z = segment_turn_rewards(R_HAT, hind, pol, IDS, beta=BETA, alpha=0.3, keep_sprm_scale=keep)
-        np.testing.assert_allclose(z, z_turn, rtol=1e-9)
-        expect = 0.7 * np.array([0.03885, 0, 0.20507, 0, 0.16737, 0, 0.58872])
-        np.testing.assert_allclose(reward, expect, atol=0.7 * 6e-5)
+    reward, z = segment_turn_rewards(R_HAT, hind, pol, IDS, beta=BETA, alpha=0.3, keep_sprm_scale=False)
+    np.testing.assert_allclose(z, z_turn, rtol=1e-9)
+    printed = 0.7 * np.array([0.03885, 0, 0.20507, 0, 0.16737, 0, 0.58872])
+    np.testing.assert_allclose(reward, printed, atol=0.7 * 6e-5)
+
+
+def test_keep_sprm_scale_rescales_by_the_sprms_total():
+    # ||R_hat||_1 = 1.000 in Table 2, so both readings print the same; halve R_hat to tell them apart. Eq. 7's
+    # normalisation cancels the 0.5: as printed, R_him is Table 2's again; keep_sprm_scale multiplies it by
+    # ||0.5 R_hat||_1 = 0.5. Mutation caught: keep_sprm_scale ignored (either way).
+    hind, pol, _ = _table2_logprobs()
+    printed = 0.7 * np.array([0.03885, 0, 0.20507, 0, 0.16737, 0, 0.58872])
+    for keep, scale in ((False, 1.0), (True, 0.5)):
+        reward, _ = segment_turn_rewards(
+            0.5 * R_HAT, hind, pol, IDS, beta=BETA, alpha=0.3, keep_sprm_scale=keep
+        )
+        np.testing.assert_allclose(reward, scale * printed, atol=0.7 * 6e-5)
+
+
+def test_keep_sprm_scale_uses_the_l1_norm_of_mixed_sign_scores():
+    # R_hat (0.6, -0.2), z = 1 each (log r = 0): Eq. 7 gives (0.6, -0.2) / (0.6 + 0.2) = (0.75, -0.25); x ||R_hat||_1
+    # = 0.8 -> (0.6, -0.2). Mutation caught: the signed sum 0.6 - 0.2 = 0.4 as the scale (would give (0.3, -0.1)).
+    args = ([np.zeros(1), np.zeros(1)], [np.zeros(1), np.zeros(1)], np.array([0, 1]))
+    kept, _ = segment_turn_rewards(np.array([0.6, -0.2]), *args, beta=0.3, alpha=0.0, keep_sprm_scale=True)
+    np.testing.assert_allclose(kept, [0.6, -0.2])
 
 
 def test_segment_reward_is_paid_on_the_last_turn_of_its_segment():
@@ -306,6 +325,21 @@ def test_sprm_weights_come_from_minibatch():
     np.testing.assert_allclose(mb.value_weight, valid / 3)
 
 
+def test_value_loss_is_plain_regression_unless_value_clip_is_set():
+    """V 0.5 from V_old 0, return 1, weight 1. Default (the paper, no clip): ½ (0.5 − 1)² = 0.125. value_clip 0.2:
+    V_clip = 0 + 0.2, max((0.5 − 1)², (0.2 − 1)²) = 0.64 -> 0.32. Catches: the default clipped again, the option
+    ignored. PPO keeps its clip (0.2)."""
+    from learners.algos import ppo
+
+    inputs = CriticInputs(
+        value_target=torch.tensor([[1.0]]), old_values=torch.zeros(1, 1), value_weight=torch.ones(1, 1)
+    )
+    values = torch.tensor([[0.5]])
+    assert hisr.Config().value_clip is None and ppo.Config().value_clip == 0.2
+    assert float(hisr.value_loss(values, inputs, hisr.Config())[0]) == pytest.approx(0.125)
+    assert float(hisr.value_loss(values, inputs, hisr.Config(value_clip=0.2))[0]) == pytest.approx(0.32)
+
+
 # -- RL targets --------------------------------------------------------------------------------------------------
 
 
@@ -404,6 +438,69 @@ def test_write_segment_rewards_through_the_real_batches():
     b.won = True  # B's predicted 0.8 against A's 1.0: the SPRM ranks the won one lower
     stats = score()
     assert stats["hisr_sprm_auc"] == 0.0
+
+
+class _Passes:
+    """Stands in for the learner group's forward passes (``launch.hisr`` reads ``learner.logprobs`` and
+    ``learner.values``): under the hindsight adapter a response token t has log-prob −0.1 (t − 4) (tokens 5, 6, 7:
+    −0.1, −0.2, −0.3), under any other adapter −0.4; the SPRM scores the two segments (0.6, −0.2), any other critic
+    5 per slot."""
+
+    def logprobs(self, seqs, *, reference=False, adapter=None):
+        from launch.hisr import HINDSIGHT
+
+        lp = (
+            -0.1 * (seqs.input_ids - 4.0)
+            if adapter == HINDSIGHT and not reference
+            else np.full(seqs.input_ids.shape, -0.4)
+        )
+        return np.where(seqs.response_mask, lp, 0.0).astype(np.float32)
+
+    def values(self, seqs, critic=None):
+        from launch.hisr import SPRM
+
+        return np.tile([0.6, -0.2] if critic == SPRM else [5.0, 5.0], (len(seqs), 1)).astype(np.float32)
+
+
+class _Tok:
+    def __call__(self, text, add_special_tokens=False):
+        return {"input_ids": [3, 3]}
+
+    def apply_chat_template(self, messages, add_generation_prompt=True, tokenize=True):
+        return [9, 9, 9]
+
+
+def test_annotate_reads_the_hindsight_adapter_the_sprm_and_alpha(tmp_path):
+    """``launch.hisr.RewardModels.annotate`` end to end on the pure side, the learner's passes stood in by
+    ``_Passes``; one trajectory of two one-turn segments (``segmentation="turn"``), β 0.5 ≠ α 0.2.
+    Turn 0 (tokens 5, 6): hindsight (−0.1, −0.2) vs policy (−0.4, −0.4): Σ log r = 0.5, z = exp(0.5 / (0.5 · 2)) =
+    e^0.5; turn 1 (token 7): −0.3 vs −0.2: z = exp(−0.1 / 0.5) = e^−0.2. R̂ ⊙ z = (0.6 e^0.5, −0.2 e^−0.2) =
+    (0.98923, −0.16375), L1 1.15298 -> R_him (0.85798, −0.14202); x ||R̂||₁ 0.8, x (1 − α) 0.8 -> (0.54911, −0.09089).
+    Mutations caught: the cloze rows scored under the policy adapter (z = 1, e^−0.4: (0.52312, −0.11688)), α read
+    from β (x 0.5: (0.34319, −0.05681)), R̂ from the PPO critic, keep_sprm_scale's signed sum (x 0.4)."""
+    from types import SimpleNamespace
+
+    from launch.hisr import RewardModels
+    from reward.shaping import ShapingConstants
+
+    acfg = hisr.Config(segmentation="turn", beta=0.5, shaping=ShapingConstants(grounding_alpha=0.2))
+    run = SimpleNamespace(
+        rollout=SimpleNamespace(agent="react"),
+        env=SimpleNamespace(name="synthetic"),
+        learner=SimpleNamespace(max_seq_len=64),
+    )
+    trainer = SimpleNamespace(
+        cfg=run, algo_cfg=acfg, run_dir=tmp_path, tokenizer=_Tok(), pad_id=0, learner=_Passes()
+    )
+    traj = _traj([_turn([5, 6]), _turn([7])])
+    turns = build_turn_batch([traj], max_len=32, pad_id=0)
+    resp = turns.response_mask.numpy()
+    policy = np.zeros(resp.shape, np.float32)
+    for r, vals in enumerate([[-0.4, -0.4], [-0.2]]):
+        policy[r][resp[r]] = vals
+    RewardModels(trainer).annotate([traj], turns, policy)
+    got = [t.shaped["segment"] for t in traj.turns]
+    assert got == pytest.approx([0.54911, -0.09089], abs=1e-5)
 
 
 def test_ranking_auc_counts_pairs_and_half_ties():

@@ -22,6 +22,7 @@ def _pure_modules() -> list[str]:
         "learners.targets",
         "learners.algorithm",
         "learners.prepare",
+        "learners.diagnostics",
         "launch.config",
         "launch.algos",
         "launch.panels",
@@ -29,6 +30,7 @@ def _pure_modules() -> list[str]:
         "launch.baselines",
         "launch.stats",
         "launch.report",
+        "launch.episode_stats",
     ]
     for pkg in ("reward", "actors.agents", "learners.algos"):
         path = ROOT / pkg.replace(".", "/")

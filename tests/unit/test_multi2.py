@@ -163,8 +163,10 @@ def test_policy_loss_golden_offline_and_online():
     assert new_lp.grad.tolist()[0] == pytest.approx([0.0, -2.0, -2.0 + 0.5 * (1 - math.e)])
 
 
-def test_learner_batch_with_multi2_needs_no_reference_offline():
-    """Offline iterations have no π_off yet: the glue takes ref None for an offline algorithm with a KL term."""
+def test_learner_batch_takes_no_reference_offline_and_carries_it_online():
+    """Offline iterations have no π_off yet: the glue accepts ref None for an offline algorithm with a KL term
+    (an online algorithm with one is refused), and carries π_off's log-probs into the batch online.
+    Catches: the offline exemption lost (every offline iteration would fail), the online reference dropped."""
     algo = get_algo("multi2")
     cfg = multi2.Config(online_groups=2)
     assert algo.uses_reference(cfg) and not algo.uses_reference(multi2.Config(online_groups=0))
@@ -172,10 +174,117 @@ def test_learner_batch_with_multi2_needs_no_reference_offline():
     turns = build_turn_batch([traj], max_len=64, pad_id=0)
     seqs = sequences(turns, algo.value_slots)
     zeros = np.zeros(seqs.input_ids.shape, np.float32)
-    batch, _ = learner_batch(algo, cfg, [traj], turns, seqs, zeros, None, _values(5))
-    assert batch.ref_logprobs is None
+    offline, _ = learner_batch(algo, cfg, [traj], turns, seqs, zeros, None, _values(5))
+    ref = np.full(seqs.input_ids.shape, -0.25, np.float32)
+    online, _ = learner_batch(algo, cfg, [traj], turns, seqs, zeros, ref, _values(5))
+    np.testing.assert_array_equal(online.ref_logprobs, ref)
+    np.testing.assert_array_equal(
+        online.token_adv, offline.token_adv
+    )  # the KL term is the loss's, not the weights'
+    hipif = get_algo("hipif")
+    with pytest.raises(ValueError, match="needs the reference"):
+        learner_batch(hipif, hipif.Config(), [traj], turns, sequences(turns, ()), zeros, None, None)
     neg, _ = learner_batch(algo, cfg, [traj], turns, seqs, zeros, None, _values(5), negate_advantages=True)
-    np.testing.assert_array_equal(neg.token_adv, -batch.token_adv)
+    np.testing.assert_array_equal(neg.token_adv, -offline.token_adv)
+
+
+def test_awr_weight_is_capped_on_an_executor_row():
+    """β 1, max_weight 5 (not the default 100): executor row 1 has A = Q − V = 4 − 1 = 3, exp(3) = 20.09 -> capped at
+    5; row 2 A = 2 − 1 = 1 -> e = 2.718 (under the cap); row 4 A = −1 -> exp(−1) = 0.368.
+    Catches: the cap removed or not taken from the config (exp(3) = 20.09 < 100 would pass uncapped)."""
+    traj = _won()
+    turns = build_turn_batch([traj], max_len=64, pad_id=0)
+    values = _values(5)
+    values[1, :2] = [4.0, 1.0]
+    values[2, :2] = [2.0, 1.0]
+    t = multi2.compute_targets([traj], turns, values, multi2.Config(beta=1.0, max_weight=5.0))
+    resp = turns.response_mask.numpy()
+    assert t.token_adv[1][resp[1]].tolist() == pytest.approx([5.0] * 3)
+    assert t.token_adv[2][resp[2]].tolist() == pytest.approx([math.e] * 3)
+    assert t.token_adv[4][resp[4]].tolist() == pytest.approx([math.exp(-1.0)] * 3)
+    assert t.stats["awr_weight"] == pytest.approx((5.0 + math.e + math.exp(-1.0)) / 3)
+
+
+def test_kl_of_a_masked_far_off_token_leaves_the_gradient_finite():
+    """k3 at a masked (padding) position whose log-probs are far apart: log r = −100 − 0 would give
+    exp(−log r) = e^100 = inf in float32, and torch.where's zero gradient times inf is NaN. Masked before the
+    estimator, the gradient there is 0; the response token keeps d/dlp [−w lp + c k3] = −2 + 0.5 (1 − e^{1})
+    (lp −2, ref −1: log r = −1). Catches: the KL estimated before masking."""
+    mask = torch.tensor([[False, True]])
+    new_lp = torch.tensor([[-100.0, -2.0]], requires_grad=True)
+    inputs = PolicyInputs(
+        old_logprobs=torch.zeros(1, 2),
+        token_adv=torch.tensor([[0.0, 2.0]]),
+        loss_mask=mask,
+        ref_logprobs=torch.tensor([[0.0, -1.0]]),
+    )
+    loss, m = multi2.policy_loss(new_lp, inputs, multi2.Config(kl_coef=0.5, kl_kind="k3"))
+    loss.sum().backward()
+    assert torch.isfinite(new_lp.grad).all()
+    assert new_lp.grad.tolist()[0] == pytest.approx([0.0, -2.0 + 0.5 * (1 - math.e)])
+    assert m["kl"] == pytest.approx(math.e - 2)
+
+
+@pytest.mark.parametrize(("direction", "v_loss"), [("iql", 0.05), ("authors", 0.95)])
+def test_expectile_direction(direction, v_loss):
+    """V 2 above its target 1 (d = Q_target − V = −1 < 0), τ 0.95: IQL weighs it |0.95 − 1| = 0.05 (V tracks the
+    upper expectile); the authors' code weighs V − Q_target > 0 by τ = 0.95 (IQL at 1 − τ). Catches: the option
+    ignored, or the default flipped to the code's."""
+    values = torch.tensor([[0.0, 2.0, 0.0, 0.0]])
+    inputs = CriticInputs(
+        value_target=torch.tensor([[0.0, 1.0, 0.0, 0.0]]),
+        old_values=torch.zeros(1, 4),
+        value_weight=torch.tensor([[0.0, 1.0, 0.0, 0.0]]),
+    )
+    _, m = multi2.value_loss(values, inputs, multi2.Config(expectile_direction=direction))
+    assert m["v_loss"] == pytest.approx(v_loss)
+    assert multi2.Config().expectile_direction == "iql"
+    with pytest.raises(ValueError, match="expectile_direction"):
+        multi2.Config(expectile_direction="upper")
+
+
+def _offline_data(tmp_path, acfg, **trainer):
+    from types import SimpleNamespace
+
+    from launch.offline import OfflineData
+
+    run = SimpleNamespace(seed=0, rollout=SimpleNamespace(group_size=2, temperature=1.0))
+    t = SimpleNamespace(algo=get_algo("multi2"), algo_cfg=acfg, run_dir=tmp_path, cfg=run, **trainer)
+    data = OfflineData(t)
+    data.dataset = [_won()]
+    return data
+
+
+def test_the_online_phase_starts_after_the_offline_iterations(tmp_path):
+    """Iterations count from 1: ``offline_iterations`` 2 -> iterations 1 and 2 train on the stored data alone (no
+    collection, no π_off), 3 is the first online one: it collects ``online_groups`` groups with the current policy
+    and is where the driver freezes π_off. Catches: the online phase starting one iteration early (or late)."""
+    calls = []
+
+    def collect(tasks, group_size, seed, *, temperature):
+        calls.append((list(tasks), group_size))
+        return [_won(source="online") for _ in range(group_size)]
+
+    acfg = multi2.Config(offline_iterations=2, online_groups=1, anchor_fraction=0.0)
+    data = _offline_data(tmp_path, acfg, collect=collect, train_ids=["t"])
+    assert [data.online(it) for it in (1, 2, 3, 4)] == [False, False, True, True]
+    assert data.first_online() == 3
+    for it in (1, 2):
+        buffer, new = data.iteration_data(it)
+        assert len(buffer) == 1 and new == [] and calls == []
+    buffer, new = data.iteration_data(3)
+    assert calls == [(["t"], 2)] and len(new) == 2 and len(buffer) == 3
+
+
+def test_warmup_left_counts_the_critic_steps_taken(tmp_path):
+    """warmup_steps 20: 20 owed before any step, 20 − 12 = 8 after 12 steps, none after 25. Catches: the warm-up
+    counted from the wrong end (the actor would join at once)."""
+    data = _offline_data(tmp_path, multi2.Config(warmup_steps=20))
+    assert data.warmup_left() == 20
+    data.critic_steps = 12
+    assert data.warmup_left() == 8
+    data.critic_steps = 25
+    assert data.warmup_left() == 0
 
 
 def test_anchors_are_sampled_only_once_the_critic_is_warm(tmp_path):

@@ -27,9 +27,9 @@ from tests.unit.test_glue import (
 )
 
 
-def _prepare(name, trajs, cfg, *, learner_lp=None, values=None, ref=True, **kw):
+def _prepare(name, trajs, cfg, *, learner_lp=None, values=None, ref=True, success_reward=1.0, **kw):
     algo = get_algo(name)
-    turns = shaped_turns(trajs, cfg, max_len=64, pad_id=0)
+    turns = shaped_turns(trajs, cfg, success_reward=success_reward, max_len=64, pad_id=0)
     seqs = sequences(turns, algo.value_slots)
     lp = turns.old_logprobs.numpy() if learner_lp is None else learner_lp
     ref_lp = lp - 0.1 if ref else None
@@ -38,10 +38,9 @@ def _prepare(name, trajs, cfg, *, learner_lp=None, values=None, ref=True, **kw):
 
 def _hiper_case(**kw):
     traj = _traj("a", HIPER_REWARDS, HIPER_SWITCHES)
-    # reward_terms=() keeps the rewards of the golden case (no KEEP / format shaping on top)
-    return _prepare(
-        "hiper", [traj], hiper.Config(normalize_advantages=False, reward_terms=()), values=HIPER_VALUES, **kw
-    )
+    # reward_terms=() keeps the rewards of the golden case (no KEEP / format shaping on top); eq10 reads beta
+    cfg = hiper.Config(normalize_advantages=False, reward_terms=(), switch_adv="eq10")
+    return _prepare("hiper", [traj], cfg, values=HIPER_VALUES, **kw)
 
 
 def test_targets_read_the_learners_logprobs_not_the_engines():
@@ -138,7 +137,7 @@ def test_shaping_uses_the_algorithms_own_constants():
 def test_missing_forward_pass_outputs_are_errors():
     algo = get_algo("hiper")
     traj = _traj("a", HIPER_REWARDS, HIPER_SWITCHES)
-    turns = shaped_turns([traj], hiper.Config(), max_len=64, pad_id=0)
+    turns = shaped_turns([traj], hiper.Config(), success_reward=1.0, max_len=64, pad_id=0)
     seqs = sequences(turns, algo.value_slots)
     lp = turns.old_logprobs.numpy()
     with pytest.raises(ValueError, match="reference policy"):
@@ -154,15 +153,15 @@ def test_missing_forward_pass_outputs_are_errors():
 def test_minibatch_weights():
     """Rows 2 and 0 of the HiPER batch: token-mean weight 1 / (loss tokens in the mini-batch) on loss tokens;
     value_weight = valid / count. Row 2 (SWITCH turn) trains 7 tokens, row 0 (turn 0: its switch tokens carry
-    A_switch = 0 but are in the loss mask) 7: 14 tokens → 1/14. Valid slots: row 2 [V_high, -, V_low] and row 0
-    [V_high, -, V_low] → 4 → 0.25 each. value_head is per slot and is not sliced."""
+    A_switch = 0 but are in the loss mask) 7: 14 tokens → 1/14. Valid slots: row 2 [V_high, -, V_low, V_sw] and
+    row 0 [V_high, -, V_low, -] → 5 → 0.2 each. value_head is per slot and is not sliced."""
     _, (batch, _) = _hiper_case()
     mb = minibatch(batch, np.array([2, 0]), "token-mean")
     assert len(mb) == 2
     np.testing.assert_array_equal(mb.token_adv, batch.token_adv[[2, 0]])
     np.testing.assert_allclose(mb.loss_weight, mb.loss_mask / 14.0, atol=1e-7)
-    np.testing.assert_allclose(mb.value_weight, [[0.25, 0, 0.25], [0.25, 0, 0.25]])
-    assert mb.seqs.value_head.tolist() == [0, 1, 1]
+    np.testing.assert_allclose(mb.value_weight, [[0.2, 0, 0.2, 0.2], [0.2, 0, 0.2, 0]])
+    assert mb.seqs.value_head.tolist() == [0, 1, 1, 2]
     assert mb.seqs.input_ids.shape == (2, L)
 
 
@@ -197,7 +196,9 @@ def test_hipif_shaping_pass_writes_the_process_rewards_the_advantage_reads():
     """The driver's own shaping pass with HIPIF's default terms (Eq. 7) produces test_glue's HIPIF case: the winner's
     turn 1 broke the format (r^fmt -0.1), the loser's first subgoal names nothing in its context (r^gr -0.1, "unicorn"
     is in no observation, task or admissible list); every other subgoal names the mug in the observation. Same
-    expected advantages as test_glue.HIPIF_ADV; with the terms dropped the penalised steps score like the others."""
+    expected advantages as test_glue.HIPIF_ADV; with the terms dropped the penalised steps score like the others.
+    HIPIF pays its outcome at its own scale (``success_reward`` 10, App. B) whatever the env pays, so that is the unit
+    of its penalties: 0.01 R = 0.1 in an env paying 1 (VirtualHome) as in one paying 10 (ALFWorld)."""
 
     def case():
         a = _traj("a", [0.0, 0.0, 10.0], gid="g")
@@ -213,13 +214,13 @@ def test_hipif_shaping_pass_writes_the_process_rewards_the_advantage_reads():
         return [a, b, c]
 
     trajs = case()
-    _, (batch, _) = _prepare("hipif", trajs, hipif.Config())
+    _, (batch, _) = _prepare("hipif", trajs, hipif.Config(), success_reward=1.0)
     assert (
         trajs[0].turns[1].shaped["format"] == -0.1 and trajs[1].turns[0].shaped["ungrounded_subgoal"] == -0.1
     )
     assert sum(v for t in trajs for turn in t.turns for v in turn.shaped.values()) == pytest.approx(-0.2)
     np.testing.assert_allclose(batch.token_adv[:, RESP][:, 0], HIPIF_ADV, atol=1e-5)
-    _, (plain, _) = _prepare("hipif", case(), hipif.Config(reward_terms=()))
+    _, (plain, _) = _prepare("hipif", case(), hipif.Config(reward_terms=()), success_reward=1.0)
     assert plain.token_adv[1, RESP][0] == pytest.approx(plain.token_adv[0, RESP][0])
 
 

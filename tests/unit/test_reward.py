@@ -92,10 +92,10 @@ def test_every_term_on_empty_trajectory(name: str) -> None:
 
 
 def test_format_all_valid_all_invalid_mixed() -> None:
-    assert close(format_penalty(mk_traj([mk_turn("a"), mk_turn("b")])), [0.0, 0.0])
-    assert close(format_penalty(mk_traj([mk_turn(valid=False)] * 3)), [-0.1, -0.1, -0.1])
+    assert close(format_penalty(mk_traj([mk_turn("a"), mk_turn("b")]), 0.1), [0.0, 0.0])
+    assert close(format_penalty(mk_traj([mk_turn(valid=False)] * 3), 0.1), [-0.1, -0.1, -0.1])
     mixed = mk_traj([mk_turn(), mk_turn(valid=False), mk_turn(), mk_turn(valid=False)])
-    assert close(format_penalty(mixed), [0.0, -0.1, 0.0, -0.1])
+    assert close(format_penalty(mixed, 0.1), [0.0, -0.1, 0.0, -0.1])
     assert close(format_penalty(mixed, penalty=0.5), [0.0, -0.5, 0.0, -0.5])
 
 
@@ -108,11 +108,11 @@ def test_keep_penalty_golden_and_keep_at_turn0() -> None:
     # decisions KEEP, KEEP, SWITCH, KEEP, None -> q = switches() = [1 (turn 0 forced), 0, 1, 0, 0]
     # c_t = -0.3 * (1 - q_t) = [0, -0.3, 0, -0.3, -0.3]
     traj = mk_traj([mk_turn(switch=s) for s in (False, False, True, False, None)])
-    assert close(keep_penalty(traj), [0.0, -0.3, 0.0, -0.3, -0.3])
+    assert close(keep_penalty(traj, 0.3), [0.0, -0.3, 0.0, -0.3, -0.3])
     assert close(keep_penalty(traj, c_keep=0.1), [0.0, -0.1, 0.0, -0.1, -0.1])
-    assert close(keep_penalty(mk_traj([mk_turn(switch=False)])), [0.0])  # single KEEP at turn 0: q_0 = 1
+    assert close(keep_penalty(mk_traj([mk_turn(switch=False)]), 0.3), [0.0])  # single KEEP at turn 0: q_0 = 1
     all_switch = mk_traj([mk_turn(switch=True)] * 4)
-    assert close(keep_penalty(all_switch), [0.0] * 4)
+    assert close(keep_penalty(all_switch, 0.3), [0.0] * 4)
 
 
 def test_keep_consistency_golden() -> None:
@@ -145,12 +145,12 @@ def test_keep_consistency_golden() -> None:
         False,
         True,
     ]
-    assert close(keep_consistency_penalty(traj), [0, 0, 0, -0.1, 0, -0.1, 0, 0, 0, -0.1])
+    assert close(keep_consistency_penalty(traj, 0.1), [0, 0, 0, -0.1, 0, -0.1, 0, 0, 0, -0.1])
 
 
 def test_keep_consistency_turn0_is_never_charged() -> None:
     traj = mk_traj([mk_turn(switch=False, subgoal="x", extra={"keep_changed_subgoal": True})])
-    assert close(keep_consistency_penalty(traj), [0.0])
+    assert close(keep_consistency_penalty(traj, 0.1), [0.0])
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -162,7 +162,7 @@ def test_invalid_action_penalty() -> None:
     traj = mk_traj(
         [mk_turn("a", info={"valid_action": False}), mk_turn("b", info={"valid_action": True}), mk_turn("c")]
     )
-    assert close(invalid_action_penalty(traj), [-0.1, 0.0, 0.0])  # missing key: no evidence, no penalty
+    assert close(invalid_action_penalty(traj, 0.1), [-0.1, 0.0, 0.0])  # missing key: no evidence, no penalty
     assert close(invalid_action_penalty(traj, penalty=1.0), [-1.0, 0.0, 0.0])
 
 
@@ -230,15 +230,17 @@ def test_ungrounded_subgoal_golden() -> None:
         mk_turn("look", switch=True, subgoal="go and look around", obs="ok"),  # 8: no entity word at all -> -0.1
     ]  # fmt: skip
     traj = mk_traj(turns, task=TASK)
-    assert close(ungrounded_subgoal_penalty(traj), [0, 0, -0.1, 0, 0, 0, 0, 0, -0.1])
+    assert close(ungrounded_subgoal_penalty(traj, 0.1), [0, 0, -0.1, 0, 0, 0, 0, 0, -0.1])
     # without the task as context, "apple" is not grounded at turn 3 -> -0.1 there too
-    assert close(ungrounded_subgoal_penalty(traj, include_task=False), [0, 0, -0.1, -0.1, 0, 0, 0, 0, -0.1])
+    assert close(
+        ungrounded_subgoal_penalty(traj, 0.1, include_task=False), [0, 0, -0.1, -0.1, 0, 0, 0, 0, -0.1]
+    )
 
 
 def test_ungrounded_subgoal_turn0_keep_is_checked() -> None:
     # turn 0 is a boundary even when the model wrote KEEP, so its subgoal is a proposal and is checked
     traj = mk_traj([mk_turn("look", switch=False, subgoal="find the dragon", obs=ROOM)], task=TASK)
-    assert close(ungrounded_subgoal_penalty(traj), [-0.1])
+    assert close(ungrounded_subgoal_penalty(traj, 0.1), [-0.1])
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -263,9 +265,9 @@ def _term_turns() -> list[Turn]:
 def test_subgoal_failure_only_in_successful_trajectories() -> None:
     won = mk_traj(_term_turns(), won=True)
     assert subgoal_spans(won) == [(0, 2), (2, 4), (4, 5), (5, 6), (6, 7)]
-    assert close(subgoal_failure_penalty(won), [-0.1, 0, 0, 0, -0.1, 0, 0])
+    assert close(subgoal_failure_penalty(won, 0.1), [-0.1, 0, 0, 0, -0.1, 0, 0])
     lost = mk_traj(_term_turns(), won=False)
-    assert close(subgoal_failure_penalty(lost), [0.0] * 7)
+    assert close(subgoal_failure_penalty(lost, 0.1), [0.0] * 7)
 
 
 def test_subgoal_failure_uses_next_turn_observation_and_scienceworld_pattern() -> None:
@@ -275,7 +277,7 @@ def test_subgoal_failure_uses_next_turn_observation_and_scienceworld_pattern() -
         mk_turn("look", switch=False, subgoal="b", obs="fine", info={"next_observation": "done"}),
     ]
     # span 0 = [0]: its answer is turn 1's observation -> failure -> -0.1 at turn 0; span 1 ends on "done" -> 0
-    assert close(subgoal_failure_penalty(mk_traj(turns, won=True)), [-0.1, 0.0, 0.0])
+    assert close(subgoal_failure_penalty(mk_traj(turns, won=True), 0.1), [-0.1, 0.0, 0.0])
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -295,26 +297,26 @@ def _pairs(pairs: list[tuple[str, str]], switches: list[bool] | None = None) -> 
 
 def test_repeat_exactly_two_vs_three_vs_four() -> None:
     ax = ("open cabinet 1", "Nothing happens.")
-    assert close(repeat_penalty(_pairs([ax, ax])), [0.0, 0.0])  # 2 occurrences: no penalty
-    assert close(repeat_penalty(_pairs([ax, ax, ax])), [0.0, 0.0, -0.1])  # 3rd occurrence -> -0.1
-    assert close(repeat_penalty(_pairs([ax, ax, ax, ax])), [0.0, 0.0, -0.1, -0.1])  # 3rd and 4th
+    assert close(repeat_penalty(_pairs([ax, ax]), 0.1), [0.0, 0.0])  # 2 occurrences: no penalty
+    assert close(repeat_penalty(_pairs([ax, ax, ax]), 0.1), [0.0, 0.0, -0.1])  # 3rd occurrence -> -0.1
+    assert close(repeat_penalty(_pairs([ax, ax, ax, ax]), 0.1), [0.0, 0.0, -0.1, -0.1])  # 3rd and 4th
 
 
 def test_repeat_nonconsecutive_distinct_pairs_and_layout() -> None:
     ax, ay, bx = ("a", "x"), ("a", "y"), ("b", "x")
     # (a,x) at 0, 2, 4 -> third at 4; (a,y) and (b,x) are different pairs; " A " == "a" after normalisation
     traj = _pairs([ax, ay, ax, bx, (" A ", "X"), ay])
-    assert close(repeat_penalty(traj), [0.0, 0.0, 0.0, 0.0, -0.1, 0.0])
-    assert close(repeat_penalty(traj, threshold=2), [0.0, 0.0, -0.1, 0.0, -0.1, -0.1])
+    assert close(repeat_penalty(traj, 0.1), [0.0, 0.0, 0.0, 0.0, -0.1, 0.0])
+    assert close(repeat_penalty(traj, 0.1, threshold=2), [0.0, 0.0, -0.1, 0.0, -0.1, -0.1])
 
 
 def test_repeat_counts_restart_at_subgoal_switch() -> None:
     ax = ("a", "x")
     # spans [0,1] and [2,3,4]: 2 + 3 occurrences -> only the 3rd inside the second span is charged
     traj = _pairs([ax] * 5, switches=[True, False, True, False, False])
-    assert close(repeat_penalty(traj), [0.0, 0.0, 0.0, 0.0, -0.1])
+    assert close(repeat_penalty(traj, 0.1), [0.0, 0.0, 0.0, 0.0, -0.1])
     traj = _pairs([ax] * 4, switches=[True, False, True, False])  # 2 + 2: never three inside one span
-    assert close(repeat_penalty(traj), [0.0] * 4)
+    assert close(repeat_penalty(traj, 0.1), [0.0] * 4)
 
 
 def _repeat_reference(traj: Trajectory, penalty: float, threshold: int) -> np.ndarray:
@@ -364,9 +366,11 @@ def test_config_defaults_and_validation() -> None:
     c = ShapingConfig()
     assert c.terms == ("format",) and c.constants == ShapingConstants()
     k = c.constants
-    assert (k.format_penalty, k.c_keep, k.process_penalty, k.repeat_threshold, k.grounding_alpha) == (
-        0.1, 0.3, 0.1, 3, 0.3,
+    # in units of the success reward R: HiPER's 0.1 / 0.3 and HIPIF's 0.1 against R = 10
+    assert (k.format_penalty, k.c_keep, k.keep_consistency_penalty, k.process_penalty, k.repeat_threshold) == (
+        0.01, 0.03, 0.03, 0.01, 3,
     )  # fmt: skip
+    assert (k.grounding_alpha, k.keep_mode, c.success_reward) == (0.3, "per_turn", 1.0)
     with pytest.raises(dataclasses.FrozenInstanceError):
         k.c_keep = 0.5  # type: ignore[misc]
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -379,6 +383,10 @@ def test_config_defaults_and_validation() -> None:
         ShapingConfig(constants=ShapingConstants(grounding_alpha=1.5))
     with pytest.raises(ValueError, match="repeat_threshold"):
         ShapingConfig(constants=ShapingConstants(repeat_threshold=0))
+    with pytest.raises(ValueError, match="keep_mode"):
+        ShapingConfig(constants=ShapingConstants(keep_mode="ratio"))
+    with pytest.raises(ValueError, match="success_reward"):
+        ShapingConfig(success_reward=0.0)
     for terms in (HIPER_TERMS, HIPIF_TERMS, HISR_TERMS):
         ShapingConfig(terms=terms)
 
@@ -397,24 +405,25 @@ def _hiper_traj() -> Trajectory:
 def test_apply_shaping_records_components_and_reward_sum() -> None:
     traj = _hiper_traj()
     traj.turns[0].shaped["him"] = 0.25  # another stage's component survives
-    cfg = ShapingConfig(terms=HIPER_TERMS)
+    cfg = ShapingConfig(terms=HIPER_TERMS, success_reward=10.0)  # an env paying R = 10, as ALFWorld does
     out = apply_shaping(traj, cfg)
     assert out is traj  # in place
     expected = {
-        # format: turn 1 malformed; keep: q = [1,0,0,1] -> -0.3 at 1, 2; consistency: turn 2 KEEP changed g1 -> g2
+        # format 0.01 R: turn 1 malformed; keep 0.03 R: q = [1,0,0,1] -> -0.3 at 1, 2; consistency 0.03 R: turn 2
+        # KEEP changed g1 -> g2
         "format": [0.0, -0.1, 0.0, 0.0],
         "keep": [0.0, -0.3, -0.3, 0.0],
-        "keep_consistency": [0.0, 0.0, -0.1, 0.0],
+        "keep_consistency": [0.0, 0.0, -0.3, 0.0],
     }
     for name, values in expected.items():
         assert [t.shaped[name] for t in traj.turns] == pytest.approx(values, abs=TOL)
     assert set(traj.turns[1].shaped) == set(HIPER_TERMS)
     assert traj.turns[0].shaped["him"] == 0.25
-    # r_t = env + sum(shaped): [0 + 0.25, -0.1 - 0.3, -0.3 - 0.1, 10.0]
-    assert close(traj.rewards(), [0.25, -0.4, -0.4, 10.0])
+    # r_t = env + sum(shaped): [0 + 0.25, -0.1 - 0.3, -0.3 - 0.3, 10.0]
+    assert close(traj.rewards(), [0.25, -0.4, -0.6, 10.0])
     for t in traj.turns:
         assert t.reward == pytest.approx(t.env_reward + sum(t.shaped.values()), abs=TOL)
-    assert traj.episode_return == pytest.approx(0.25 - 0.4 - 0.4 + 10.0, abs=TOL)
+    assert traj.episode_return == pytest.approx(0.25 - 0.4 - 0.6 + 10.0, abs=TOL)
     before = [dict(t.shaped) for t in traj.turns]
     apply_shaping(traj, cfg)  # idempotent
     assert [t.shaped for t in traj.turns] == before
@@ -424,14 +433,37 @@ def test_shaping_components_is_pure_and_matches_terms() -> None:
     traj = _hiper_traj()
     comps = shaping_components(traj, ShapingConfig(terms=("format", "keep")))
     assert list(comps) == ["format", "keep"]
-    assert close(comps["keep"], [0.0, -0.3, -0.3, 0.0])
+    assert close(comps["keep"], [0.0, -0.03, -0.03, 0.0])  # c_KEEP 0.03 R, R = 1
     assert all(t.shaped == {} for t in traj.turns)
-    # the terms read their constants from ShapingConfig.constants
+    # the terms read their constants from ShapingConfig.constants, times R (swapping the two fails here)
     scaled = ShapingConfig(
-        terms=("format", "keep"), constants=ShapingConstants(format_penalty=0.01, c_keep=0.03)
+        terms=("format", "keep"),
+        constants=ShapingConstants(format_penalty=0.02, c_keep=0.05),
+        success_reward=4.0,
     )
     comps = shaping_components(traj, scaled)
-    assert close(comps["format"], [0.0, -0.01, 0.0, 0.0]) and close(comps["keep"], [0.0, -0.03, -0.03, 0.0])
+    assert close(comps["format"], [0.0, -0.08, 0.0, 0.0]) and close(comps["keep"], [0.0, -0.2, -0.2, 0.0])
+
+
+def test_keep_penalty_normalized_mode_costs_at_most_c_keep_per_episode() -> None:
+    """keep_mode "normalized" (the HiPER authors' default): -c_KEEP (1 - q_t) / T. q = [1, 0, 0, 1], T = 4,
+    c_KEEP 0.03 R with R = 10: -0.3 / 4 = -0.075 on each of the two KEEP turns, -0.15 in all (per turn: -0.6)."""
+    cfg = ShapingConfig(
+        terms=("keep",), constants=ShapingConstants(keep_mode="normalized"), success_reward=10.0
+    )
+    assert close(shaping_components(_hiper_traj(), cfg)["keep"], [0.0, -0.075, -0.075, 0.0])
+
+
+def test_only_the_grounding_weight_is_not_scaled_by_the_success_reward() -> None:
+    """HISR's α is a weight inside the fused model reward (Eq. 8), not an amount: 0.3 whatever R; the penalties
+    scale (here invalid_action 0.01 R with R = 10 -> -0.1)."""
+    turns = [
+        mk_turn("x", info={"next_observation": "You won.", "valid_action": True}),
+        mk_turn("y", info={"next_observation": "Nothing happens.", "valid_action": False}),
+    ]
+    cfg = ShapingConfig(terms=("action_grounding", "invalid_action"), success_reward=10.0)
+    comps = shaping_components(mk_traj(turns), cfg)
+    assert close(comps["action_grounding"], [0.3, 0.0]) and close(comps["invalid_action"], [0.0, -0.1])
 
 
 def test_apply_shaping_hipif_and_hisr_presets() -> None:
@@ -443,7 +475,10 @@ def test_apply_shaping_hipif_and_hisr_presets() -> None:
         mk_turn("go to moon", switch=True, subgoal="fly to the moon", obs="Nothing happens.",
                 info={"next_observation": "You won.", "valid_action": True}, env_reward=10.0),
     ]  # fmt: skip
-    traj = apply_shaping(mk_traj(turns, won=True, task=TASK), ShapingConfig(terms=HIPIF_TERMS))
+    # R = 10 (ALFWorld): each HIPIF penalty is 0.01 R = 0.1 (App. B)
+    traj = apply_shaping(
+        mk_traj(turns, won=True, task=TASK), ShapingConfig(terms=HIPIF_TERMS, success_reward=10.0)
+    )
     # format: turn 2; ungrounded: turn 3 ("moon" nowhere); failure: span [0..2] ends on "Nothing happens." -> turn 0;
     # repeat: 3rd (open cabinet 1, Nothing happens.) at turn 2
     assert [t.shaped["format"] for t in traj.turns] == pytest.approx([0, 0, -0.1, 0], abs=TOL)
@@ -453,7 +488,7 @@ def test_apply_shaping_hipif_and_hisr_presets() -> None:
     # r = [-0.1, 0, -0.2, 10 - 0.1]
     assert close(traj.rewards(), [-0.1, 0.0, -0.2, 9.9])
 
-    apply_shaping(traj, ShapingConfig(terms=HISR_TERMS))
+    apply_shaping(traj, ShapingConfig(terms=HISR_TERMS, success_reward=10.0))
     # executable: answers fail for turns 0-2 ("Nothing happens."), turn 3 answered "You won." -> 0.3 at turn 3 only
     assert [t.shaped["action_grounding"] for t in traj.turns] == pytest.approx([0, 0, 0, 0.3], abs=TOL)
 

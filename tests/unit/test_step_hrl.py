@@ -170,8 +170,11 @@ def test_awr_weights_are_capped():
 
 
 def test_learner_batch_carries_the_iql_targets_and_flips_the_advantage_sign():
-    """The driver's pure glue (``learners.prepare.learner_batch``) with STEP-HRL: targets and valid slots as
-    computed, no π_old pass needed, and the negative control flips every A that reaches the tokens."""
+    """The driver's pure glue (``learners.prepare.learner_batch``) with STEP-HRL, against the hand values of
+    ``test_iql_targets_golden``: targets and valid slots on their role's slots, the values the targets were computed
+    from as ``old_values``, A = Q − V on every response token, no π_old pass (no ``logprob_gap`` although the
+    learner's log-probs (0) differ from the engine's (−0.5)), and the negative control flips every A.
+    Catches: targets or A not reaching the batch, slots shifted, ``old_values`` not the values the targets used."""
     algo = get_algo("step_hrl")
     traj = _won()
     turns = build_turn_batch([traj], max_len=64, pad_id=0)
@@ -179,12 +182,60 @@ def test_learner_batch_carries_the_iql_targets_and_flips_the_advantage_sign():
     zeros = np.zeros(seqs.input_ids.shape, np.float32)
     cfg = step_hrl.Config()
     batch, stats = learner_batch(algo, cfg, [traj], turns, seqs, zeros, None, _values(7))
-    ref = step_hrl.compute_targets([traj], turns, _values(7), cfg)
-    np.testing.assert_array_equal(batch.value_target, ref.value_target)
-    np.testing.assert_array_equal(batch.value_valid, ref.value_valid)
-    assert "logprob_gap" not in stats
+    # high row 0: Q slot 0 ← 0.99 · values[5, 7] = 98.01, V slot 1 ← values[0, 6] = 36; low row 1: Q slot 2 ←
+    # 0.99 · values[3, 9] = 109.89, V slot 3 ← values[1, 8] = 74; progress row 2: slot 4 ← 1, slot 5 ← 120
+    assert batch.value_target[0, :2].tolist() == pytest.approx([98.01, 36.0])
+    assert batch.value_target[1, 2:4].tolist() == pytest.approx([109.89, 74.0])
+    assert batch.value_target[2, 4:6].tolist() == pytest.approx([1.0, 120.0])
+    assert np.flatnonzero(batch.value_valid[1]).tolist() == [2, 3]
+    np.testing.assert_array_equal(batch.old_values, _values(7))
+    resp = turns.response_mask.numpy()
+    # A = Q − V: high −1, low −5, progress −9 on the response tokens, 0 elsewhere
+    adv = {"high": -1.0, "low": -5.0, "progress": -9.0}
+    want = np.stack([np.where(resp[r], adv[t.role], 0.0) for r, t in enumerate(traj.turns)])
+    np.testing.assert_array_equal(batch.token_adv, want)
+    np.testing.assert_array_equal(batch.loss_mask, resp)
+    assert "logprob_gap" not in stats and batch.ref_logprobs is None
     neg, _ = learner_batch(algo, cfg, [traj], turns, seqs, zeros, None, _values(7), negate_advantages=True)
-    np.testing.assert_array_equal(neg.token_adv, -batch.token_adv)
+    np.testing.assert_array_equal(neg.token_adv, -want)
+
+
+def test_polyak_update_moves_the_target_a_tau_step_towards_the_critic():
+    """θ̄ ← (1 − τ) θ̄ + τ θ: target 10, critic 0, τ 0.2 -> 0.8 · 10 + 0.2 · 0 = 8; target 0, critic 5 -> 1.
+    Catches: the update the wrong way round ((τ θ̄ + (1 − τ) θ) would give 2 and 4), the critic changed."""
+    from learners.worker import polyak_update_
+
+    target = [torch.tensor([10.0, 0.0])]
+    critic = [torch.tensor([0.0, 5.0], requires_grad=True)]
+    polyak_update_(target, critic, 0.2)
+    assert target[0].tolist() == pytest.approx([8.0, 1.0])
+    assert critic[0].tolist() == [0.0, 5.0]
+
+
+def test_the_driver_passes_target_tau_and_the_warm_up_to_the_learner():
+    """The learner group's ``update`` arguments of a STEP-HRL update (``launch.updater.update_arguments``): the
+    config's τ₁ (0.3, not the default 0.2), and the whole update critic-only while warm-up steps are owed.
+    Catches: ``target_tau`` never reaching the learner (the target critic would never move), the critic warm-up
+    skipped, a target τ sent for an algorithm without a target critic."""
+    from launch.config import TrainConfig
+    from launch.updater import ALL_STEPS, update_arguments
+
+    algo, cfg = get_algo("step_hrl"), step_hrl.Config(target_tau=0.3)
+    run = TrainConfig(algo="step_hrl").learner
+    warm = update_arguments(algo, cfg, run, seed=7, mini_batch_size=None, warmup_left=5)
+    assert warm["target_tau"] == 0.3 and warm["critic_only_steps"] == ALL_STEPS
+    assert warm["loss_cfg"] is cfg and warm["agg"] == "seq-mean-token-sum" and warm["seed"] == 7
+    assert warm["mini_batch_size"] == run.mini_batch_size
+    warmed = update_arguments(algo, cfg, run, seed=7, mini_batch_size=4, warmup_left=0)
+    assert warmed["critic_only_steps"] == 0 and warmed["target_tau"] == 0.3 and warmed["mini_batch_size"] == 4
+    from learners.algos import ppo
+
+    assert (
+        update_arguments(get_algo("ppo"), ppo.Config(), run, seed=0, mini_batch_size=None, warmup_left=0)[
+            "target_tau"
+        ]
+        == 0.0
+    )
 
 
 def test_env_reward_scale_applies_to_the_high_levels_return_only():
@@ -201,3 +252,24 @@ def test_expert_local_progress_accumulates_within_a_subtask_and_restarts_with_th
     texts = [expert_text("step_hrl", "progress", s) for s in steps]
     assert "done: go to L<" in texts[0] and "done: go to L; take X<" in texts[1]
     assert "done: craft Y<" in texts[2]
+
+
+@pytest.mark.parametrize(("direction", "v_loss"), [("iql", 0.05), ("authors", 0.95)])
+def test_expectile_direction(direction, v_loss):
+    """V_low 2 above its target 1 (d = −1 < 0), τ₂ 0.95: Eq. 12 weighs it |0.95 − 1| = 0.05; the authors' code
+    weighs V − Q_target > 0 by τ₂ = 0.95. Catches: the option ignored; a bad value accepted (one line, exit 2)."""
+    from launch.config import ConfigError, resolve_algo_config
+
+    values = torch.zeros(1, 12)
+    values[0, 3] = 2.0
+    target = torch.zeros(1, 12)
+    target[0, 3] = 1.0
+    weight = torch.zeros(1, 12)
+    weight[0, 3] = 1.0
+    inputs = CriticInputs(value_target=target, old_values=torch.zeros(1, 12), value_weight=weight)
+    _, m = step_hrl.value_loss(values, inputs, step_hrl.Config(expectile_direction=direction))
+    assert m["v_loss"] == pytest.approx(v_loss)
+    with pytest.raises(
+        ConfigError, match=r"^algo.expectile_direction: unknown value 'upper'; allowed: iql, authors$"
+    ):
+        resolve_algo_config(step_hrl.Config, {"expectile_direction": "upper"})

@@ -1,0 +1,236 @@
+"""Paired update replay: what one learner update does to the policy, per variant, from the same state on the same
+trajectories, in minutes instead of a multi-hour learning run.
+
+    python bench/bench_replay.py --run RUN --iteration 1 --repeats 2 \
+        --variant "hiper" --variant "hiper_eq10=algo.switch_adv=eq10" --variant "ppo=algo=ppo" \
+        --out bench/results/replay.json
+
+RUN is a finished ``hierarl train ... save_trajectories=true checkpoint_keep_last=0`` run. Every variant starts
+from the same state and trains on the same rollouts:
+* policy: ``RUN/checkpoints/iter_<k-1>`` (the adapter with its optimizer state); the KL term's reference is
+  ``iter_0``'s policy, as in the run (the policy RL started from);
+* critic: fresh (every value 0, as RL iteration 1 finds it) and then the variant's ``learner.critic_warmup_passes``
+  critic-only passes (``Updater.warm_up_critic``), so each algorithm's critic is fitted by its own targets on the
+  same data; or, with ``--critic-from-run`` and a variant of the run's algorithm, the run's critic at ``iter_<k-1>``;
+* trajectories: ``RUN/trajectories/iter_<k>.jsonl`` (collected by that policy), shaped afresh per variant;
+* one update: the run's ``Updater`` (the driver's code), seed ``seed + k`` for the mini-batch order; the first
+  variant is repeated with other seeds (``--repeats``) to measure the noise floor.
+A variant is ``name=key=value key=value ...`` (overrides on the run's config, as ``hierarl train`` takes them;
+``algo=ppo`` switches algorithm and keeps the shared ``algo.*`` keys). Measured per variant:
+* the update's KL per token group on the batch it trained on (``kl_update/<group>``: switch, subgoal of a boundary
+  turn, subgoal copied on a KEEP turn, action, other; ``learners.diagnostics``);
+* the change of log P(expert decision) on a fixed teacher-forced probe: the env expert's demonstrations on the first
+  eval tasks (sorted ids) until ``--probe-states`` states, each split by the expert's decision (turn 0, KEEP,
+  SWITCH) and segment (final or not): Δ log P of the ``<switch>`` block, of the new subgoal (SWITCH states) and of
+  the action, in nats, mean over states.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from _env import setup
+
+ROOT = setup()
+
+
+def parse_variant(text: str) -> tuple[str, list[str]]:
+    """``name=key=value key=value`` → (name, ["key=value", ...]); a bare ``name`` keeps the run's config."""
+    head, *rest = text.split()
+    name, _, first = head.partition("=")
+    return name, ([first] if first else []) + rest
+
+
+def _run_config(run: Path, overrides: list[str]) -> Any:
+    """The run's saved config with ``overrides`` applied (the saved YAML as a preset, then the overrides)."""
+    from launch.config import resolve_config
+
+    text = (run / "config.yaml").read_text().split("\nresolved_algo:\n", 1)[0]
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+        f.write(text)
+    return resolve_config(f.name, overrides)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--run", required=True, type=Path)
+    ap.add_argument("--iteration", type=int, default=1, help="replay iteration k's update (state iter_<k-1>)")
+    ap.add_argument("--variant", action="append", default=[], help="name=key=value ... (repeatable)")
+    ap.add_argument(
+        "--repeats", type=int, default=2, help="runs of the first variant, with other mini-batch seeds"
+    )
+    ap.add_argument("--probe-states", type=int, default=50)
+    ap.add_argument("--critic-from-run", action="store_true")
+    ap.add_argument("--out", type=Path, default=Path("bench/results/replay.json"))
+    args = ap.parse_args(argv)
+    return replay(args)
+
+
+def replay(args: argparse.Namespace) -> int:
+    from transformers import AutoTokenizer
+
+    from actors.models import resolve_model_path
+    from actors.rollout import read_peft_adapter
+    from actors.trajectory import read_jsonl
+    from cluster.ray_cluster import WorkerResources, init_ray
+    from envs import success_reward
+    from launch.algos import get_algo
+    from launch.config import reference_adapters, resolve_algo_config
+    from launch.train import env_task_ids, expert_demonstrations, learner_spec
+    from launch.updater import Updater
+    from learners.batch import build_turn_batch
+    from learners.diagnostics import block_logprobs, probe_deltas, probe_splits
+    from learners.group import LearnerGroup
+    from learners.targets import sequences
+    from learners.worker import CRITIC_ADAPTER
+
+    run, k = args.run, args.iteration
+    state, start = run / "checkpoints" / f"iter_{k - 1}", run / "checkpoints" / "iter_0"
+    traj_path = run / "trajectories" / f"iter_{k}.jsonl"
+    for need in (state, start, traj_path):
+        if not need.exists():
+            raise SystemExit(
+                f"bench_replay: {need} is missing (run with save_trajectories=true checkpoint_keep_last=0)"
+            )
+    base = _run_config(run, [])
+    model_path = resolve_model_path(base.model.path, base.model.cache_dir)
+    tok = AutoTokenizer.from_pretrained(model_path)
+    pad = tok.pad_token_id or tok.eos_token_id
+    init_ray(base.ray_address, device="cpu")
+
+    # the probe: the expert's decisions on the first eval tasks, in the run's agent format
+    ids = sorted(env_task_ids(base, base.env.eval_split))
+    probe: list[Any] = []
+    for chunk in range(0, len(ids), 4):
+        probe += expert_demonstrations(
+            replace(base, bc=replace(base.bc, episodes=4)), tok, ids[chunk : chunk + 4]
+        )
+        if sum(len(t.turns) for t in probe) >= args.probe_states:
+            break
+    probe_turns = build_turn_batch(probe, max_len=base.learner.max_seq_len, pad_id=pad)
+    probe_seqs = sequences(probe_turns, ())
+    splits = probe_splits(probe)
+    ref_weights, _ = read_peft_adapter(start / "adapter")
+
+    variants = [parse_variant(v) for v in args.variant] or [("run", [])]
+    plan = [(variants[0][0] + (f"#{r}" if r else ""), variants[0][1], r) for r in range(args.repeats)]
+    plan += [(name, over, 0) for name, over in variants[1:]]
+    rows, before = [], None
+    for name, overrides, repeat in plan:
+        cfg = _run_config(run, overrides)
+        algo = get_algo(cfg.algo)
+        algo_cfg = resolve_algo_config(algo.Config, cfg.algo_overrides)
+        t0 = time.perf_counter()
+        learner = LearnerGroup(
+            learner_spec(cfg, algo, algo_cfg, model_path, "cpu"),
+            cfg.learner.num_workers,
+            WorkerResources(cfg.learner.cpus_per_worker, 0.0),
+        )
+        try:
+            own_critic = args.critic_from_run and cfg.algo == base.algo and algo.value_slots
+            learner.load_checkpoint(str(state), only=["default", *([CRITIC_ADAPTER] if own_critic else [])])
+            refs = reference_adapters(cfg, algo, algo_cfg)
+            for ref in refs:
+                learner.load_adapter_weights(ref_weights, adapter=ref)
+            updater = Updater(
+                learner,
+                cfg.learner,
+                pad_id=pad,
+                success_reward=success_reward(cfg.env.name, dict(cfg.env.options)),
+                role_adapters=cfg.model.role_adapters,
+                ref_adapters=refs,
+                behaviour_is_cap=0.0,
+            )
+            rows_all = {None: np.arange(len(probe_turns))}
+            lp_before = block_logprobs(probe_turns, updater.policy_logprobs(probe_seqs, rows_all))
+            before = before or lp_before
+            trajs = list(read_jsonl(traj_path))
+            for t in trajs:
+                for turn in t.turns:
+                    turn.shaped.clear()
+            warmup = 0 if own_critic else cfg.learner.critic_warmup_passes
+            metrics, timings = updater.update(
+                trajs, algo, algo_cfg, seed=cfg.seed + k + 1000 * repeat, critic_warmup=warmup
+            )
+            lp_after = block_logprobs(probe_turns, updater.policy_logprobs(probe_seqs, rows_all))
+        finally:
+            learner.shutdown()
+        row = {
+            "variant": name,
+            "overrides": overrides,
+            "repeat": repeat,
+            "algo": cfg.algo,
+            "critic_warmup_passes": warmup,
+            "probe": probe_deltas(splits, lp_before, lp_after),
+            "metrics": {k2: v for k2, v in metrics.items() if isinstance(v, int | float)},
+            "timings": timings,
+            "wall_s": time.perf_counter() - t0,
+        }
+        rows.append(row)
+        print(_line(row), flush=True)
+        assert all(np.allclose(before[p], lp_before[p], atol=1e-4) for p in before), "the start state differs"
+    out = {
+        "run": str(run),
+        "iteration": k,
+        "trajectories": sum(1 for _ in read_jsonl(traj_path)),
+        "probe_states": len(splits),
+        "probe_split_counts": {s: sum(x["kind"] == s for x in splits) for s in ("turn0", "keep", "switch")},
+        "cpu": platform.processor() or platform.machine(),
+        "rows": rows,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(out, indent=1))
+    print(table(out), flush=True)
+    return 0
+
+
+def _line(row: dict[str, Any]) -> str:
+    m, p = row["metrics"], row["probe"]
+    return (
+        f"[replay] {row['variant']:<16} kl {m.get('kl_update', 0):.5f} switch {m.get('kl_update/switch', 0):.5f} "
+        f"action {m.get('kl_update/action', 0):.5f} | dlogP action {p.get('action/all', 0):+.4f} switch "
+        f"{p.get('switch/all', 0):+.4f} ({row['wall_s']:.0f}s)"
+    )
+
+
+TABLE_KL = (
+    "kl_update",
+    "kl_update/switch",
+    "kl_update/subgoal",
+    "kl_update/subgoal_keep",
+    "kl_update/action",
+)
+TABLE_PROBE = (
+    "action/all",
+    "action/nonfinal",
+    "action/final",
+    "switch/keep",
+    "switch/switch",
+    "subgoal/switch",
+)
+
+
+def table(out: dict[str, Any]) -> str:
+    """Markdown: one row per variant; update KL per token group (x1e3), then Δ log P(expert) on the probe."""
+    head = ["variant", *(c.replace("kl_update", "KL").replace("/", " ") for c in TABLE_KL), "steps"]
+    head += [f"dlogP {c.replace('/', ' | ')}" for c in TABLE_PROBE]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in out["rows"]:
+        m, p = row["metrics"], row["probe"]
+        cells = [row["variant"], *(f"{1e3 * m.get(c, float('nan')):.2f}" for c in TABLE_KL)]
+        cells.append(f"{m.get('optimizer_steps', 0):.0f}")
+        cells += [f"{p.get(c, float('nan')):+.3f}" for c in TABLE_PROBE]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

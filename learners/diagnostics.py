@@ -1,0 +1,126 @@
+"""What an update did, per kind of generated token (pure): the diagnostics that tell a hierarchical update apart.
+
+A Plan–Execute response holds three decisions (``<switch>``, ``<subgoal>``, ``<action>``) and some text between
+them; an update's size and its advantages are reported per token group so that one kind cannot hide behind the
+others (a switch-token push looks small when averaged with every action token):
+
+* ``switch``, ``action``, ``think``, ... : the tokens of that tag's block (``Turn.masks``);
+* ``subgoal``: the ``<subgoal>`` block of a boundary turn (q_t = 1, or turn 0), a new subgoal;
+* ``subgoal_keep``: the ``<subgoal>`` block of a KEEP turn, a copy of the previous one;
+* ``other``: response tokens in no block (whitespace, EOS).
+
+A fixed probe of the env expert's decisions, teacher-forced, shows whether an update moved the policy toward them:
+``probe_splits`` tells each expert turn's decision (turn 0, KEEP, SWITCH) and segment, ``block_logprobs`` sums a
+turn's log-probs per block, ``probe_deltas`` averages the change per block and split (``bench/bench_replay.py``).
+
+The KL of an update is measured on the batch it trained on: k3 = exp(d) − 1 − d, d = log π_new − log π_old per
+sampled token (Schulman's low-variance estimator of KL(π_old ‖ π_new)), averaged over each group's tokens, so two
+algorithms' updates compare on the same tokens whatever their loss masks cover.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from actors.trajectory import Trajectory
+from learners.batch import TurnBatch
+
+
+def token_groups(trajectories: Sequence[Trajectory], turns: TurnBatch) -> dict[str, np.ndarray]:
+    """{group: bool[B, L]} over the response tokens of ``turns`` (rows = turns of ``trajectories``); disjoint,
+    their union is the response. Groups without a token are left out."""
+    resp = turns.response_mask.numpy().astype(bool)
+    boundary = np.array([bool(trajectories[i].switches()[j]) for i, j in turns.index], dtype=bool)
+    out: dict[str, np.ndarray] = {}
+    taken = np.zeros_like(resp)
+    # a token in two blocks' masks (``><`` between ``</switch>`` and ``<subgoal>``) goes to the first, as in HiPER
+    first = ("switch_mask", "subgoal_mask", "action_mask")
+    for name in [*(n for n in first if n in turns.masks), *sorted(set(turns.masks) - set(first))]:
+        m = turns.masks[name].numpy().astype(bool) & resp & ~taken
+        taken |= m
+        group = name.removesuffix("_mask")
+        if group == "subgoal":
+            out["subgoal"] = m & boundary[:, None]
+            out["subgoal_keep"] = m & ~boundary[:, None]
+        else:
+            out[group] = m
+    out["other"] = resp & ~taken
+    return {k: v for k, v in out.items() if v.any()}
+
+
+def group_rms(token_adv: np.ndarray, groups: dict[str, np.ndarray]) -> dict[str, float]:
+    """``adv_rms/<group>``: root mean square of the advantages the loss gives each group's tokens."""
+    return {f"adv_rms/{g}": float(np.sqrt(np.mean(token_adv[m] ** 2))) for g, m in groups.items()}
+
+
+def update_kl(
+    old_logprobs: np.ndarray, new_logprobs: np.ndarray, groups: dict[str, np.ndarray]
+) -> dict[str, float]:
+    """``kl_update`` over every group's tokens and ``kl_update/<group>`` per group: mean k3 (module docstring) of
+    float[B, L] log-probs before and after the update."""
+    d = new_logprobs.astype(np.float64) - old_logprobs.astype(np.float64)
+    k3 = np.expm1(d) - d
+    every = np.zeros(d.shape, bool)
+    out: dict[str, float] = {}
+    for g, m in groups.items():
+        every |= m
+        out[f"kl_update/{g}"] = float(k3[m].mean())
+    out["kl_update"] = float(k3[every].mean()) if every.any() else 0.0
+    return out
+
+
+PROBE_PARTS = ("switch", "subgoal", "action")
+"""The blocks whose log-probability the probe reads (a protocol without a block skips it)."""
+
+
+def probe_splits(trajs: Sequence[Trajectory]) -> list[dict[str, Any]]:
+    """Per expert turn: which decision the expert made there (``turn0``, ``keep``, ``switch``) and whether the turn
+    is in its episode's final segment (pure)."""
+    out = []
+    for traj in trajs:
+        q = traj.switches()
+        segment = np.cumsum(q) - 1
+        last = segment[-1] if segment.size else 0
+        for t in range(len(traj.turns)):
+            kind = "turn0" if t == 0 else ("switch" if q[t] else "keep")
+            out.append({"kind": kind, "final_segment": bool(segment[t] == last)})
+    return out
+
+
+def block_logprobs(turns: TurnBatch, logprobs: np.ndarray) -> dict[str, np.ndarray]:
+    """{block: float[B]}: the sum of each row's log-probs over that block's tokens (0 where a row has none)."""
+    resp = turns.response_mask.numpy()
+    out = {}
+    for part in PROBE_PARTS:
+        mask = turns.masks.get(f"{part}_mask")
+        if mask is not None:
+            out[part] = np.where(mask.numpy() & resp, logprobs, 0.0).sum(axis=1)
+    return out
+
+
+def probe_deltas(
+    splits: list[dict[str, Any]], before: dict[str, np.ndarray], after: dict[str, np.ndarray]
+) -> dict[str, float]:
+    """Mean Δ log P per block over the probe states of each split (``<block>/<split>``); the subgoal only where
+    the expert writes a new one (turn 0 and SWITCH states). Pure."""
+    kinds = np.array([s["kind"] for s in splits])
+    final = np.array([s["final_segment"] for s in splits])
+    groups = {
+        "all": np.ones(len(splits), bool),
+        "keep": kinds == "keep",
+        "switch": kinds == "switch",
+        "final": final,
+        "nonfinal": ~final,
+    }
+    out: dict[str, float] = {}
+    for part in before:
+        d = after[part] - before[part]
+        for g, rows in groups.items():
+            if part == "subgoal":
+                rows = rows & (kinds != "keep")
+            if rows.any():
+                out[f"{part}/{g}"] = float(d[rows].mean())
+    return out

@@ -1,0 +1,130 @@
+"""What an update did per token group (``learners.diagnostics``) and the hierarchy's shape per batch
+(``launch.episode_stats``), on hand-built turns (the layout of ``test_glue``: prompt 0-2, response 3-9 =
+[switch switch | subgoal subgoal | action action | eos])."""
+
+import math
+
+import numpy as np
+import pytest
+
+from actors.trajectory import Decision, Trajectory, Turn
+from envs import success_reward
+from launch.episode_stats import expert_switches, hierarchy_stats, segment_lengths
+from learners.diagnostics import (
+    block_logprobs,
+    group_rms,
+    probe_deltas,
+    probe_splits,
+    token_groups,
+    update_kl,
+)
+from tests.unit.test_glue import HIPER_REWARDS, HIPER_SWITCHES, L, _batch, _traj
+
+
+def test_token_groups_split_the_response_by_decision_and_subgoals_by_boundary():
+    """q = [SWITCH, KEEP, SWITCH]: a boundary turn's subgoal is a new decision ("subgoal"), the KEEP turn's a copy
+    ("subgoal_keep"); the EOS is in no block ("other"). Swapping the boundary test fails here."""
+    trajs = [_traj("a", HIPER_REWARDS, HIPER_SWITCHES)]
+    groups = token_groups(trajs, _batch(trajs))
+    assert sorted(groups) == ["action", "other", "subgoal", "subgoal_keep", "switch"]
+    cols = {g: [np.flatnonzero(m[r]).tolist() for r in range(3)] for g, m in groups.items()}
+    assert cols["switch"] == [[3, 4]] * 3 and cols["action"] == [[7, 8]] * 3 and cols["other"] == [[9]] * 3
+    assert cols["subgoal"] == [[5, 6], [], [5, 6]] and cols["subgoal_keep"] == [[], [5, 6], []]
+    union = sum(m.astype(int) for m in groups.values())
+    assert (union[:, 3:10] == 1).all() and (union[:, :3] == 0).all()  # disjoint, the whole response
+
+
+def test_group_rms_and_update_kl_golden():
+    """Advantages 0.3 on switch tokens, -0.4 on action tokens: rms 0.3 and 0.4. Log-probs +0.1 after the update on
+    switch tokens, -0.1 on action tokens, unchanged elsewhere: k3 = e^0.1 - 1 - 0.1 = 0.0051709 and
+    e^-0.1 - 1 + 0.1 = 0.0048374; over all 21 response tokens (6 + 6 changed): (6 * 0.0051709 + 6 * 0.0048374) / 21
+    = 0.0028595. Comparing the wrong arrays (new against new) would give 0."""
+    trajs = [_traj("a", HIPER_REWARDS, HIPER_SWITCHES)]
+    groups = token_groups(trajs, _batch(trajs))
+    adv = np.zeros((3, L), np.float32)
+    adv[groups["switch"]], adv[groups["action"]] = 0.3, -0.4
+    rms = group_rms(adv, groups)
+    assert rms["adv_rms/switch"] == pytest.approx(0.3) and rms["adv_rms/action"] == pytest.approx(0.4)
+    assert rms["adv_rms/other"] == 0.0
+    old = np.full((3, L), -1.0, np.float32)
+    new = old.copy()
+    new[groups["switch"]] += 0.1
+    new[groups["action"]] -= 0.1
+    kl = update_kl(old, new, groups)
+    up, down = math.exp(0.1) - 1.1, math.exp(-0.1) - 0.9
+    assert kl["kl_update/switch"] == pytest.approx(up, rel=1e-4)
+    assert kl["kl_update/action"] == pytest.approx(down, rel=1e-4)
+    assert kl["kl_update/subgoal"] == 0.0
+    assert kl["kl_update"] == pytest.approx((6 * up + 6 * down) / 21, rel=1e-4)
+
+
+def _episode(switches, done_after):
+    turns = [
+        Turn(
+            prompt_ids=[1],
+            response_ids=[2],
+            logprobs=[0.0],
+            decision=Decision(action="a", switch=s),
+            info={"subgoals_done": d},
+        )
+        for s, d in zip(switches, done_after, strict=True)
+    ]
+    return Trajectory("t", "g", "task", "synthetic", turns=turns)
+
+
+def test_expert_switches_follow_the_envs_progress():
+    """subgoals_done after each turn [0, 1, 1, 2, 3] -> done before each turn [0, 0, 1, 1, 2]: the expert starts a
+    subgoal at turn 0 and after each completion (turns 2 and 4). A turn without the reading gives None."""
+    ep = _episode([True, False, True, False, True], [0, 1, 1, 2, 3])
+    assert expert_switches(ep).tolist() == [True, False, True, False, True]
+    ep.turns[2].info.pop("subgoals_done")
+    assert expert_switches(ep) is None
+
+
+def test_hierarchy_stats_tell_expert_switching_from_switching_every_turn():
+    """Both episodes finish 3 subgoals; the expert's switch points are turns 2 and 4 (decided turns 1-4: rate 0.5).
+    Agent A switches there (agreement 4/4, segments [2, 2, 1]); agent B every turn (agreement 2/4, segments [1]*5).
+    switch_rate counts decided turns only: A 2/4, B 4/4."""
+    a = _episode([True, False, True, False, True], [0, 1, 1, 2, 3])
+    b = _episode([True] * 5, [0, 1, 1, 2, 3])
+    assert segment_lengths(a) == [2, 2, 1] and segment_lengths(b) == [1] * 5
+    sa, sb = hierarchy_stats([a]), hierarchy_stats([b])
+    assert (sa["switch_rate"], sa["switch_agreement"], sa["expert_switch_rate"]) == (0.5, 1.0, 0.5)
+    assert (sb["switch_rate"], sb["switch_agreement"]) == (1.0, 0.5)
+    assert sa["seglen_share/1"] == pytest.approx(1 / 3) and sa["seglen_share/2"] == pytest.approx(2 / 3)
+    assert sb["seglen_share/1"] == 1.0 and sb["seglen_share/4+"] == 0.0
+    assert sa["subgoals_done"] == 3.0 and sa["segment_len"] == pytest.approx(5 / 3)
+    both = hierarchy_stats([a, b])
+    assert both["switch_agreement"] == pytest.approx(6 / 8)
+
+
+def test_success_rewards_of_the_envs():
+    """R, the unit of every shaping amount: ALFWorld 10 (an option can set another), ScienceWorld's score 100, the
+    rest 1."""
+    assert success_reward("alfworld") == 10.0 and success_reward("alfworld", {"success_reward": 1.0}) == 1.0
+    assert success_reward("scienceworld") == 100.0
+    for name in ("synthetic", "textcraft", "virtualhome", "webshop"):
+        assert success_reward(name) == 1.0
+
+
+def test_the_probe_reads_each_expert_decision_and_averages_its_change_per_split():
+    """Two expert episodes, q = [S, K, S] and [S, K]: decisions turn0, keep, switch | turn0, keep; final segments:
+    turns 2 | 0-1. Log-probs per token: before -1, after -1 + 0.1 on switch tokens and + 0.2 on action tokens, so
+    per turn the switch block (2 tokens) gains 0.2 and the action block (2 tokens) 0.4, the subgoal 0. The subgoal
+    counts only where the expert writes a new one (turn 0 and SWITCH): 3 of the 5 states."""
+    trajs = [_traj("a", HIPER_REWARDS, HIPER_SWITCHES), _traj("b", [0.0, 1.0], [True, False])]
+    splits = probe_splits(trajs)
+    assert [s["kind"] for s in splits] == ["turn0", "keep", "switch", "turn0", "keep"]
+    assert [s["final_segment"] for s in splits] == [False, False, True, True, True]
+    turns = _batch(trajs)
+    before = np.full((5, L), -1.0)
+    after = before.copy()
+    groups = token_groups(trajs, turns)
+    after[groups["switch"]] += 0.1
+    after[groups["action"]] += 0.2
+    b, a = block_logprobs(turns, before), block_logprobs(turns, after)
+    assert b["switch"].tolist() == [-2.0] * 5 and b["action"].tolist() == [-2.0] * 5
+    d = probe_deltas(splits, b, a)
+    assert d["switch/all"] == pytest.approx(0.2) and d["action/keep"] == pytest.approx(0.4)
+    assert d["subgoal/all"] == 0.0 and "subgoal/keep" not in d
+    assert set(d) >= {"action/final", "action/nonfinal", "switch/switch", "switch/keep"}
