@@ -60,7 +60,9 @@ def play(env: Any, task_ids: list[str]) -> list[dict[str, Any]]:
                 "seconds": time.perf_counter() - t,
             }
         )
-        print(f"  {n + 1}/{len(task_ids)} {demo.outcome:9s} {len(demo.actions):3d} cmds  {task_id}", flush=True)
+        print(
+            f"  {n + 1}/{len(task_ids)} {demo.outcome:9s} {len(demo.actions):3d} cmds  {task_id}", flush=True
+        )
     return rows
 
 
@@ -77,7 +79,9 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "reordered": sum(r["reordered"] for r in demos),
         "empty_goto_steps": sum(r["empty_goto"] for r in demos),
         "plan_goto_steps": sum(r["plan_gotos"] for r in demos),
-        "goto_at_plan_location": sum(r["goto_at_plan_location"] for r in demos) / gotos if gotos else float("nan"),
+        "goto_at_plan_location": sum(r["goto_at_plan_location"] for r in demos) / gotos
+        if gotos
+        else float("nan"),
         "commands_mean": statistics.mean(r["commands"] for r in demos) if demos else float("nan"),
         "commands_max": max((r["commands"] for r in demos), default=0),
         "subtasks_mean": statistics.mean(len(r["subtasks"]) for r in demos) if demos else float("nan"),
