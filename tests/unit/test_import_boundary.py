@@ -24,6 +24,7 @@ def _pure_modules() -> list[str]:
         "learners.prepare",
         "launch.config",
         "launch.algos",
+        "envs.alfworld_plan",
     ]
     for pkg in ("reward", "actors.agents", "learners.algos"):
         path = ROOT / pkg.replace(".", "/")
