@@ -3,11 +3,12 @@
 Every game of each split is played once by alfworld's hand-coded expert (``AlfWorldEnv.play_expert``: the code
 ``expert_plan()`` runs for behaviour cloning, its ties seeded by the task id) within ``--max-steps`` commands, and
 its commands are aligned to the game's ALFRED high-level plan (``envs.alfworld_plan.align``). Per split and task
-type: the outcomes (``aligned`` = won and every command assigned, a demonstration; ``unaligned`` = won, plan and
-commands disagree; ``gave_up`` = the expert stopped; ``truncated`` = not won within the limit), the expert's win
-rate, the share of won games whose every command is assigned, games aligned out of plan order, navigation steps
-left empty, how often a navigation segment ended at a receptacle of the plan's location type, and the commands
-and subtasks per demonstration.
+type: the outcomes (``aligned`` = won and every command assigned, a demonstration; ``unaligned`` = won, commands
+after the last plan step; ``gave_up`` = the expert stopped; ``truncated`` = not won within the limit), the expert's
+win rate, the share of won games whose every command is assigned, demonstrations won before the plan's last step
+(a plan step without its command), games aligned out of plan order, navigation steps left empty, how often a
+navigation segment ended at a receptacle of the plan's location type, and the commands and subtasks per
+demonstration.
 
     python bench/bench_alfworld_demos.py                              # valid_seen + valid_unseen + 100 valid_train
     python bench/bench_alfworld_demos.py --splits valid_seen --limit 10 --out /tmp/demos.json
@@ -76,6 +77,7 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
         **{k: counts[k] for k in OUTCOMES},
         "expert_win_rate": won / len(rows) if rows else float("nan"),
         "all_assigned_of_won": counts["aligned"] / won if won else float("nan"),
+        "won_before_plan_end": sum(bool(r["unmatched"]) for r in demos),
         "reordered": sum(r["reordered"] for r in demos),
         "empty_goto_steps": sum(r["empty_goto"] for r in demos),
         "plan_goto_steps": sum(r["plan_gotos"] for r in demos),

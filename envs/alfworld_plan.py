@@ -25,9 +25,11 @@ Alignment rules, in order (``docs/envs/alfworld.md`` has worked examples):
    the desk it took the bowl from) the GotoLocation step stays empty (``Alignment.empty``); with no GotoLocation
    step before it in the plan, everything goes to the manipulation step. The first command (the expert's ``look``)
    thus joins the first navigation.
-4. **Complete** means every manipulation step has its anchor and no command follows the last anchor; a winning
-   expert ends on its last anchor, so an incomplete alignment is a disagreement between plan and expert (counted
-   and skipped by the demonstrations, never kept).
+4. **Complete** means every command is assigned: none follows the last anchor. A winning expert ends on an
+   anchor, so commands after the last one mean plan and expert disagree (counted and skipped by the demonstrations,
+   never kept). Plan steps no command completes are reported (``Alignment.unmatched``) but do not make the
+   alignment incomplete: ALFWorld's PDDL goal can hold before the plan's last step (cooling a pan taken from a
+   stoveburner already wins "cool some pan and put it in stoveburner").
 
 GotoLocation arguments are not used to align: the plan's location is where ALFRED found the object (``go to
 dresser``), the expert may find another instance elsewhere (``sidetable 1``); ``Segment.reached`` records where
@@ -145,7 +147,7 @@ class Alignment:
     unassigned: tuple[str, ...] = ()
     """Commands after the last anchor (none when complete)."""
     unmatched: tuple[int, ...] = ()
-    """Manipulation steps (plan indices) no command completed."""
+    """Manipulation steps (plan indices) no command completed (the game may have been won without them)."""
     empty: tuple[int, ...] = ()
     """Navigation steps with no command (the expert was already where the next step happens)."""
     reordered: bool = False
@@ -153,8 +155,8 @@ class Alignment:
 
     @property
     def complete(self) -> bool:
-        """Every command assigned and every manipulation step completed (rule 4)."""
-        return not self.unassigned and not self.unmatched
+        """Every command assigned to a plan step (rule 4)."""
+        return not self.unassigned
 
 
 def _anchors(plan: Sequence[PlanStep], commands: Sequence[Command]) -> list[tuple[int, int]]:

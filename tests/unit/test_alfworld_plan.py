@@ -181,7 +181,12 @@ def test_a_wrong_object_and_an_undone_pickup_stay_in_the_search():
 
 
 def test_disagreement_is_reported_not_hidden():
-    # The expert never heats: step 3 unmatched; the put (step 5) matches and nothing follows it.
+    # Commands after the last anchor are unassigned: the alignment is incomplete.
+    a = align(HEAT[:2], ["go to countertop 1", "take apple 1 from countertop 1", "look", "inventory"])
+    assert a.unassigned == ("look", "inventory") and not a.unmatched and not a.complete
+    assert align(HEAT, ["look"]) == Alignment(segments=(), unassigned=("look",), unmatched=(1, 3, 5))
+    # A step no command completes is reported, but every command has a step: complete (ALFWorld's goal can hold
+    # before the plan's last step; here the expert never heats and the put ends the commands).
     actions = [
         "go to countertop 1",
         "take apple 1 from countertop 1",
@@ -189,11 +194,10 @@ def test_disagreement_is_reported_not_hidden():
         "put apple 1 in/on diningtable 1",
     ]
     a = align(HEAT, actions)
-    assert a.unmatched == (3,) and not a.unassigned and not a.complete
-    # Commands after the last anchor are unassigned.
-    a = align(HEAT[:2], ["go to countertop 1", "take apple 1 from countertop 1", "look", "inventory"])
-    assert a.unassigned == ("look", "inventory") and not a.unmatched and not a.complete
-    assert align(HEAT, []) == Alignment(segments=(), unmatched=(1, 3, 5))
+    assert a.unmatched == (3,) and not a.unassigned and a.complete
+    # the put's GotoLocation (step 4) takes the walk; the heat's (step 2) has no anchor after it, so no segment
+    assert cut(a) == [(0, actions[:1]), (1, actions[1:2]), (4, actions[2:3]), (5, actions[3:])]
+    assert [g for g, _ in subtasks(a)] == ["find and take apple", "put apple in/on diningtable"]
 
 
 def test_a_repeated_step_says_another():
