@@ -60,8 +60,8 @@ EXPERTS = ("handcoded", "planner")
 class ExpertDemo:
     """The hand-coded expert's play of one game: its commands, how it ended, and their alignment to the plan.
 
-    ``outcome``: ``aligned`` (won, every command assigned: a demonstration), ``unaligned`` (won, but plan and
-    commands disagree), ``gave_up`` (the expert stopped: its subgoals ran out or it timed out), ``truncated`` (not
+    ``outcome``: ``aligned`` (won, every command assigned: a demonstration), ``unaligned`` (won, with commands after
+    the last one that completes a plan step: plan and expert disagree), ``gave_up`` (the expert stopped: its subgoals ran out or it timed out), ``truncated`` (not
     won within ``max_steps``)."""
 
     task_id: str
