@@ -20,6 +20,7 @@ only the response comes from the expert (tokenised text + EOS, logprobs 0).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -128,21 +129,26 @@ def collect_demonstrations(
     history_length: int = 2,
     agent_options: dict[str, Any] | None = None,
 ) -> list[Trajectory]:
-    """Play each task with the expert through the real rollout loop; keep the won episodes."""
+    """Play each task with the expert through the real rollout loop; keep the won episodes. Tasks without a
+    demonstration (the expert has no plan for it, e.g. ALFWorld's expert gave up: ``env.expert_failure``) or whose
+    replay did not win are skipped and counted in one printed line."""
     import envs
     from actors.agent_loop import ROLES
     from actors.rollout import EpisodeRequest, iter_episodes
 
     env = envs.make(env_name, **(env_options or {}))
-    planner = envs.make(env_name, **(env_options or {}))
+    # the planner's own step limit is the run's: an expert that needs more steps gives no plan (ALFWorld)
+    planner = envs.make(env_name, **{**(env_options or {}), "max_steps": max_steps})
     engine = ExpertEngine(tokenizer, protocol)
     adapters = {role: role for role in ROLES[protocol]}
     demos: list[Trajectory] = []
+    skipped: Counter[str] = Counter()
     try:
         for i, task_id in enumerate(task_ids):
             planner.reset(task_id=task_id, seed=i)
             engine.plan, engine.cursor = flatten_plan(planner.expert_plan()), 0
             if not engine.plan:
+                skipped[getattr(planner, "expert_failure", "") or "no expert plan"] += 1
                 continue
             (traj,) = iter_episodes(
                 engine,
@@ -159,7 +165,14 @@ def collect_demonstrations(
             )
             if traj.won:
                 demos.append(traj)
+            else:
+                skipped["replay not won"] += 1
     finally:
         env.close()
         planner.close()
+    if skipped:
+        reasons = ", ".join(f"{n} {reason}" for reason, n in sorted(skipped.items()))
+        print(
+            f"[hierarl] demonstrations: {len(demos)} of {len(task_ids)} {env_name} tasks; skipped {reasons}"
+        )
     return demos

@@ -13,7 +13,11 @@ with textworld's ``PddlEnv`` and alfworld's own wrappers (``AlfredDemangler`` gi
 * Expert: alfworld's hand-coded expert (``expert="handcoded"``, driven as alfworld's ``AlfredExpert`` wrapper
   drives it) or the PDDL planner (``expert="planner"``, 0.1-19 s per step: evaluation only); off by default so
   RL rollouts never pay for it.  ``pddl_plan()`` returns the ALFRED high-level plan (``traj_data.json``
-  ``plan.high_pddl``) as subgoal steps for hierarchical demonstrations.
+  ``plan.high_pddl``) as subgoal steps.
+* Demonstrations: ``expert_plan()`` plays the current game with the hand-coded expert on a second engine (its
+  random tie-breaks seeded by the task id) and cuts the winning commands into subtasks by ``pddl_plan()``
+  (``envs.alfworld_plan``); games the expert gives up on, does not win within ``max_steps`` or whose commands do
+  not align give [] and name the reason in ``expert_failure``.
 * Text: the shared json_2.1.1 game files carry the grammar of alfworld <= 0.3 ("put X in/on Y", "You arrive at
   loc 5."), which is what the papers' prompts use; files from ``alfworld-download`` (json_2.1.2) say "move X to Y".
   The adapter passes either through unchanged.
@@ -28,8 +32,9 @@ import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
+from envs.alfworld_plan import Alignment, PlanStep, align, plan_subgoal_text, subtasks
 from envs.data import ALFWORLD_JSON_DIR, alfworld_data_dir
 
 INVALID_OBSERVATION = "Nothing happens."  # the engine's own answer to a command it cannot match
@@ -51,14 +56,24 @@ SPLIT_ALIASES: dict[str, str] = {
 EXPERTS = ("handcoded", "planner")
 
 
-class PlanStep(NamedTuple):
-    """One ALFRED high-level subgoal: ``subgoal`` in ALFWorld's command vocabulary, the PDDL action, its arguments,
-    and the crowd-sourced description of that step (empty when the annotation has none)."""
+@dataclass(frozen=True)
+class ExpertDemo:
+    """The hand-coded expert's play of one game: its commands, how it ended, and their alignment to the plan.
 
-    subgoal: str
-    pddl_action: str
-    args: tuple[str, ...]
-    description: str
+    ``outcome``: ``aligned`` (won, every command assigned: a demonstration), ``unaligned`` (won, with commands after
+    the last one that completes a plan step: plan and expert disagree), ``gave_up`` (the expert stopped: its subgoals ran out or it timed out), ``truncated`` (not
+    won within ``max_steps``)."""
+
+    task_id: str
+    task_type: str
+    outcome: str
+    actions: tuple[str, ...]
+    plan: tuple[PlanStep, ...]
+    alignment: Alignment
+
+    @property
+    def subtasks(self) -> list[tuple[str, list[str]]]:
+        return subtasks(self.alignment) if self.outcome == "aligned" else []
 
 
 @dataclass(frozen=True)
@@ -66,22 +81,6 @@ class GameRecord:
     task_id: str  # "<split>/<task folder>/<trial>", relative to json_2.1.1
     game_file: Path
     task_type: str  # one of TASK_TYPES' values
-
-
-def _subgoal_text(action: str, args: list[str]) -> str:
-    """Render a ``plan.high_pddl`` discrete action in ALFWorld's command words (e.g. ``heat apple``)."""
-    verbs = {
-        "GotoLocation": "go to",
-        "PickupObject": "take",
-        "CleanObject": "clean",
-        "HeatObject": "heat",
-        "CoolObject": "cool",
-        "ToggleObject": "use",
-        "SliceObject": "slice",
-    }
-    if action == "PutObject" and len(args) == 2:
-        return f"put {args[0]} in/on {args[1]}"
-    return " ".join([verbs.get(action, action), *args])
 
 
 def list_games(data_dir: Path, split: str) -> list[GameRecord]:
@@ -154,6 +153,9 @@ class AlfWorldEnv:
         self._end_flags = (False, True)  # (terminated, truncated) repeated by step() once an episode is over
         self._handcoded: Any = None
         self._expert_next: str | None = None
+        self._demo_env: AlfWorldEnv | None = None  # plays the expert for expert_plan(), built on first use
+        self.expert_failure = ""
+        """Why the last ``expert_plan()`` gave [] (an ``ExpertDemo.outcome``), "" when it gave a plan."""
 
     # -- TextEnv -------------------------------------------------------------------------------------------------
     def task_ids(self, split: str | None = None) -> list[str]:
@@ -225,13 +227,60 @@ class AlfWorldEnv:
             args = [str(a) for a in step["discrete_action"]["args"]]
             index = int(step.get("high_idx", len(plan)))
             description = descriptions[index] if index < len(descriptions) else ""
-            plan.append(PlanStep(_subgoal_text(action, args), action, tuple(args), description))
+            plan.append(PlanStep(plan_subgoal_text(action, args), action, tuple(args), description))
         return plan
+
+    def expert_plan(self) -> list[tuple[str, list[str]]]:
+        """The current game's demonstration as (subtask, commands) pairs for ``actors.demos``; [] when the expert's
+        play is not a usable demonstration (``expert_failure`` says why). Played on a second engine, so this env's
+        own state is left alone."""
+        if self._record is None:
+            raise RuntimeError("expert_plan() needs a game: call reset() first")
+        if self._demo_env is None:
+            self._demo_env = AlfWorldEnv(
+                split=self.split,
+                data_dir=self.data_dir,
+                expert="handcoded",
+                task_types=sorted(self.task_types),
+            )
+        self._demo_env.max_steps = self.max_steps
+        demo = self._demo_env.play_expert(self._record.task_id)
+        self.expert_failure = "" if demo.outcome == "aligned" else demo.outcome
+        return demo.subtasks
+
+    def play_expert(self, task_id: str) -> ExpertDemo:
+        """Reset to ``task_id``, let the hand-coded expert play at most ``max_steps`` commands, and align them to
+        ``pddl_plan()`` (needs ``expert="handcoded"``). The expert breaks ties with the global ``random``: it is
+        seeded by the task id for the play and restored after, so a game always gives the same demonstration."""
+        if self.expert != "handcoded":
+            raise ValueError(f"play_expert needs expert='handcoded', this env has expert={self.expert!r}")
+        state = random.getstate()
+        random.seed(f"alfworld-expert:{task_id}")
+        try:
+            _, info = self.reset(task_id=task_id)
+            actions: list[str] = []
+            ended = False
+            while not ended and (action := self.expert_action()) is not None:
+                _, _, terminated, truncated, info = self.step(action)
+                actions.append(action)
+                ended = terminated or truncated
+        finally:
+            random.setstate(state)
+        plan = self.pddl_plan()
+        alignment = align(plan, actions)
+        if info["won"]:
+            outcome = "aligned" if alignment.complete else "unaligned"
+        else:
+            outcome = "truncated" if ended else "gave_up"
+        return ExpertDemo(task_id, info["task_type"], outcome, tuple(actions), tuple(plan), alignment)
 
     def close(self) -> None:
         engine, self._engine = self._engine, None
         if engine is not None:
             engine.close()
+        demo_env, self._demo_env = self._demo_env, None
+        if demo_env is not None:
+            demo_env.close()
 
     # -- internals -----------------------------------------------------------------------------------------------
     def _build_engine(self) -> Any:

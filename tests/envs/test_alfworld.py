@@ -204,6 +204,8 @@ def test_no_expert_by_default():
         _, info = e.reset()
         assert info["task_type"] == "pick_and_place" and info["split"] == "valid_seen"
         assert e.expert_action() is None
+        with pytest.raises(ValueError, match="expert='handcoded'"):
+            e.play_expert(e.task_ids()[0])
         assert e.task_ids() and all(e._by_id[t].task_type == "pick_and_place" for t in e.task_ids())
     finally:
         e.close()
@@ -220,3 +222,89 @@ def test_task_type_names_cover_alfworlds_six():
             "pick_cool_then_place_in_recep",
         ]
     )
+
+
+# -- demonstrations: the hand-coded expert's commands cut by the plan (envs/alfworld_plan.py) --------------------
+
+HEAT_GAME = "valid_unseen/pick_heat_then_place_in_recep-Apple-None-Fridge-10/trial_T20190906_182259_116320"
+HEAT_SUBTASKS = ["find and take apple", "heat apple", "put apple in/on fridge"]
+
+
+@pytest.mark.slow
+@needs_data
+def test_expert_plan_is_a_winning_demonstration_cut_by_the_plan(env):
+    env.reset(task_id=HEAT_GAME)
+    plan = env.expert_plan()
+    assert [g for g, _ in plan] == HEAT_SUBTASKS and env.expert_failure == ""
+    assert [acts[-1].split()[0] for _, acts in plan] == ["take", "heat", "put"]  # each ends with its anchor
+    assert plan[0][1][0] == "look"  # the expert's first command joins the first subtask
+    assert env.expert_plan() == plan  # the expert's ties are seeded by the task id
+    # played on a second engine: this env's game is still at its start, and the commands win it
+    flat = [a for _, acts in plan for a in acts]
+    for action in flat:
+        _, reward, terminated, _, info = env.step(action)
+    assert info["won"] and terminated and reward == 10.0 and info["steps"] == len(flat)
+
+
+@pytest.mark.slow
+@needs_data
+def test_a_game_the_expert_does_not_win_gives_no_plan(env):
+    saved = env.max_steps
+    env.max_steps = 3  # the expert needs 8 commands
+    try:
+        env.reset(task_id=HEAT_GAME)
+        assert env.expert_plan() == [] and env.expert_failure == "truncated"
+        demo = env._demo_env.play_expert(HEAT_GAME)
+        assert demo.outcome == "truncated" and len(demo.actions) == 3 and not demo.subtasks
+    finally:
+        env.max_steps = saved
+
+
+@pytest.fixture(scope="module")
+def tok():
+    transformers = pytest.importorskip("transformers")
+    from actors.models import resolve_model_path
+
+    return transformers.AutoTokenizer.from_pretrained(resolve_model_path("smollm2"))
+
+
+@pytest.mark.slow
+@needs_data
+def test_demonstrations_for_every_protocol(env, tok, capsys):
+    """BC's demonstrations on ALFWorld, rendered by actors/demos.py for each protocol: the expert's commands win,
+    and the protocol states the three subtasks where its papers do."""
+    from actors.agent_loop import PROTOCOLS
+    from actors.demos import collect_demonstrations
+
+    env.reset(task_id=HEAT_GAME)
+    flat = [a for _, acts in env.expert_plan() for a in acts]
+    options = {"split": "valid_unseen"}
+    for protocol in PROTOCOLS:
+        (traj,) = collect_demonstrations(
+            "alfworld", protocol, [HEAT_GAME], tokenizer=tok, env_options=options
+        )
+        acting = [
+            t for t in traj.turns if t.decision.action is not None and t.role in ("agent", "low", "executor")
+        ]
+        assert traj.won and [t.decision.action for t in acting] == flat, protocol
+        if protocol == "react":
+            thoughts = [t.response_text.split("</think>")[0] for t in acting]
+            assert {th.removeprefix("<think>Current subgoal: ").rstrip(".") for th in thoughts} == set(
+                HEAT_SUBTASKS
+            )
+            continue
+        subgoals = [t.decision.subgoal for t in traj.turns if t.segment_index is not None]
+        starts = [
+            t
+            for i, t in enumerate(traj.turns)
+            if i == 0 or t.segment_index != traj.turns[i - 1].segment_index
+        ]
+        assert [t.decision.subgoal for t in starts] == HEAT_SUBTASKS, (protocol, subgoals)
+    # a game without a usable demonstration is skipped and counted
+    assert (
+        collect_demonstrations(
+            "alfworld", "react", [HEAT_GAME], tokenizer=tok, env_options=options, max_steps=3
+        )
+        == []
+    )
+    assert "[hierarl] demonstrations: 0 of 1 alfworld tasks; skipped 1 truncated" in capsys.readouterr().out

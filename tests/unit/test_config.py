@@ -371,6 +371,47 @@ def test_hisr_cpu_preset_is_the_ppo_pair_plus_its_reward_model_stages():
     assert {k: ca.algo_overrides[k] for k in shared} == shared
 
 
+def test_alfworld_paper_presets_carry_the_papers_settings():
+    """step_hrl_alfworld is STEP-HRL Table 4 on ALFWorld (App. A.1: reward 1 on success, read unscaled; 50 steps);
+    multi2_alfworld is the authors' config as multi2_scienceworld has it; hisr_alfworld clones this project's expert
+    demonstrations (BC on) with App. B's settings."""
+    sh = resolve_config("step_hrl_alfworld")
+    assert (sh.algo, sh.rollout.agent, sh.env.name, sh.env.max_steps) == (
+        "step_hrl",
+        "step_hrl",
+        "alfworld",
+        50,
+    )
+    assert (sh.model.lora_rank, sh.model.lora_alpha, sh.model.lora_dropout) == (16, 32, 0.05)
+    assert sh.model.lora_targets == ("q_proj", "k_proj", "v_proj", "o_proj")
+    assert (sh.bc.enabled, sh.bc.epochs, sh.bc.lr, sh.bc.mini_batch_size) == (True, 5, 1e-4, 128)
+    assert (sh.learner.actor_lr, sh.learner.critic_lr, sh.learner.mini_batch_size) == (1e-5, 1e-4, 256)
+    assert (sh.iterations, sh.learner.ppo_epochs, sh.rollout.temperature) == (3, 1, 0.7)  # 3 ORL epochs
+    assert sh.env.options == {"success_reward": 1.0}
+    a = resolve_algo_config(get_algo("step_hrl").Config, sh.algo_overrides)
+    assert (a.gamma, a.beta, a.target_tau, a.expectile, a.warmup_steps, a.data_ratio) == (
+        0.99,
+        0.95,
+        0.2,
+        0.95,
+        100,
+        2,
+    )
+    assert a.env_reward_scale == 1.0
+    m2, sci = resolve_config("multi2_alfworld"), resolve_config("multi2_scienceworld")
+    differ = {
+        k for k, v in flatten(dataclasses.asdict(m2)).items() if flatten(dataclasses.asdict(sci)).get(k) != v
+    }
+    assert differ == {"env.name", "env.options", "env.eval_split", "algo_overrides"}
+    assert m2.env.options == {"success_reward": 1.0} and m2.algo_overrides == {
+        **sci.algo_overrides,
+        "env_reward_scale": 1.0,
+    }
+    hisr = resolve_config("hisr_alfworld")
+    assert (hisr.bc.enabled, hisr.bc.episodes, hisr.bc.epochs, hisr.bc.lr) == (True, 2851, 3, 1.5e-5)
+    assert hisr.model.init_adapter == ""
+
+
 def test_behaviour_is_cap_defaults_on_where_the_loop_lags():
     """Unset (null): TIS's C = 2 where rollouts may come from an older adapter, off in the synchronous loop; a value
     that was set, 0 included, is used as it is, and ``null`` on the command line restores the default."""

@@ -31,6 +31,7 @@ def _pure_modules() -> list[str]:
         "launch.stats",
         "launch.report",
         "launch.episode_stats",
+        "envs.alfworld_plan",
     ]
     for pkg in ("reward", "actors.agents", "learners.algos"):
         path = ROOT / pkg.replace(".", "/")

@@ -117,11 +117,11 @@ def test_the_kl_reference_is_checked_before_ray_and_sets_the_learners_frozen_cop
     assert refs(["algo=multi2", *two]) == ()  # no online phase: no KL term
 
 
-def test_step_hrl_is_checked_before_ray():
+def test_step_hrl_is_checked_before_ray(expertless_env):
     """STEP-HRL's own agent, an env with an expert for its dataset, no one-step-off, its ranges and choices."""
     sh = ["algo=step_hrl", "rollout.agent=step_hrl"]
     assert _error(["algo=step_hrl", "rollout.agent=react"]).endswith("allowed: step_hrl")
-    message = _error([*sh, "env.name=alfworld", "bc.enabled=false"])
+    message = _error([*sh, f"env.name={expertless_env}", "bc.enabled=false"])
     assert message.startswith("env.name: algo=step_hrl's dataset starts from expert demonstrations")
     assert _error([*sh, "one_step_off=true"]).startswith(
         "one_step_off: algo=step_hrl trains on a stored dataset"
@@ -291,15 +291,26 @@ def test_group_relative_algorithms_need_groups(algo):
     assert message.endswith("allowed: an integer >= 2")
 
 
-def test_bc_needs_an_env_with_an_expert():
+@pytest.fixture
+def expertless_env(monkeypatch):
+    """A registered env without ``expert_plan`` (every benchmark has one now): ``counter``, tests/fake_envs.py."""
+    import envs.base
+
+    monkeypatch.setitem(envs.base._REGISTRY, "counter", ("tests.fake_envs:CounterEnv", "(test fake)"))
+    return "counter"
+
+
+def test_bc_needs_an_env_with_an_expert(expertless_env):
     """Before: BC on ALFWorld crashed in actors/demos.py after Ray had started: its ALFRED high-level plan (now
-    ``pddl_plan``) has no text actions to clone. (ScienceWorld crashed the same way until it got ``expert_plan``.)"""
-    message = _error(["env.name=alfworld"])
+    ``pddl_plan``) has no text actions to clone. (ScienceWorld crashed the same way until it got ``expert_plan``;
+    ALFWorld has one since issue 41: the hand-coded expert's commands cut by that plan.)"""
+    message = _error([f"env.name={expertless_env}"])
     assert message == (
-        "bc.enabled: env 'alfworld' has no expert plan to clone (actors/demos.py); allowed: "
-        "bc.enabled=false, or an env with one: scienceworld, synthetic, textcraft, virtualhome, webshop"
+        "bc.enabled: env 'counter' has no expert plan to clone (actors/demos.py); allowed: "
+        "bc.enabled=false, or an env with one: alfworld, scienceworld, synthetic, textcraft, virtualhome, webshop"
     )
-    validate(resolve_config(DEFAULT_PRESET, ["env.name=alfworld", "bc.enabled=false"]))
+    validate(resolve_config(DEFAULT_PRESET, [f"env.name={expertless_env}", "bc.enabled=false"]))
+    validate(resolve_config(DEFAULT_PRESET, ["env.name=alfworld"]))
     validate(resolve_config(DEFAULT_PRESET, ["env.name=scienceworld"]))
 
 
