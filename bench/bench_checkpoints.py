@@ -113,7 +113,7 @@ def measure(preset: str, model: str, repeats: int, rows: int, width: int) -> dic
     from actors.models import resolve_model_path
     from launch.algos import get_algo
     from launch.config import resolve_algo_config, resolve_config
-    from launch.train import learner_spec
+    from launch.specs import learner_spec
     from learners.algos import grpo, ppo
     from learners.worker import LearnerWorker
 

@@ -76,7 +76,7 @@ def build_rows(preset: str, model: str, episodes: int, out: Path) -> dict[str, A
     from envs import success_reward
     from launch.algos import get_algo
     from launch.config import resolve_algo_config, resolve_config
-    from launch.train import env_task_ids, expert_demonstrations
+    from launch.specs import env_task_ids, expert_demonstrations
     from learners.prepare import shaped_turns
     from learners.targets import sequences
 
@@ -111,7 +111,7 @@ def child(preset: str, model: str, overrides: list[str], rows_file: Path) -> dic
     from actors.models import resolve_model_path
     from launch.algos import get_algo
     from launch.config import resolve_algo_config, resolve_config
-    from launch.train import learner_spec
+    from launch.specs import learner_spec
     from learners.batch import Sequences
     from learners.prepare import minibatch
     from learners.worker import LearnerWorker

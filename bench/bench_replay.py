@@ -84,7 +84,7 @@ def replay(args: argparse.Namespace) -> int:
     from envs import success_reward
     from launch.algos import get_algo
     from launch.config import reference_adapters, resolve_algo_config
-    from launch.train import env_task_ids, expert_demonstrations, learner_spec
+    from launch.specs import env_task_ids, expert_demonstrations, learner_spec
     from launch.updater import Updater
     from learners.batch import build_turn_batch
     from learners.diagnostics import block_logprobs, probe_deltas, probe_splits

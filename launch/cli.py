@@ -374,7 +374,7 @@ def cmd_panel(args: Sequence[str]) -> int:
 
 
 def cmd_rollout(args: Sequence[str]) -> int:
-    from actors.rollout import rollout_main
+    from launch.rollout_cli import rollout_main
 
     rollout_main(list(args))
     return 0

@@ -234,6 +234,18 @@ class BCConfig:
 
 
 @dataclass(frozen=True)
+class LogConfig:
+    """Where metrics rows go besides ``metrics.jsonl`` and the Ray dashboard's gauges (``launch/run_log.py``)."""
+
+    backends: tuple[str, ...] = ("tensorboard",)
+    """Any of tensorboard (``<run_dir>/tb``) and wandb (Weights & Biases: ``pip install wandb``)."""
+    wandb_project: str = "hierarl"
+    wandb_mode: str = "offline"
+    """offline (writes under ``<run_dir>/wandb`` without a network; ``wandb sync`` uploads later), online,
+    disabled."""
+
+
+@dataclass(frozen=True)
 class TrainConfig:
     """Everything one ``hierarl train`` run needs."""
 
@@ -247,6 +259,7 @@ class TrainConfig:
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     learner: LearnerConfig = field(default_factory=LearnerConfig)
     bc: BCConfig = field(default_factory=BCConfig)
+    log: LogConfig = field(default_factory=LogConfig)
     iterations: int = 2
     """RL iterations after the BC warm start (0: BC and its evaluation only)."""
     eval_every: int = 2
@@ -728,6 +741,16 @@ def _check_ranges(cfg: TrainConfig) -> None:
     from learners.losses import AGG_MODES
 
     _choice("bc.agg", bc.agg, AGG_MODES)
+    for backend in cfg.log.backends:
+        _choice("log.backends", backend, ("tensorboard", "wandb"))
+    _choice("log.wandb_mode", cfg.log.wandb_mode, ("offline", "online", "disabled"))
+    if "wandb" in cfg.log.backends:
+        import importlib.util
+
+        if importlib.util.find_spec("wandb") is None:
+            raise ConfigError(
+                "log.backends: wandb is not installed; allowed: pip install wandb, or tensorboard only"
+            )
     if lr.zero_stage == 3:
         # learners.worker refuses ZeRO-3 with more than one micro-batch per step (wrong gradients): say so now
         minis = [("learner.mini_batch_size", lr.mini_batch_size)]

@@ -16,11 +16,12 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from actors.trajectory import Trajectory
 from launch.baselines import base_cache, random_rates
-from launch.config import TrainConfig
+from launch.config import EnvConfig, ModelConfig, RolloutConfig, TrainConfig
 from launch.panels import Panel, PanelTask, run_panel
 from launch.stats import wilson
 
@@ -74,11 +75,29 @@ def summary(
     }
 
 
+@dataclass(frozen=True)
+class EvalScope:
+    """What an evaluation depends on, out of a run config (``scope``): the env, model and rollout sections (the
+    env and the base model's cache key) and the run's evaluation keys, under their run-config names."""
+
+    env: EnvConfig
+    model: ModelConfig
+    rollout: RolloutConfig
+    eval_panel: str
+    eval_episodes: int
+    eval_baselines: bool
+
+
+def scope(cfg: TrainConfig) -> EvalScope:
+    return EvalScope(cfg.env, cfg.model, cfg.rollout, cfg.eval_panel, cfg.eval_episodes, cfg.eval_baselines)
+
+
 class Evaluation:
     """The eval panel of one run, its baselines, and the result of a policy's episodes on it."""
 
-    def __init__(self, cfg: TrainConfig, model_path: str) -> None:
-        """``model_path``: the resolved model folder (the base model's cache entries are tied to its files)."""
+    def __init__(self, cfg: EvalScope, model_path: str) -> None:
+        """``cfg``: the run's ``EvalScope``; ``model_path``: the resolved model folder (the base model's cache
+        entries are tied to its files)."""
         self.cfg = cfg
         self._panels: dict[int, Panel] = {}
         self.base_cache = base_cache(cfg, model_path)

@@ -25,9 +25,9 @@ import json
 import random
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -35,6 +35,7 @@ from actors.agents.parsing import render_prompt
 from actors.trajectory import Trajectory, read_jsonl, to_jsonl
 from learners.algos import hisr, sft
 from learners.batch import LearnerBatch, TurnBatch, build_turn_batch
+from learners.group import LearnerGroup
 from learners.prepare import learner_batch
 from learners.reward_models import (
     SprmBatch,
@@ -54,9 +55,6 @@ from reward.segments import (
     turn_entropies,
     turn_segments,
 )
-
-if TYPE_CHECKING:
-    from launch.train import Trainer
 
 SEGMENTS_KEY = "hisr_segments"
 """``Trajectory.info`` key of a collected trajectory's segment ids (saved with it)."""
@@ -83,27 +81,44 @@ def reward_model_learners(acfg: hisr.Config, model_path: str) -> tuple[tuple[str
     return (HINDSIGHT, acfg.hindsight_lr), CriticSpec(SPRM, 1, hidden, acfg.sprm_lr)
 
 
-class RewardModels:
-    """The stages and the per-iteration scoring, through the trainer's learner group (``trainer.learner``, read at
-    every call: a rebuilt group replaces it)."""
+Collect = Callable[..., list[Trajectory]]
+"""``collect(task_ids, group_size, seed, *, temperature)``: rollouts of the current policy (``RolloutPool.collect``)."""
 
-    def __init__(self, trainer: Trainer) -> None:
-        self.trainer = trainer
-        cfg, self.acfg = trainer.cfg, trainer.algo_cfg
-        self.root = trainer.run_dir / "hisr"
+
+class RewardModels:
+    """The stages and the per-iteration scoring of HISR (``acfg``: its algorithm config), cached under ``root``,
+    through the run's learner group (``learner()``, asked at every call: a rebuilt group replaces it). ``collect``
+    plays π_ref on ``train_ids``; ``log`` writes the stages' metrics row."""
+
+    def __init__(
+        self,
+        acfg: hisr.Config,
+        root: Path,
+        tokenizer: Any,
+        *,
+        agent: str,
+        env_name: str,
+        max_seq_len: int,
+        pad_id: int,
+        seed: int,
+        learner: Callable[[], LearnerGroup],
+        collect: Collect,
+        train_ids: Sequence[str],
+        log: Callable[[dict[str, Any]], None],
+    ) -> None:
+        self.acfg, self.root = acfg, root
         self.root.mkdir(parents=True, exist_ok=True)
-        self.segmentation = resolve_segmentation(self.acfg.segmentation, cfg.rollout.agent)
-        self.intro = hindsight_intro(cfg.env.name)
-        tok = trainer.tokenizer
-        self.encode = lambda text: tok(text, add_special_tokens=False)["input_ids"]
-        self.render = lambda text: render_prompt(tok, [{"role": "user", "content": text}])
+        self.max_seq_len, self.pad_id, self.seed = max_seq_len, pad_id, seed
+        self.learner, self.collect_fn, self.train_ids, self.log = learner, collect, list(train_ids), log
+        self.segmentation = resolve_segmentation(acfg.segmentation, agent)
+        self.intro = hindsight_intro(env_name)
+        self.encode = lambda text: tokenizer(text, add_special_tokens=False)["input_ids"]
+        self.render = lambda text: render_prompt(tokenizer, [{"role": "user", "content": text}])
 
     # -- shared pieces ---------------------------------------------------------------------------------------
 
     def _turns(self, trajs: Sequence[Trajectory]) -> TurnBatch:
-        return build_turn_batch(
-            trajs, max_len=self.trainer.cfg.learner.max_seq_len, pad_id=self.trainer.pad_id
-        )
+        return build_turn_batch(trajs, max_len=self.max_seq_len, pad_id=self.pad_id)
 
     def segment(self, trajs: Sequence[Trajectory], turns: TurnBatch) -> list[np.ndarray]:
         """Segment ids per trajectory; entropy segmentation reads the current policy's entropies of ``turns``."""
@@ -111,20 +126,17 @@ class RewardModels:
             return [subgoal_segments(t) for t in trajs]
         if self.segmentation == "turn":
             return [turn_segments(len(t.turns)) for t in trajs]
-        ent = self.trainer.learner.entropies(sequences(turns, ()))
+        ent = self.learner().entropies(sequences(turns, ()))
         per_turn = turn_entropies(turns.index, ent, [len(t.turns) for t in trajs])
         return [entropy_segments(h, self.acfg.entropy_jump) for h in per_turn]
 
     def _sprm_batch(self, trajs: Sequence[Trajectory], seg: list[np.ndarray]) -> SprmBatch:
-        cfg = self.trainer.cfg
-        return sprm_sequences(
-            trajs, seg, self.encode, max_len=cfg.learner.max_seq_len, pad_id=self.trainer.pad_id
-        )
+        return sprm_sequences(trajs, seg, self.encode, max_len=self.max_seq_len, pad_id=self.pad_id)
 
     def _sprm_scores(self, trajs: Sequence[Trajectory], seg: list[np.ndarray]) -> np.ndarray:
         """float[B, S]: R̂ per segment, NaN where a row has no such (readable) segment."""
         batch = self._sprm_batch(trajs, seg)
-        values = self.trainer.learner.values(batch.seqs, critic=SPRM)
+        values = self.learner().values(batch.seqs, critic=SPRM)
         return np.where(batch.segment_valid, values, np.nan)
 
     # -- per RL iteration ------------------------------------------------------------------------------------
@@ -147,7 +159,7 @@ class RewardModels:
             seg,
             self._sprm_scores(trajs, seg),
             policy=(turns, logprobs),
-            hindsight=(hturns, self.trainer.learner.logprobs(sequences(hturns, ()), adapter=HINDSIGHT)),
+            hindsight=(hturns, self.learner().logprobs(sequences(hturns, ()), adapter=HINDSIGHT)),
             beta=self.acfg.beta,
             alpha=self.acfg.shaping.grounding_alpha,
             keep_sprm_scale=self.acfg.keep_sprm_scale,
@@ -174,7 +186,7 @@ class RewardModels:
         tmp = path.with_name(path.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-        self.trainer.learner.save_checkpoint(str(tmp))
+        self.learner().save_checkpoint(str(tmp))
         shutil.rmtree(path, ignore_errors=True)
         tmp.rename(path)
 
@@ -184,12 +196,11 @@ class RewardModels:
         path = self.root / "collected.jsonl"
         if path.exists():
             return list(read_jsonl(path))
-        t = self.trainer
-        ids = list(t.train_ids)
+        ids = list(self.train_ids)
         if self.acfg.collect_tasks:
-            ids = random.Random(t.cfg.seed + 17).sample(ids, min(self.acfg.collect_tasks, len(ids)))
-        trajs = t.collect(
-            ids, self.acfg.collect_per_task, t.cfg.seed + 20_000, temperature=self.acfg.collect_temperature
+            ids = random.Random(self.seed + 17).sample(ids, min(self.acfg.collect_tasks, len(ids)))
+        trajs = self.collect_fn(
+            ids, self.acfg.collect_per_task, self.seed + 20_000, temperature=self.acfg.collect_temperature
         )
         kept = [
             tr for tr in trajs if tr.turns and (keep_for_reward_models(tr) or not self.acfg.collect_filter)
@@ -226,7 +237,7 @@ class RewardModels:
             value_valid=b.segment_valid,
             old_values=np.zeros(b.segment_valid.shape, np.float32),
         )
-        m = self.trainer.learner.update(
+        m = self.learner().update(
             batch,
             policy_loss=None,
             value_loss=hisr.sprm_value_loss,
@@ -256,7 +267,7 @@ class RewardModels:
         )
         nll = float("nan")
         for e in range(epochs):
-            m = self.trainer.learner.update(
+            m = self.learner().update(
                 batch,
                 policy_loss=algo.policy_loss,
                 adapter=HINDSIGHT,
@@ -265,7 +276,7 @@ class RewardModels:
                 agg=cfg.agg,
                 mini_batch_size=self.acfg.hindsight_batch,
                 epochs=1,
-                seed=self.trainer.cfg.seed + 300 + e,
+                seed=self.seed + 300 + e,
             )
             nll = m.get("nll", float("nan"))
         return nll
@@ -275,7 +286,7 @@ class RewardModels:
         an RL checkpoint, which holds the models as they were at that iteration (nothing to do)."""
         if in_learner:
             return
-        learner, stages, models = self.trainer.learner, self._stages(), self.root / "models"
+        learner, stages, models = self.learner(), self._stages(), self.root / "models"
         if "hindsight" in stages:
             learner.load_checkpoint(str(models), only=REWARD_MODELS)
             print(f"[hierarl] HISR: reward models loaded from {models}", flush=True)
@@ -285,7 +296,7 @@ class RewardModels:
         if "sprm" in stages:
             learner.load_checkpoint(str(models), only=(SPRM,))
         else:
-            m = self._train_sprm(trajs, self.trainer.cfg.seed + 200)
+            m = self._train_sprm(trajs, self.seed + 200)
             self.save(models)
             self._mark(stages, "sprm", m)
             print(
@@ -302,7 +313,7 @@ class RewardModels:
         won = sum(t.won for t in trajs)
         metrics = {"hindsight_nll": nll, "hindsight_rows": len(rows)}
         self._mark(stages, "hindsight", metrics)
-        self.trainer.log(
+        self.log(
             {
                 "iteration": 0,
                 "phase": "hisr",

@@ -23,16 +23,16 @@ from __future__ import annotations
 import json
 import random
 import time
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from actors.inference import GenerationResult
 from actors.trajectory import Trajectory, Turn, read_jsonl, to_jsonl
-
-if TYPE_CHECKING:
-    from launch.train import Trainer
+from launch.episode_stats import trajectory_stats
+from launch.sources import IterationData
 
 
 def _write(trajs: Sequence[Trajectory], path: Any) -> None:
@@ -54,14 +54,64 @@ def manifest(trajs: Sequence[Trajectory], **fields: Any) -> dict[str, Any]:
 
 
 class OfflineData:
-    def __init__(self, trainer: Trainer) -> None:
-        self.trainer = trainer
-        self.acfg = trainer.algo_cfg
-        self.root = trainer.run_dir / "offline"
+    """The stored data of an offline algorithm (``acfg``: its config; ``anchor_role``: ``Algorithm.anchor_role``),
+    cached under ``root``, and its iteration source (``take``). Collaborators: ``demonstrations()`` (BC's expert
+    episodes), ``collect`` and ``sample`` (the rollout pool's), ``log`` (the run log), ``freeze_reference`` (copy the
+    policy as the online phase's KL reference; None: no KL term). The rest are the run's seed, env and rollout
+    settings."""
+
+    def __init__(
+        self,
+        acfg: Any,
+        root: Path,
+        *,
+        anchor_role: str,
+        seed: int,
+        env_name: str,
+        train_split: str,
+        group_size: int,
+        temperature: float,
+        train_ids: Sequence[str],
+        demonstrations: Callable[[], list[Trajectory]],
+        collect: Callable[..., list[Trajectory]],
+        sample: Callable[..., list[Any]],
+        log: Callable[[dict[str, Any]], None],
+        freeze_reference: Callable[[], None] | None,
+    ) -> None:
+        self.acfg, self.root, self.anchor_role = acfg, root, anchor_role
         self.root.mkdir(parents=True, exist_ok=True)
+        self.seed, self.env_name, self.train_split = seed, env_name, train_split
+        self.group_size, self.temperature, self.train_ids = group_size, temperature, list(train_ids)
+        self.demonstrations, self.collect, self.sample, self.log = demonstrations, collect, sample, log
+        self.freeze_reference = freeze_reference
         self.dataset: list[Trajectory] = []
         self.critic_steps = 0
         """Optimizer steps taken so far (the critic warm-up counts them); saved with every checkpoint."""
+
+    # -- the iteration source --------------------------------------------------------------------------------
+
+    def take(self, it: int) -> IterationData:
+        """Iteration ``it``'s buffer; its statistics are those of the episodes the policy played in it (the stored
+        data's are not the policy's: train success is NaN in an iteration that plays none). At the first online
+        iteration the policy becomes the KL term's reference (π_off)."""
+        trajs, new = self.iteration_data(it)
+        if it == self.first_online() and self.freeze_reference is not None:
+            self.freeze_reference()
+        episodes = [t for t in trajs if not t.info.get("anchor")]
+        stats = {**trajectory_stats(new or episodes), "buffer_trajectories": float(len(episodes))}
+        if not new:
+            stats["success"] = float("nan")
+        return IterationData(trajs, stats)
+
+    def before_push(self) -> bool:
+        return False
+
+    def pause(self) -> bool:
+        """Nothing generates between iterations."""
+        return False
+
+    def close(self) -> None:
+        """Nothing to stop."""
 
     def prepare(self) -> None:
         """Load ``dataset.jsonl`` or build it: the expert demonstrations of BC's tasks, then ``data_ratio`` times
@@ -71,13 +121,12 @@ class OfflineData:
             self.dataset = list(read_jsonl(path))
             print(f"[hierarl] offline data loaded from {path}: {meta.read_text().strip()}", flush=True)
             return
-        t, cfg = self.trainer, self.trainer.cfg
         t0 = time.perf_counter()
-        expert = t.demonstrations()
+        expert = self.demonstrations()
         n = round(self.acfg.data_ratio * len(expert))
-        ids = random.Random(cfg.seed + 31).choices(t.train_ids, k=n) if n else []
+        ids = random.Random(self.seed + 31).choices(self.train_ids, k=n) if n else []
         collected = (
-            t.collect(ids, 1, cfg.seed + 30_000, temperature=self.acfg.collect_temperature) if ids else []
+            self.collect(ids, 1, self.seed + 30_000, temperature=self.acfg.collect_temperature) if ids else []
         )
         collected = [c for c in collected if c.turns]
         for tr in expert:
@@ -88,13 +137,15 @@ class OfflineData:
         _write(self.dataset, path)
         counts = manifest(
             self.dataset,
-            env=cfg.env.name,
-            split=cfg.env.train_split,
-            seed=cfg.seed,
+            env=self.env_name,
+            split=self.train_split,
+            seed=self.seed,
             data_ratio=self.acfg.data_ratio,
         )
         meta.write_text(json.dumps(counts, indent=1))
-        t.log({"iteration": 0, "phase": "data", **_flat_counts(counts), "wall_s": time.perf_counter() - t0})
+        self.log(
+            {"iteration": 0, "phase": "data", **_flat_counts(counts), "wall_s": time.perf_counter() - t0}
+        )
         print(
             f"[hierarl] offline data: {counts['expert']} expert + {counts['collected']} collected trajectories "
             f"({counts['collected_won']} won), transitions {counts['transitions']} -> {path}",
@@ -115,11 +166,10 @@ class OfflineData:
             if path.exists():
                 new = list(read_jsonl(path))
             else:
-                t, cfg = self.trainer, self.trainer.cfg
-                rng = random.Random(cfg.seed * 1_000_003 + it)
-                tasks = rng.sample(t.train_ids, min(self.acfg.online_groups, len(t.train_ids)))
-                new = t.collect(
-                    tasks, cfg.rollout.group_size, cfg.seed * 7919 + it, temperature=cfg.rollout.temperature
+                rng = random.Random(self.seed * 1_000_003 + it)
+                tasks = rng.sample(self.train_ids, min(self.acfg.online_groups, len(self.train_ids)))
+                new = self.collect(
+                    tasks, self.group_size, self.seed * 7919 + it, temperature=self.temperature
                 )
                 for tr in new:
                     tr.info["source"] = "online"
@@ -138,18 +188,17 @@ class OfflineData:
         """Iteration ``it``'s one-turn anchor trajectories (``Algorithm.anchor_role``; none for other algorithms, nor
         in a critic warm-up pass):
         the states drawn from (seed, it), the responses sampled from the current policy, cached for resumes."""
-        role = self.trainer.algo.anchor_role
+        role = self.anchor_role
         if not role or self.acfg.anchor_fraction <= 0 or self.warmup_left() > 0:
             return []  # a warm-up pass trains the critic alone: the anchor term would read nothing
         path = self.root / f"anchor_{it}.jsonl"
         if path.exists():
             return list(read_jsonl(path))
-        cfg = self.trainer.cfg
         states = [(t, turn) for t in self.dataset for turn in t.turns if turn.role == role]
-        rng = random.Random(cfg.seed * 1_000_033 + it)
+        rng = random.Random(self.seed * 1_000_033 + it)
         k = min(len(states), max(1, round(self.acfg.anchor_fraction * len(states))))
         chosen = rng.sample(states, k) if states else []
-        responses = self.trainer.sample([turn.prompt_ids for _, turn in chosen], role, cfg.seed * 7927 + it)
+        responses = self.sample([turn.prompt_ids for _, turn in chosen], role, self.seed * 7927 + it)
         pairs = zip(chosen, responses, strict=True)
         out = [
             anchor_trajectory(t, turn, resp, f"anchor-{it}-{n}") for n, ((t, turn), resp) in enumerate(pairs)

@@ -15,30 +15,19 @@ finish are kept for the next iteration, staleness permitting).
 
 from __future__ import annotations
 
-import random
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import ray
 
 from actors.rollout import unpack_group
 from actors.trajectory import TrajectoryGroup
 from cluster.ray_cluster import WORKER_LOST
-
-if TYPE_CHECKING:
-    from launch.train import Trainer
-
-CONTROL = "control"
-"""The rollout workers' concurrency group for calls made while ``serve`` runs."""
-
-
-def iteration_tasks(train_ids: Sequence[str], seed: int, batch: int, groups: int) -> tuple[list[str], int]:
-    """The tasks and env seed of batch ``batch`` (the training groups the synchronous loop plays in iteration
-    ``batch``: ``Trainer.start_rl_rollouts`` draws the same)."""
-    rng = random.Random(seed * 1_000_003 + batch)
-    return rng.sample(list(train_ids), min(groups, len(train_ids))), seed * 7919 + batch
+from launch.episode_stats import trajectory_stats
+from launch.rollout_pool import RolloutPool
+from launch.sources import IterationData, iteration_tasks
 
 
 def staleness(group: TrajectoryGroup, version: int) -> int:
@@ -56,11 +45,21 @@ class _Stream:
 
 
 class AsyncRollouts:
-    """The queue of asynchronous rollout groups (module docstring) for one run."""
+    """The queue of asynchronous rollout groups (module docstring) for one run: ``pool``'s workers, the run's
+    ``rollout`` config section, its ``max_staleness`` k, training tasks and seed; batches from ``first_batch`` on."""
 
-    def __init__(self, trainer: Trainer, first_batch: int) -> None:
-        self.t = trainer
-        self.k = trainer.cfg.max_staleness
+    def __init__(
+        self,
+        pool: RolloutPool,
+        rollout_cfg: Any,
+        *,
+        max_staleness: int,
+        train_ids: Sequence[str],
+        seed: int,
+        first_batch: int,
+    ) -> None:
+        self.pool, self.cfg, self.train_ids, self.seed = pool, rollout_cfg, list(train_ids), seed
+        self.k = max_staleness
         self.next_batch = first_batch
         self.streams: dict[int, _Stream] = {}
         self.ready: list[TrajectoryGroup] = []  # finished, not yet taken, in the order they finished
@@ -71,8 +70,9 @@ class AsyncRollouts:
     # -- the workers' streams ------------------------------------------------------------------------------
 
     def _start(self, w: int) -> None:
-        worker = self.t.rollout[w]
-        gen = worker.serve.options(num_returns="streaming").remote(temperature=self.t.cfg.rollout.temperature)
+        self.pool.streaming = True  # from here on, calls to the workers go through their control group
+        worker = self.pool.workers[w]
+        gen = worker.serve.options(num_returns="streaming").remote(temperature=self.cfg.temperature)
         self.streams[w] = _Stream(gen)
 
     def _enqueue(self, w: int, tasks: list[tuple[str, int]]) -> None:
@@ -80,19 +80,15 @@ class AsyncRollouts:
         by_seed: dict[int, list[str]] = {}
         for task, seed in tasks:
             by_seed.setdefault(seed, []).append(task)
-        worker = self.t.rollout[w]
-        size = self.t.cfg.rollout.group_size
-        ray.get([self.call(worker, "enqueue")(ids, size, seed) for seed, ids in by_seed.items()])
+        enqueue = self.pool.call(w, "enqueue")
+        ray.get([enqueue(ids, self.cfg.group_size, seed) for seed, ids in by_seed.items()])
         self.streams[w].outstanding.update(tasks)
 
     def queue_batch(self) -> None:
-        """Queue the next batch's groups, split over the workers as ``Trainer.start_collect`` splits them."""
-        cfg = self.t.cfg
-        tasks, seed = iteration_tasks(
-            self.t.train_ids, cfg.seed, self.next_batch, cfg.rollout.groups_per_iter
-        )
+        """Queue the next batch's groups, split over the workers as ``RolloutPool.start`` splits them."""
+        tasks, seed = iteration_tasks(self.train_ids, self.seed, self.next_batch, self.cfg.groups_per_iter)
         self.next_batch += 1
-        n = len(self.t.rollout)
+        n = len(self.pool)
         for w in range(n):
             if w not in self.streams:
                 self._start(w)
@@ -114,11 +110,11 @@ class AsyncRollouts:
                 continue
             except WORKER_LOST as e:
                 lost = list(self.streams.pop(w).outstanding.elements())
-                self.t.replace_rollout_worker(w, e)
+                self.pool.replace(w, e)
                 self._start(w)
                 self._enqueue(w, lost)
                 if self.stopping:  # ``pause`` waits for this stream to end as well
-                    ray.get(self.call(self.t.rollout[w], "stop")())
+                    ray.get(self.pool.call(w, "stop")())
                 continue
             stream = self.streams[w]
             if "dropped_group" in item:  # failed after its retries: never comes
@@ -134,18 +130,24 @@ class AsyncRollouts:
 
     # -- the driver's calls --------------------------------------------------------------------------------
 
-    def take(self, iteration: int) -> tuple[list[TrajectoryGroup], dict[str, float]]:
-        """Iteration ``iteration``'s groups: the first ``groups_per_iter`` to finish within k versions of the
-        learner's adapter (groups for iterations up to ``iteration + k - 1`` are queued first); then the batch k
-        iterations ahead is queued, to generate during this iteration's update."""
-        need = self.t.cfg.rollout.groups_per_iter
+    def take(self, iteration: int) -> IterationData:
+        """Iteration ``iteration``'s trajectories: the first ``groups_per_iter`` groups to finish within k versions
+        of the learner's adapter (groups for iterations up to ``iteration + k - 1`` are queued first); then the batch
+        k iterations ahead is queued, to generate during this iteration's update."""
+        groups, stats = self.take_groups(iteration)
+        trajs = [t for g in groups for t in g.trajectories]
+        return IterationData(trajs, {**stats, **trajectory_stats(trajs)})
+
+    def take_groups(self, iteration: int) -> tuple[list[TrajectoryGroup], dict[str, float]]:
+        """``take``'s groups and the queue's counters."""
+        need = self.cfg.groups_per_iter
         while self.next_batch <= iteration + self.k - 1:
             self.queue_batch()
         taken: list[TrajectoryGroup] = []
         while len(taken) < need:
             if self.ready:
                 group = self.ready.pop(0)
-                if staleness(group, self.t.version) > self.k:
+                if staleness(group, self.pool.version) > self.k:
                     self.stale += 1
                 else:
                     taken.append(group)
@@ -163,23 +165,28 @@ class AsyncRollouts:
         self.stale = self.dropped = 0
         return taken, stats
 
-    def pause(self) -> None:
+    def pause(self) -> bool:
         """End every stream once its queued groups are done, keeping them in ``ready`` (before an evaluation, which
         needs the workers' default call slot)."""
         self.stopping = True
         try:
             for w in list(self.streams):
-                ray.get(self.call(self.t.rollout[w], "stop")())
+                ray.get(self.pool.call(w, "stop")())
             while self.streams:
                 self._receive()
         finally:  # a failed drain must not leave later replacements told to stop
             self.stopping = False
+        return True
 
-    def abandon(self) -> None:
+    def before_push(self) -> bool:
+        """A push lands between two generation rounds of the running streams: nothing to wait for."""
+        return False
+
+    def close(self) -> None:
         """End every stream once the episodes already playing end; the groups still queued are dropped (the run
         is over)."""
         for w in list(self.streams):
-            ray.get(self.call(self.t.rollout[w], "stop")(drop_queued=True))
+            ray.get(self.pool.call(w, "stop")(drop_queued=True))
         for s in self.streams.values():
             try:
                 for _ in s.gen:  # drain: the last finished groups are not needed
@@ -187,8 +194,4 @@ class AsyncRollouts:
             except WORKER_LOST:
                 pass  # the run is over either way
         self.streams.clear()
-
-    def call(self, worker: Any, method: str) -> Callable[..., Any]:
-        """``worker.<method>.remote`` through the control group, beside a running stream (``enqueue``, ``stop``,
-        ``set_weights``, ``counters``)."""
-        return getattr(worker, method).options(concurrency_group=CONTROL).remote
+        self.pool.streaming = False

@@ -136,7 +136,7 @@ def test_updates_move_probability_to_the_rewarded_episodes(ray_local, tmp_path, 
     cfg = resolve_config(None, [*SETTING, *negate, *agent, f"algo={algo}", f"run_dir={tmp_path}"])
     trainer = Trainer(cfg)
     try:
-        ids = trainer.task_ids("train")[:TASKS]
+        ids = trainer.train_ids[:TASKS]
         plans = expert_plans(trainer, ids)
         won = play(trainer, ids, plans, "won")
         lost = play(trainer, ids, plans[1:] + plans[:1], "lost")  # each task played with the next task's plan

@@ -43,19 +43,20 @@ def test_one_worker_two_workers_and_a_shuffled_panel_play_the_same_pairs(
     monkeypatch.setenv("HIERARL_CACHE", str(tmp_path / "cache"))
     trainer = Trainer(resolve_config(None, [*TINY_TEXTCRAFT, f"run_dir={tmp_path}"]))
     try:
-        panel = trainer.evaluation.panel(6)
+        pool = trainer.pool
+        panel = trainer.evaluator.evaluation.panel(6)
         assert panel.label == "textcraft_test_depth1@1[:6]"
         pairs = sorted(t.key for t in panel.tasks)
-        both = trainer.rollout
+        both = pool.workers
         shuffled = list(panel.tasks)
         random.Random(1).shuffle(shuffled)
-        played = {"two workers": trainer.play_panel(panel.tasks, 7, temperature=1.0)}
-        played["two workers, shuffled"] = trainer.play_panel(shuffled, 7, temperature=1.0)
-        trainer.rollout = both[:1]
+        played = {"two workers": pool.play(panel.tasks, 7, temperature=1.0)}
+        played["two workers, shuffled"] = pool.play(shuffled, 7, temperature=1.0)
+        pool.workers = both[:1]
         try:
-            played["one worker"] = trainer.play_panel(panel.tasks, 7, temperature=1.0)
+            played["one worker"] = pool.play(panel.tasks, 7, temperature=1.0)
         finally:
-            trainer.rollout = both
+            pool.workers = both
         env = TextCraftEnv(depths=[1])
         for how, trajs in played.items():
             assert sorted((t.task_id, t.info["seed"]) for t in trajs) == pairs, how
@@ -63,7 +64,7 @@ def test_one_worker_two_workers_and_a_shuffled_panel_play_the_same_pairs(
                 obs, _ = env.reset(task_id=t.task_id, seed=t.info["seed"])
                 assert t.turns[0].anchor_key == normalize_ws(obs), how
         # and an evaluation scores exactly these pairs: one outcome per panel task
-        ev = trainer.evaluate(6, 10_000)
+        ev = trainer.evaluate(6)
         assert ev["panel"] == panel.label and len(ev["outcomes"]) == 6 and ev["dropped"] == 0
         trainer.checkpoint(0)
     finally:
@@ -92,31 +93,32 @@ def test_the_base_model_column_is_played_with_a_zero_adapter_and_the_runs_adapte
     import numpy as np
 
     from actors.rollout import RolloutWorker
-    from launch.train import rollout_worker_config
+    from launch.specs import rollout_worker_config
 
     monkeypatch.setenv("HIERARL_CACHE", str(tmp_path / "cache"))
     cfg = resolve_config(None, [*TINY_TEXTCRAFT, "rollout.eval_temperature=0", f"run_dir={tmp_path / 'run'}"])
     trainer = Trainer(cfg)
     try:
-        trainer.push_weights()
+        trainer.push()
         rng = np.random.default_rng(0)
         trained = {
             n: {
                 k: (rng.normal(0, 0.5, v.shape).astype(v.dtype) if "lora_B" in k else v) for k, v in w.items()
             }
-            for n, w in trainer.export_weights().items()
+            for n, w in trainer.pool.pushed[-1].items()
         }
-        trainer.push_weights(trained)
-        panel = trainer.evaluation.panel(6)
+        trainer.push(trained)
+        pool, evaluator = trainer.pool, trainer.evaluator
+        panel = evaluator.evaluation.panel(6)
 
         def replies(trajs):
             return {(t.task_id, t.info["seed"]): t.turns[0].response_ids.tolist() for t in trajs}
 
-        before = replies(trainer.play_panel(panel.tasks, 0, temperature=0.0))
-        base = replies(trainer.base_model_episodes(panel, panel.tasks))
-        after = replies(trainer.play_panel(panel.tasks, 0, temperature=0.0))
+        before = replies(pool.play(panel.tasks, 0, temperature=0.0))
+        base = replies(evaluator.base_model_episodes(panel, panel.tasks))
+        after = replies(pool.play(panel.tasks, 0, temperature=0.0))
         assert after == before and base != before
-        assert trainer.evaluation.base_missing(panel) == []  # cached for every later run on this setting
+        assert evaluator.evaluation.base_missing(panel) == []  # cached for every later run on this setting
         plain = RolloutWorker(rollout_worker_config(cfg, trainer.model_path, "cpu", temperature=0.0))
         try:
             ids, seeds = [t.task_id for t in panel.tasks], [t.seed for t in panel.tasks]

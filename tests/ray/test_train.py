@@ -159,7 +159,7 @@ def test_critic_warmup_saved_rollouts_and_the_update_replay(ray_local, tmp_path)
 def test_eval_and_training_build_the_same_rollout_config():
     """`hierarl eval` reuses the training rollout config; only what it overrides differs (it once lost the
     compact-prompt agent options, evaluating a model in a prompt format it was never trained on)."""
-    from launch.train import rollout_worker_config
+    from launch.specs import rollout_worker_config
 
     cfg = resolve_config(None, [*TINY, 'rollout.agent_options={"compact": true}'])
     train_cfg = rollout_worker_config(cfg, "model", "cpu")
@@ -184,7 +184,7 @@ def test_the_workers_run_the_threads_the_run_config_resolves(ray_local, tmp_path
         threads = ray.get(
             [
                 w.__ray_call__.remote(lambda _: torch.get_num_threads())
-                for w in trainer.rollout + trainer.learner.workers
+                for w in trainer.pool.workers + trainer.learner.workers
             ]
         )
     finally:
@@ -421,21 +421,22 @@ def test_a_dead_rollout_worker_is_replaced_and_its_groups_recollected(ray_local,
     )
     trainer = Trainer(cfg)
     try:
-        trainer.push_weights()
-        tasks = trainer.task_ids("train")[:2]
-        pending = trainer.start_collect(tasks, 2, seed=5, temperature=1.0)
-        ray.kill(trainer.rollout[0])  # dies mid-collection
-        trajs = trainer.gather(pending)
+        trainer.push()
+        pool = trainer.pool
+        tasks = trainer.train_ids[:2]
+        pending = pool.start(tasks, 2, seed=5, temperature=1.0)
+        ray.kill(pool.workers[0])  # dies mid-collection
+        trajs = pool.gather(pending)
         assert sorted(t.task_id for t in trajs) == sorted(tasks * 2)  # both groups, whole
-        assert trainer.rollout_restarts == 1
+        assert pool.restarts == 1
         line = next(ln for ln in capsys.readouterr().out.splitlines() if "rollout worker 0 died (" in ln)
         with capsys.disabled():
             print(f"\n{line}")  # the measured replacement time, for the README's fault model
         assert trainer.fault_counters(1)["total_rollout_restarts"] == 1
-        assert len(trainer.collect(tasks, 2, seed=6, temperature=1.0)) == 4  # the replacement works
-        ray.kill(trainer.rollout[0])
+        assert len(pool.collect(tasks, 2, seed=6, temperature=1.0)) == 4  # the replacement works
+        ray.kill(pool.workers[0])
         with pytest.raises(RuntimeError, match=r"rollout.max_restarts \(1\) replacements were used up"):
-            trainer.collect(tasks, 2, seed=7, temperature=1.0)
+            pool.collect(tasks, 2, seed=7, temperature=1.0)
     finally:
         trainer.close()
 
@@ -454,19 +455,24 @@ def test_a_dead_rollout_worker_mid_stream_is_replaced_and_its_groups_queued_agai
     )
     trainer = Trainer(cfg)
     try:
-        trainer.push_weights()
-        trainer.train_ids = trainer.task_ids("train")
-        trainer.stream = stream = AsyncRollouts(trainer, first_batch=1)
+        trainer.push()
+        stream = AsyncRollouts(
+            trainer.pool,
+            cfg.rollout,
+            max_staleness=1,
+            train_ids=trainer.train_ids,
+            seed=cfg.seed,
+            first_batch=1,
+        )
         stream.queue_batch()
-        ray.kill(trainer.rollout[0])  # dies mid-stream
-        groups, stats = stream.take(1)
-        assert trainer.rollout_restarts == 1
+        ray.kill(trainer.pool.workers[0])  # dies mid-stream
+        groups, stats = stream.take_groups(1)
+        assert trainer.pool.restarts == 1
         assert [len(g.trajectories) for g in groups] == [2, 2] and stats["groups_stale"] == 0
         assert stream.next_batch == 3  # batch 2 was queued for the update to overlap
         stream.pause()
         assert len(stream.ready) == 2 and not stream.streams
     finally:
-        trainer.stream = None
         trainer.close()
 
 
@@ -496,7 +502,7 @@ def test_a_dead_learner_worker_rebuilds_the_group_from_the_checkpoint(ray_local,
     try:
         trainer.run()  # BC, iteration 1, checkpoint iter_1
         saved, _ = read_peft_adapter(tmp_path / "checkpoints" / "iter_1" / "adapter")
-        trajs = trainer.collect(trainer.task_ids("train")[:2], 2, seed=9, temperature=1.0)
+        trajs = trainer.pool.collect(trainer.train_ids[:2], 2, seed=9, temperature=1.0)
         ray.kill(trainer.learner.workers[0])
         metrics, _ = trainer.update_recovering(trajs, 2)
         assert trainer.learner_restarts == 1 and metrics["loss_tokens"] > 0

@@ -38,21 +38,16 @@ class _RecordingLearner:
         self.loaded = weights
 
 
-def _trainer_with(lora: LoraSpec):
-    """A Trainer shell holding only what ``load_init_adapter`` reads (no Ray, no model)."""
-    from launch.train import Trainer
-
-    trainer = Trainer.__new__(Trainer)
-    trainer.lora, trainer.learner = lora, _RecordingLearner()
-    return trainer
-
-
 def test_init_adapter_is_loaded_into_the_learner(tmp_path):
+    from launch.warm_start import load_init_adapter
+
     w = {"m.lora_A.weight": np.ones((2, 3), np.float32)}
     write_peft_adapter(tmp_path, w, LoraSpec(2, 4, ("v_proj", "q_proj")))
-    trainer = _trainer_with(LoraSpec(2, 4, ("q_proj", "v_proj")))  # target order does not matter
-    trainer.load_init_adapter(str(tmp_path))
-    np.testing.assert_array_equal(trainer.learner.loaded["m.lora_A.weight"], w["m.lora_A.weight"])
+    learner = _RecordingLearner()
+    load_init_adapter(
+        learner, str(tmp_path), LoraSpec(2, 4, ("q_proj", "v_proj"))
+    )  # target order does not matter
+    np.testing.assert_array_equal(learner.loaded["m.lora_A.weight"], w["m.lora_A.weight"])
 
 
 def test_init_adapter_of_another_rank_is_refused_before_loading(tmp_path):
@@ -61,10 +56,12 @@ def test_init_adapter_of_another_rank_is_refused_before_loading(tmp_path):
     write_peft_adapter(
         tmp_path, {"m.lora_A.weight": np.ones((2, 3), np.float32)}, LoraSpec(2, 4, ("q_proj",))
     )
-    trainer = _trainer_with(LoraSpec(8, 16, ("q_proj",)))
+    from launch.warm_start import load_init_adapter
+
+    learner = _RecordingLearner()
     with pytest.raises(ValueError, match="rank/alpha/targets 2/4"):
-        trainer.load_init_adapter(str(tmp_path))
-    assert trainer.learner.loaded is None
+        load_init_adapter(learner, str(tmp_path), LoraSpec(8, 16, ("q_proj",)))
+    assert learner.loaded is None
 
 
 def test_merge_lora_golden_and_fused_layers_take_untouched_parts_from_the_base():

@@ -13,10 +13,10 @@ from actors.trajectory import Trajectory
 from launch import baselines
 from launch.cli import main
 from launch.config import resolve_config
-from launch.evaluation import Evaluation, summary
+from launch.evaluation import Evaluation, scope, summary
 from launch.panels import load_panel, resolve_panel
 from launch.report import paired_rows, run_outcomes
-from launch.train import _eval_text, _final_table, _flat, _iteration_line
+from launch.run_log import eval_fields, eval_text, final_table, iteration_line
 
 
 @pytest.fixture
@@ -53,21 +53,21 @@ def test_eval_metrics_lines_and_table_carry_the_interval_and_both_baselines():
         "valid_format": 0.9,
         "valid_roles": {},
     }
-    row = {"phase": "rl", "iteration": 2, **_flat(ev)}
+    row = {"phase": "rl", "iteration": 2, **eval_fields(ev)}
     assert row["eval_ci_low"] < row["eval_success"] == 0.5 < row["eval_ci_high"]
     assert (row["eval_random"], row["eval_base"], row["eval_n"]) == (0.0625, 0.25, 4)
     assert row["eval_outcomes"] == "1100" and row["eval_panel"] == "synthetic_multi_test@1[:4]"
     assert (
         "success 0.500 [0.150, 0.850] (Wilson 95 %) on 4 tasks of panel synthetic_multi_test@1[:4]"
-        in _eval_text(ev)
+        in eval_text(ev)
     )
-    assert "random policy 0.062 · base model 0.250" in _eval_text(ev)
-    line = _iteration_line(
+    assert "random policy 0.062 · base model 0.250" in eval_text(ev)
+    line = iteration_line(
         {**row, "success": 0.25, "return": 0.1, "valid_format": 1.0, "switch_rate": 0.2, "segment_len": 1.0}
         | {"prompt_tokens": 10.0, "response_tokens": 5.0}
     )
     assert "EVAL 0.50 [0.15,0.85] (random 0.06, base 0.25)" in line
-    table = _final_table([row])
+    table = final_table([row])
     assert "0.500  [0.150, 0.850]" in table and table.rstrip().endswith(
         "eval panel: synthetic_multi_test@1[:4] (4 tasks); random / base: the random policy / the zero-shot base model"
     )
@@ -92,7 +92,7 @@ def test_random_baseline_is_computed_once_per_task_and_setting(cache):
 
 def test_base_model_outcomes_are_cached_per_task(cache):
     cfg = resolve_config("hiper_synthetic_multi")
-    ev = Evaluation(cfg, "smollm2")
+    ev = Evaluation(scope(cfg), "smollm2")
     panel = _panel4()
     t0, t1, t2, t3 = panel.tasks
     trajs = [
@@ -103,7 +103,9 @@ def test_base_model_outcomes_are_cached_per_task(cache):
     ev.store_base(panel, trajs)
     assert ev.base_missing(panel) == [t1, t3]  # not played (dropped): played again next time
     assert ev.base_cache.values(panel.head(1).tasks) == [1.0]
-    other = Evaluation(resolve_config("hiper_synthetic_multi", ["rollout.eval_temperature=1.0"]), "smollm2")
+    other = Evaluation(
+        scope(resolve_config("hiper_synthetic_multi", ["rollout.eval_temperature=1.0"])), "smollm2"
+    )
     assert other.base_missing(panel) == list(panel.tasks)  # another sampling setting: not the same baseline
 
 

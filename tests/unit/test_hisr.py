@@ -478,19 +478,24 @@ def test_annotate_reads_the_hindsight_adapter_the_sprm_and_alpha(tmp_path):
     (0.98923, −0.16375), L1 1.15298 -> R_him (0.85798, −0.14202); x ||R̂||₁ 0.8, x (1 − α) 0.8 -> (0.54911, −0.09089).
     Mutations caught: the cloze rows scored under the policy adapter (z = 1, e^−0.4: (0.52312, −0.11688)), α read
     from β (x 0.5: (0.34319, −0.05681)), R̂ from the PPO critic, keep_sprm_scale's signed sum (x 0.4)."""
-    from types import SimpleNamespace
-
     from launch.hisr import RewardModels
     from reward.shaping import ShapingConstants
 
     acfg = hisr.Config(segmentation="turn", beta=0.5, shaping=ShapingConstants(grounding_alpha=0.2))
-    run = SimpleNamespace(
-        rollout=SimpleNamespace(agent="react"),
-        env=SimpleNamespace(name="synthetic"),
-        learner=SimpleNamespace(max_seq_len=64),
-    )
-    trainer = SimpleNamespace(
-        cfg=run, algo_cfg=acfg, run_dir=tmp_path, tokenizer=_Tok(), pad_id=0, learner=_Passes()
+    passes = _Passes()
+    models = RewardModels(
+        acfg,
+        tmp_path,
+        _Tok(),
+        agent="react",
+        env_name="synthetic",
+        max_seq_len=64,
+        pad_id=0,
+        seed=0,
+        learner=lambda: passes,
+        collect=lambda *a, **k: [],
+        train_ids=[],
+        log=lambda row: None,
     )
     traj = _traj([_turn([5, 6]), _turn([7])])
     turns = build_turn_batch([traj], max_len=32, pad_id=0)
@@ -498,7 +503,7 @@ def test_annotate_reads_the_hindsight_adapter_the_sprm_and_alpha(tmp_path):
     policy = np.zeros(resp.shape, np.float32)
     for r, vals in enumerate([[-0.4, -0.4], [-0.2]]):
         policy[r][resp[r]] = vals
-    RewardModels(trainer).annotate([traj], turns, policy)
+    models.annotate([traj], turns, policy)
     got = [t.shaped["segment"] for t in traj.turns]
     assert got == pytest.approx([0.54911, -0.09089], abs=1e-5)
 

@@ -243,14 +243,28 @@ def test_expectile_direction(direction, v_loss):
         multi2.Config(expectile_direction="upper")
 
 
-def _offline_data(tmp_path, acfg, **trainer):
-    from types import SimpleNamespace
-
+def _offline_data(tmp_path, acfg, **parts):
     from launch.offline import OfflineData
 
-    run = SimpleNamespace(seed=0, rollout=SimpleNamespace(group_size=2, temperature=1.0))
-    t = SimpleNamespace(algo=get_algo("multi2"), algo_cfg=acfg, run_dir=tmp_path, cfg=run, **trainer)
-    data = OfflineData(t)
+    def unused(*a, **k):
+        raise AssertionError("not expected in this test")
+
+    kw = {
+        "anchor_role": get_algo("multi2").anchor_role,
+        "seed": 0,
+        "env_name": "synthetic",
+        "train_split": "train",
+        "group_size": 2,
+        "temperature": 1.0,
+        "train_ids": [],
+        "demonstrations": unused,
+        "collect": unused,
+        "sample": unused,
+        "log": unused,
+        "freeze_reference": None,
+        **parts,
+    }
+    data = OfflineData(acfg, tmp_path, **kw)
     data.dataset = [_won()]
     return data
 
@@ -289,10 +303,6 @@ def test_warmup_left_counts_the_critic_steps_taken(tmp_path):
 
 def test_anchors_are_sampled_only_once_the_critic_is_warm(tmp_path):
     """A critic warm-up pass takes no actor step, so it gets no anchor samples (no generation, no wasted rows)."""
-    from types import SimpleNamespace
-
-    from launch.offline import OfflineData
-
     calls = []
 
     def sample(prompts, role, seed):
@@ -301,15 +311,7 @@ def test_anchors_are_sampled_only_once_the_critic_is_warm(tmp_path):
         calls.append((len(prompts), role))
         return [GenerationResult([7], [-1.0], "x", "stop") for _ in prompts]
 
-    trainer = SimpleNamespace(
-        algo=get_algo("multi2"),
-        algo_cfg=multi2.Config(warmup_steps=5, anchor_fraction=1.0),
-        run_dir=tmp_path,
-        cfg=SimpleNamespace(seed=0),
-        sample=sample,
-    )
-    data = OfflineData(trainer)
-    data.dataset = [_won()]
+    data = _offline_data(tmp_path, multi2.Config(warmup_steps=5, anchor_fraction=1.0), sample=sample)
     assert data.anchors(1) == [] and calls == []
     data.critic_steps = 5
     assert len(data.anchors(2)) == 3 and calls == [(3, "executor")]  # the three executor states

@@ -5,8 +5,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from launch.checkpoints import checkpoint_iterations, checkpoints_to_prune
 from launch.config import resolve_config
-from launch.train import Trainer, _checkpoint_iterations, checkpoints_to_prune
+from launch.train import Trainer
 
 
 @pytest.mark.parametrize(
@@ -27,7 +28,7 @@ def test_only_complete_checkpoint_folders_count(tmp_path):
     for name in ("iter_0", "iter_3", ".iter_4.tmp", "iter_x"):
         (tmp_path / name).mkdir()
     (tmp_path / "latest").write_text("iter_3")
-    assert _checkpoint_iterations(tmp_path) == [0, 3]
+    assert checkpoint_iterations(tmp_path) == [0, 3]
 
 
 def test_iterations_without_samples_warn_then_fail(capsys):
@@ -36,15 +37,15 @@ def test_iterations_without_samples_warn_then_fail(capsys):
     logged = []
     stub = SimpleNamespace(
         cfg=resolve_config(None, ["rollout.max_empty_iterations=2", "rollout.groups_per_iter=4"]),
-        log=logged.append,
+        log=SimpleNamespace(log=logged.append),
         _empty_in_a_row=0,
     )
     stats = {"groups_dropped": 4, "failed": 0.0}
-    Trainer._check_empty(stub, 1, stats)
+    Trainer.skip_empty(stub, 1, stats)
     assert "WARNING iteration 1: no samples (4 of 4 groups dropped" in capsys.readouterr().out
     assert logged == [{"iteration": 1, "phase": "rl", "empty": 1, **stats}]
     with pytest.raises(RuntimeError, match="2 iterations in a row without samples"):
-        Trainer._check_empty(stub, 2, stats)
+        Trainer.skip_empty(stub, 2, stats)
 
 
 def test_progress_lines_for_long_learner_phases(capsys):
@@ -94,17 +95,26 @@ def test_resume_rewrites_metrics_and_tensorboard_to_the_checkpoint(tmp_path):
     re-logged iteration appeared twice there. Now both hold exactly the history, every step once."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    t = Trainer.__new__(Trainer)  # the bookkeeping only: no Ray, no workers
-    t.run_dir, t.metrics_path, t.history, t._tb = tmp_path, tmp_path / "metrics.jsonl", [], None
+    from launch.config import LogConfig
+    from launch.run_log import RunLog
+
+    t = RunLog.__new__(RunLog)  # the bookkeeping only: no Ray gauges
+    t.run_dir, t.cfg, t.path, t.history, t._tb, t._wandb = (
+        tmp_path,
+        LogConfig(),
+        tmp_path / "metrics.jsonl",
+        [],
+        None,
+        None,
+    )
     exported: list[dict] = []
-    t.metrics = SimpleNamespace(record=exported.append)  # the Ray gauges (cluster/metrics.py) get every row
+    t.gauges = SimpleNamespace(record=exported.append)  # the Ray gauges (cluster/metrics.py) get every row
     for it in range(3):
         t.log({"iteration": it, "success": 0.1 * it})
-    t.history = t.history[:2]  # the checkpoint holds iterations 0-1; iteration 2 was killed after its row
-    t.restart_logs()
+    t.restart(t.history[:2])  # the checkpoint holds iterations 0-1; iteration 2 was killed after its row
     t.log({"iteration": 2, "success": 0.9})
-    t._tb.close()
-    rows = [line for line in t.metrics_path.read_text().splitlines() if line]
+    t.close()
+    rows = [line for line in t.path.read_text().splitlines() if line]
     assert [json.loads(r)["iteration"] for r in rows] == [0, 1, 2]
     acc = EventAccumulator(str(tmp_path / "tb"))
     acc.Reload()
@@ -152,8 +162,8 @@ def test_a_groups_staleness_is_its_oldest_turns_lag():
 
 def test_asynchronous_batches_draw_the_synchronous_iterations_tasks():
     """Batch b of the asynchronous queue plays what iteration b plays in the synchronous loop: same tasks, same env
-    seed (``Trainer.start_rl_rollouts`` uses the same function); batches differ from each other."""
-    from launch.stream import iteration_tasks
+    seed (``SyncRollouts`` uses the same function); batches differ from each other."""
+    from launch.sources import iteration_tasks
 
     ids = [f"task{i}" for i in range(50)]
     a, seed_a = iteration_tasks(ids, 3, 1, 4)
@@ -169,11 +179,12 @@ def test_take_skips_groups_older_than_the_bound_and_keeps_finish_order():
     last waits for the next iteration. (The queue is already ahead, so no worker is asked for anything.)"""
     from launch.stream import AsyncRollouts
 
-    cfg = SimpleNamespace(max_staleness=1, rollout=SimpleNamespace(groups_per_iter=2))
-    stream = AsyncRollouts(SimpleNamespace(cfg=cfg, version=5), first_batch=10)  # type: ignore[arg-type]
+    pool = SimpleNamespace(version=5)
+    rollout = SimpleNamespace(groups_per_iter=2)
+    stream = AsyncRollouts(pool, rollout, max_staleness=1, train_ids=[], seed=0, first_batch=10)  # type: ignore[arg-type]
     groups = [_group([3, 5]), _group([5]), _group([4, 5]), _group([5, 5])]
     stream.ready = list(groups)
-    taken, stats = stream.take(3)
+    taken, stats = stream.take_groups(3)
     assert taken == groups[1:3]
     assert stats == {"groups_stale": 1.0, "groups_dropped": 0.0, "groups_ready": 1.0}
     assert stream.ready == groups[3:]
@@ -186,17 +197,15 @@ def test_a_failed_pause_does_not_leave_the_queue_stopping() -> None:
 
     from launch.stream import AsyncRollouts
 
-    trainer = SimpleNamespace(cfg=SimpleNamespace(max_staleness=1), rollout={0: object()})
-    q = AsyncRollouts(trainer, first_batch=0)  # type: ignore[arg-type]
-    q.streams = {0: SimpleNamespace()}  # type: ignore[dict-item]
-
-    def dead(worker, method):
+    def dead(index, method):
         def remote():
             raise RuntimeError("the worker died")
 
         return remote
 
-    q.call = dead  # type: ignore[method-assign]
+    pool = SimpleNamespace(call=dead)
+    q = AsyncRollouts(pool, SimpleNamespace(), max_staleness=1, train_ids=[], seed=0, first_batch=0)  # type: ignore[arg-type]
+    q.streams = {0: SimpleNamespace()}  # type: ignore[dict-item]
     with pytest.raises(RuntimeError, match="died"):
         q.pause()
     assert q.stopping is False

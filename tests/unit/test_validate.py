@@ -96,7 +96,7 @@ def test_the_kl_reference_is_checked_before_ray_and_sets_the_learners_frozen_cop
     """``learner.kl_reference``: start (a frozen copy of each policy adapter, ``ref_<name>``) or base (none); ZeRO-3
     would partition the copy. Algorithms without a KL term keep none."""
     from launch.algos import get_algo
-    from launch.train import reference_adapters
+    from launch.config import reference_adapters
 
     assert _error(["learner.kl_reference=bc"]) == "learner.kl_reference: got 'bc'; allowed: start, base"
     zero3 = ["learner.zero_stage=3", "learner.micro_batch_size=32"]
@@ -458,8 +458,8 @@ def test_worker_configs_restate_no_run_config_default():
 def test_rollout_command_defaults_are_the_run_configs():
     import dataclasses
 
-    from actors.rollout import rollout_parser, rollout_run_config
     from launch.config import TrainConfig
+    from launch.rollout_cli import rollout_parser, rollout_run_config
 
     cfg = rollout_run_config(rollout_parser().parse_args([]))
     default = TrainConfig()
@@ -518,12 +518,12 @@ def test_bc_agg_is_checked_shared_and_reaches_the_bc_loss():
     aggregations, shapes BC (``bc.from_run`` needs it equal) and is what the BC phase trains with.
     Catches: the BC loss built without it (the default token-mean would stand in silently)."""
     from launch.config import BC_KEYS
-    from launch.train import bc_loss_config
+    from launch.warm_start import bc_loss_config
 
     cfg = resolve_config(DEFAULT_PRESET, ["bc.agg=seq-mean-token-sum"])
     validate(cfg)
-    assert bc_loss_config(cfg).agg == "seq-mean-token-sum"
-    assert bc_loss_config(resolve_config(DEFAULT_PRESET)).agg == "token-mean"
+    assert bc_loss_config(cfg.bc).agg == "seq-mean-token-sum"
+    assert bc_loss_config(resolve_config(DEFAULT_PRESET).bc).agg == "token-mean"
     assert "bc.agg" in BC_KEYS
     assert _error(["bc.agg=seq-sum"]).startswith("bc.agg: unknown value 'seq-sum'")
 

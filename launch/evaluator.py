@@ -1,0 +1,54 @@
+"""Playing a run's evaluation panel through the rollout pool: the policy's episodes, and the zero-shot base
+model's where its cache lacks them (``launch.evaluation`` holds the panel, the baselines and the result, no Ray)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from actors.trajectory import Trajectory
+from launch.baselines import BASE_SEED
+from launch.episode_stats import trajectory_stats
+from launch.evaluation import Evaluation
+from launch.panels import Panel, PanelTask
+from launch.rollout_pool import RolloutPool
+
+
+class PanelEvaluator:
+    """Evaluates the pool's current policy on ``evaluation``'s panel at ``temperature``, sampling with
+    ``sample_seed`` (the panel fixes the tasks and their env seeds)."""
+
+    def __init__(
+        self, pool: RolloutPool, evaluation: Evaluation, temperature: float, sample_seed: int
+    ) -> None:
+        self.pool, self.evaluation = pool, evaluation
+        self.temperature, self.sample_seed = temperature, sample_seed
+
+    def evaluate(self, n: int, *, is_base: bool = False) -> dict[str, Any]:
+        """Success on the panel's first ``n`` tasks (0: all) at the validation temperature (HiPER C.1: 0.4) with its
+        Wilson interval, per task type, beside the random policy and the zero-shot base model on the same (task,
+        seed) pairs, and the model's valid-format rate. ``is_base``: the pool serves the base model itself."""
+        panel = self.evaluation.panel(n)
+        missing = self.evaluation.base_missing(panel)
+        if missing and not is_base:
+            self.base_model_episodes(panel, missing)
+        trajs = self.pool.play(panel.tasks, self.sample_seed, temperature=self.temperature)
+        return self.evaluation.result(panel, trajs, trajectory_stats(trajs), is_base=is_base)
+
+    def base_model_episodes(self, panel: Panel, tasks: Sequence[PanelTask]) -> list[Trajectory]:
+        """The zero-shot base model's episode on each of ``tasks``, cached: every rollout worker gets a zero adapter
+        (LoRA with B = 0 is exactly the base model), plays them, and gets the run's adapters back. Not cached if a
+        worker was replaced meanwhile (its replacement holds the run's adapter)."""
+        current = self.pool.pushed[-1]
+        zero = {name: {k: np.zeros_like(v) for k, v in w.items()} for name, w in current.items()}
+        restarts = self.pool.restarts
+        self.pool.load_everywhere(zero)
+        try:
+            trajs = self.pool.play(tasks, BASE_SEED, temperature=self.temperature)
+        finally:
+            self.pool.load_everywhere(current)
+        if self.pool.restarts == restarts:
+            self.evaluation.store_base(panel, trajs)
+        return trajs

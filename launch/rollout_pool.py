@@ -1,0 +1,232 @@
+"""The rollout workers of one run, driver side: placement, replacement, weight pushes, collections.
+
+Besides the asynchronous stream (``launch/stream.py``), this is the only driver module that calls Ray on the rollout
+workers. It mirrors ``learners/group.LearnerGroup``: the driver hands it tasks and adapter tensors and gets
+``Trajectory`` records back; a worker that dies is replaced in its placement-group bundle with the newest adapter
+and its share of the collection is collected again, whole (a dead worker's partial groups are never used).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import ray
+from ray.util.placement_group import remove_placement_group
+
+from actors.rollout import RolloutWorker, WorkerConfig, unpack_group
+from actors.trajectory import Trajectory
+from cluster.ray_cluster import WORKER_LOST, WorkerResources, place_workers, spawn_in_bundle
+from launch.panels import PanelTask, shards
+
+Weights = dict[str | None, Any]
+"""Adapter tensors (or their object refs) by adapter name; None: the one adapter every role uses."""
+
+CONTROL = "control"
+"""The rollout workers' concurrency group for calls made while an asynchronous ``serve`` runs."""
+
+
+@dataclass
+class Collection:
+    """One rollout worker's share of a collection: which worker, the call (to replay on a replacement) and its
+    result's object ref."""
+
+    worker: int
+    ref: Any
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+
+
+class RolloutPool:
+    """``num_workers`` rollout workers built from ``worker_cfg`` in one placement group (``resources`` each).
+
+    ``version`` counts pushes; ``pushed`` keeps the last two pushes' tensors (a one-step-off checkpoint saves the
+    older: its in-flight rollouts' adapter); ``restarts`` counts replacements, at most ``max_restarts``."""
+
+    def __init__(
+        self, worker_cfg: WorkerConfig, num_workers: int, resources: WorkerResources, *, max_restarts: int
+    ) -> None:
+        self.worker_cfg = worker_cfg
+        self.resources = resources
+        self.max_restarts = max_restarts
+        self.workers, self.pg = place_workers(RolloutWorker, num_workers, resources, worker_cfg)
+        self.version = 0
+        self.pushed: list[Weights] = []
+        self.restarts = 0
+        self.streaming = False
+        """True while an asynchronous collection runs: calls then go through the ``control`` concurrency group."""
+
+    def __len__(self) -> int:
+        return len(self.workers)
+
+    def call(self, index: int, method: str) -> Callable[..., Any]:
+        """``worker.<method>.remote``, beside a running asynchronous collection when there is one."""
+        fn = getattr(self.workers[index], method)
+        return fn.options(concurrency_group=CONTROL).remote if self.streaming else fn.remote
+
+    # -- weights ---------------------------------------------------------------------------------------------
+
+    def _send(self, index: int, weights: Weights) -> bool:
+        """Load every adapter of ``weights`` (tensors or object refs) into one rollout worker."""
+        load = self.call(index, "set_weights")
+        return all(ray.get([load(w, self.version, n) for n, w in weights.items()]))
+
+    def push(self, weights: Weights) -> float:
+        """A new version: ``ray.put`` each adapter once, every worker loads it from the object ref (a dead worker is
+        replaced with these weights). Returns the seconds it took."""
+        t0 = time.perf_counter()
+        self.version += 1
+        self.pushed = [*self.pushed[-1:], weights]
+        refs = {n: ray.put(w) for n, w in weights.items()}
+        ok = []
+        for i in range(len(self.workers)):
+            try:
+                ok.append(self._send(i, refs))
+            except WORKER_LOST as e:
+                self.replace(i, e)
+                ok.append(True)
+        if not all(ok):
+            print(f"[hierarl] warning: {ok.count(False)} rollout worker(s) kept the old adapter", flush=True)
+        return time.perf_counter() - t0
+
+    def load_everywhere(self, weights: Weights) -> None:
+        """Load ``weights`` into every worker without a new version (a temporary swap, e.g. the base model)."""
+        refs = {n: ray.put(w) for n, w in weights.items()}
+        for i in range(len(self.workers)):
+            try:
+                self._send(i, refs)
+            except WORKER_LOST as e:
+                self.replace(i, e)
+
+    # -- collections -----------------------------------------------------------------------------------------
+
+    def start(
+        self, task_ids: Sequence[str], group_size: int, seed: int, *, temperature: float
+    ) -> list[Collection]:
+        """Split the tasks over the workers (worker k plays ``task_ids[k::n]`` with env seed ``seed + k``); whole
+        groups only (a group whose env failed is retried by the worker)."""
+        n = len(self.workers)
+        out = []
+        for k in range(n):
+            shard = list(task_ids[k::n])
+            if shard:
+                c = Collection(
+                    k,
+                    None,
+                    (shard, group_size, seed + k),
+                    {"temperature": temperature, "sample_seed": seed + k},
+                )
+                out.append(self.submit(c))
+        return out
+
+    def submit(self, c: Collection) -> Collection:
+        c.ref = self.workers[c.worker].collect.remote(*c.args, **c.kwargs)
+        return c
+
+    def gather(self, collections: Sequence[Collection]) -> list[Trajectory]:
+        """The groups of every collection; one whose worker died is collected again whole by its replacement."""
+        packed = []
+        for c in collections:
+            while True:
+                try:
+                    packed.extend(ray.get(c.ref))
+                    break
+                except WORKER_LOST as e:
+                    self.replace(c.worker, e)
+                    self.submit(c)
+        return [t for g in map(unpack_group, packed) for t in g.trajectories]
+
+    def collect(
+        self, task_ids: Sequence[str], group_size: int, seed: int, *, temperature: float
+    ) -> list[Trajectory]:
+        return self.gather(self.start(task_ids, group_size, seed, temperature=temperature))
+
+    @staticmethod
+    def wait(collections: Sequence[Collection]) -> None:
+        """Until every collection is done (without fetching it)."""
+        refs = [c.ref for c in collections]
+        ray.wait(refs, num_returns=len(refs))
+
+    def play(self, tasks: Sequence[PanelTask], sample_seed: int, *, temperature: float) -> list[Trajectory]:
+        """One episode of each (task id, env seed) pair, dealt over the workers with each pair's own env seed (the
+        split changes nothing about what is played)."""
+        collections = [
+            self.submit(
+                Collection(
+                    k,
+                    None,
+                    ([p.task_id for p in shard], 1, None),
+                    {
+                        "temperature": temperature,
+                        "sample_seed": sample_seed + k,
+                        "seeds": [p.seed for p in shard],
+                    },
+                )
+            )
+            for k, shard in enumerate(shards(tasks, len(self.workers)))
+            if shard
+        ]
+        return self.gather(collections)
+
+    def sample(self, prompts: Sequence[np.ndarray], role: str, seed: int) -> list[Any]:
+        """One response per prompt from ``role``'s adapter, spread over the workers, in prompt order."""
+        n = len(self.workers)
+        parts = [list(range(k, len(prompts), n)) for k in range(n)]
+        refs = [
+            self.workers[k].sample.remote([prompts[i].tolist() for i in idx], role, seed + k)
+            for k, idx in enumerate(parts)
+            if idx
+        ]
+        out: list[Any] = [None] * len(prompts)
+        for idx, results in zip([p for p in parts if p], ray.get(refs), strict=True):
+            for i, r in zip(idx, results, strict=True):
+                out[i] = r
+        return out
+
+    def counters(self) -> dict[str, float]:
+        """The workers' cumulative counters, summed, with ``rollout_restarts`` (a replacement's own start at 0)."""
+        totals: dict[str, float] = {}
+        for c in ray.get([self.call(i, "counters")() for i in range(len(self.workers))]):
+            for k, v in c.items():
+                totals[k] = totals.get(k, 0) + v
+        totals["rollout_restarts"] = self.restarts
+        return totals
+
+    # -- faults and shutdown ---------------------------------------------------------------------------------
+
+    def replace(self, index: int, error: Exception) -> None:
+        """A new worker in the dead one's placement-group bundle, with the newest adapter loaded."""
+        if self.restarts >= self.max_restarts:
+            raise RuntimeError(
+                f"rollout worker {index} died ({type(error).__name__}) and rollout.max_restarts "
+                f"({self.max_restarts}) replacements were used up"
+            ) from error
+        self.restarts += 1
+        t0 = time.perf_counter()
+        ray.kill(self.workers[index])
+        n = len(self.workers)
+        self.workers[index] = spawn_in_bundle(
+            RolloutWorker, self.pg, index, n, self.resources, self.worker_cfg
+        )
+        if self.pushed:
+            self._send(index, self.pushed[-1])
+        print(
+            f"[hierarl] rollout worker {index} died ({type(error).__name__}); replaced in "
+            f"{time.perf_counter() - t0:.1f}s with adapter v{self.version} "
+            f"({self.restarts}/{self.max_restarts} restarts); its groups are re-collected",
+            flush=True,
+        )
+
+    def close(self) -> None:
+        """Stop the env pools and engines, kill the actors, remove the placement group."""
+        for w in self.workers:
+            try:
+                ray.get(w.close.remote(), timeout=60)
+            except Exception as e:  # shutting down: report, don't mask the run's result
+                print(f"[hierarl] rollout worker close failed: {e}")
+            ray.kill(w)
+        self.workers = []
+        remove_placement_group(self.pg)

@@ -1,0 +1,199 @@
+"""The one record of a run: every metrics row goes to ``metrics.jsonl``, the configured backends (TensorBoard,
+Weights & Biases) and the Ray dashboard's gauges; the iteration line and the final table are printed from the same
+rows.
+
+Backends (``log.backends``): ``tensorboard`` (``<run_dir>/tb``, one scalar per numeric field at step
+``iteration``, flushed at once so a killed run keeps its last row) and ``wandb`` (optional: install ``wandb``;
+``log.wandb_mode=offline``, the default, writes under ``<run_dir>/wandb`` without a network, ``wandb sync`` uploads
+later). A resume rewrites what it can: ``metrics.jsonl`` and ``tb/`` are written anew from the rows kept (TensorBoard
+cannot drop events), W&B continues its run.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from cluster.metrics import RunMetrics
+
+BACKENDS = ("tensorboard", "wandb")
+
+
+class RunLog:
+    """Rows of one run (``history``) and where they go; ``cfg`` is the run config's ``log`` section."""
+
+    def __init__(
+        self, run_dir: Path, cfg: Any, *, algo: str, env: str, config: dict[str, Any] | None = None
+    ) -> None:
+        self.run_dir, self.cfg = run_dir, cfg
+        self.path = run_dir / "metrics.jsonl"
+        self.history: list[dict[str, Any]] = []
+        self.gauges = RunMetrics(run=run_dir.name, algo=algo, env=env)
+        self._tb: Any = None
+        self._wandb: Any = None
+        if "wandb" in cfg.backends:
+            import wandb
+
+            self._wandb = wandb.init(
+                project=cfg.wandb_project,
+                name=run_dir.name,
+                dir=str(run_dir),
+                mode=cfg.wandb_mode,
+                config=config or {},
+                resume="allow",
+                id=run_dir.name,
+            )
+
+    def log(self, record: dict[str, Any]) -> None:
+        self.history.append(record)
+        with open(self.path, "a") as f:
+            f.write(json.dumps(record) + "\n")
+        self._backends(record)
+        self.gauges.record(record)
+
+    def _backends(self, record: dict[str, Any]) -> None:
+        step = int(record.get("iteration", 0))
+        scalars = {
+            k: v
+            for k, v in record.items()
+            if isinstance(v, int | float) and not isinstance(v, bool) and k != "iteration"
+        }
+        if "tensorboard" in self.cfg.backends:
+            if self._tb is None:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self._tb = SummaryWriter(str(self.run_dir / "tb"))
+            for k, v in scalars.items():
+                self._tb.add_scalar(k, v, step)
+            self._tb.flush()
+        if self._wandb is not None:
+            self._wandb.log(
+                {f"{record.get('phase', 'rl')}/{k}": v for k, v in scalars.items()}, step=max(step, 0)
+            )
+
+    def restart(self, history: Sequence[dict[str, Any]]) -> None:
+        """Make ``metrics.jsonl`` and TensorBoard hold exactly ``history`` (a resume drops the rows after its
+        checkpoint)."""
+        self.history = list(history)
+        self.path.write_text("".join(json.dumps(r) + "\n" for r in self.history))
+        if self._tb is not None:
+            self._tb.close()
+            self._tb = None
+        shutil.rmtree(self.run_dir / "tb", ignore_errors=True)
+        for record in self.history:
+            if "tensorboard" in self.cfg.backends:
+                self._backends({**record})
+
+    def read(self) -> list[dict[str, Any]]:
+        """The rows ``metrics.jsonl`` holds (a run being resumed)."""
+        if not self.path.exists():
+            return []
+        return [json.loads(line) for line in self.path.read_text().splitlines() if line]
+
+    def close(self) -> None:
+        if self._tb is not None:
+            self._tb.close()
+        if self._wandb is not None:
+            self._wandb.finish()
+
+
+# -- what is printed -------------------------------------------------------------------------------------------
+
+
+def eval_fields(ev: dict[str, Any]) -> dict[str, Any]:
+    """An eval result as metric keys: eval_success with its Wilson 95 % interval (eval_ci_low, eval_ci_high, over
+    eval_n tasks), eval_random, eval_base (the zero-shot base model), eval_valid_format, eval_<task type>..., and
+    the panel's label and per-task outcomes (``eval_panel``, ``eval_outcomes``: one character per task, in panel
+    order), which paired comparisons of two runs read."""
+    keys = (
+        "success",
+        "ci_low",
+        "ci_high",
+        "n",
+        "random",
+        "base",
+        "valid_format",
+        "subgoal_completion",
+        "dropped",
+    )
+    out: dict[str, Any] = {f"eval_{k}": ev[k] for k in (*keys, "panel", "outcomes") if k in ev}
+    out.update({f"eval_valid_format_{role}": v for role, v in ev.get("valid_roles", {}).items()})
+    out.update({f"eval_{k}": v for k, v in ev.get("per_type", {}).items()})
+    return out
+
+
+def eval_text(ev: dict[str, Any]) -> str:
+    dropped = f" ({ev['dropped']} dropped, counted lost)" if ev.get("dropped") else ""
+    types = ", ".join(f"{k} {v:.2f}" for k, v in ev["per_type"].items()) if len(ev["per_type"]) > 1 else ""
+    return (
+        f"success {ev['success']:.3f} [{ev['ci_low']:.3f}, {ev['ci_high']:.3f}] (Wilson 95 %) on {ev['n']} tasks "
+        f"of panel {ev['panel']}{dropped} · random policy {ev['random']:.3f} · base model {ev['base']:.3f} · "
+        f"valid format {ev['valid_format']:.2f}" + (f" · per type: {types}" if types else "")
+    )
+
+
+def iteration_line(r: dict[str, Any]) -> str:
+    parts = [
+        f"iter {r['iteration']:>3}",
+        f"success {r['success']:.2f}",
+        f"return {r['return']:+.2f}",
+        f"valid {r['valid_format']:.2f}",
+        f"kl {r.get('kl', 0.0):.4f}",
+        f"update kl {r.get('kl_update', 0.0):.4f}",
+        f"entropy {r.get('entropy', 0.0):.2f}",
+        f"switch {r['switch_rate']:.2f}",
+        f"seglen {r['segment_len']:.1f}",
+        f"tok {r['prompt_tokens']:.0f}+{r['response_tokens']:.0f}",
+        f"gap {r.get('logprob_gap', 0.0):.3f}",
+    ]
+    if "switch_agreement" in r:
+        parts.append(f"expert-switch agreement {r['switch_agreement']:.2f}")
+    if r.get("policy_lag"):
+        parts.append(f"lag {r['policy_lag']}")
+    if "eval_success" in r:
+        parts.append(eval_short(r))
+    parts.append(
+        "time "
+        + " ".join(
+            f"{k[5:]}={v:.1f}s" for k, v in r.items() if k.startswith("time_") and k != "time_iteration"
+        )
+    )
+    return " | ".join(parts)
+
+
+def eval_short(r: dict[str, Any]) -> str:
+    """``EVAL 0.33 [0.18,0.53] (random 0.02, base 0.00)``: a metrics row's eval with its Wilson 95 % interval."""
+    nan = float("nan")
+    return (
+        f"EVAL {r['eval_success']:.2f} [{r.get('eval_ci_low', nan):.2f},{r.get('eval_ci_high', nan):.2f}] "
+        f"(random {r.get('eval_random', nan):.2f}, base {r.get('eval_base', nan):.2f})"
+    )
+
+
+def final_table(history: Sequence[dict[str, Any]]) -> str:
+    """The run's rows: train success, eval success with its Wilson 95 % interval beside the random policy and the
+    zero-shot base model on the same panel pairs, eval format validity, return, iteration time."""
+    nan = float("nan")
+    rows = [
+        "",
+        "phase      iter  train_success  eval_success  [95% Wilson]   eval_random  eval_base  eval_valid  return   "
+        "iter_time_s",
+    ]
+    for r in history:
+        ci = f"[{r['eval_ci_low']:.3f}, {r['eval_ci_high']:.3f}]" if "eval_ci_low" in r else ""
+        rows.append(
+            f"{r.get('phase', ''):<10} {r.get('iteration', ''):>4}  "
+            f"{r.get('success', nan):>13.3f}  {r.get('eval_success', nan):>12.3f}  {ci:<14} "
+            f"{r.get('eval_random', nan):>11.3f}  {r.get('eval_base', nan):>9.3f}  "
+            f"{r.get('eval_valid_format', nan):>10.2f}  "
+            f"{r.get('return', nan):>+7.2f}  {r.get('time_iteration', nan):>11.1f}"
+        )
+    panels = sorted({f"{r['eval_panel']} ({r['eval_n']} tasks)" for r in history if "eval_n" in r})
+    if panels:
+        rows.append(
+            f"eval panel: {', '.join(panels)}; random / base: the random policy / the zero-shot base model"
+        )
+    return "\n".join(rows)

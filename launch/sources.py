@@ -1,0 +1,107 @@
+"""Where an iteration's trajectories come from: one interface for the synchronous loop (with or without one
+iteration prefetched: one-step-off), asynchronous streaming (``launch/stream.py``) and stored data
+(``launch/offline.py``).
+
+    source.take(k)        → IterationData (the trajectories iteration k trains on, and their statistics)
+    source.before_push()  → wait for rollouts still in flight that must not queue behind the weight push
+    source.pause()        → stop generating before an evaluation needs the workers (True if anything ran)
+    source.close()        → the run is over
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from actors.trajectory import Trajectory
+from launch.episode_stats import trajectory_stats
+from launch.rollout_pool import Collection, RolloutPool
+
+
+@dataclass
+class IterationData:
+    """One iteration's trajectories and the statistics of the episodes the policy played in it."""
+
+    trajectories: list[Trajectory]
+    stats: dict[str, float] = field(default_factory=dict)
+
+
+class IterationSource(Protocol):
+    def take(self, iteration: int) -> IterationData: ...
+
+    def before_push(self) -> bool:
+        """Wait for what must finish before the push; True if there was anything to wait for."""
+        ...
+
+    def pause(self) -> bool:
+        """Stop generating (an evaluation needs the workers); True if anything was running."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def iteration_tasks(train_ids: Sequence[str], seed: int, batch: int, groups: int) -> tuple[list[str], int]:
+    """The tasks and env seed of iteration (or asynchronous batch) ``batch``: a function of (seed, batch) only, so a
+    resumed, one-step-off or asynchronous run draws what the uninterrupted synchronous one draws."""
+    rng = random.Random(seed * 1_000_003 + batch)
+    return rng.sample(list(train_ids), min(groups, len(train_ids))), seed * 7919 + batch
+
+
+class SyncRollouts:
+    """Fresh rollouts of iteration k's tasks. ``prefetch``: iteration k+1's are generated (from the adapter before
+    iteration k's update) while iteration k updates: one-step-off, the policy lagging one version."""
+
+    def __init__(
+        self,
+        pool: RolloutPool,
+        rollout_cfg: Any,
+        train_ids: Sequence[str],
+        *,
+        seed: int,
+        last: int,
+        prefetch: bool,
+    ) -> None:
+        self.pool, self.cfg, self.train_ids = pool, rollout_cfg, list(train_ids)
+        self.seed, self.last, self.prefetch = seed, last, prefetch
+        self.pending: list[Collection] = []
+
+    def start(self, iteration: int) -> list[Collection]:
+        tasks, seed = iteration_tasks(self.train_ids, self.seed, iteration, self.cfg.groups_per_iter)
+        return self.pool.start(tasks, self.cfg.group_size, seed, temperature=self.cfg.temperature)
+
+    def resume_in_flight(self, iteration: int, behaviour: dict[str, Any] | None, where: Any) -> None:
+        """A resumed one-step-off run: iteration ``iteration``'s rollouts go in flight now from ``behaviour``, the
+        adapter the uninterrupted run generated them with (saved with the checkpoint ``where``), under the version
+        it had; then the current adapter is back. Without one, the iteration is on-policy (said in one line)."""
+        if behaviour is None:
+            print(
+                f"[hierarl] {where} has no behaviour adapter: iteration {iteration} is on-policy", flush=True
+            )
+            return
+        current = self.pool.pushed[-1]
+        self.pool.version -= 2
+        self.pool.push({None: behaviour})
+        self.pending = self.start(iteration)
+        self.pool.push(current)
+
+    def take(self, iteration: int) -> IterationData:
+        trajs = self.pool.gather(self.pending or self.start(iteration))
+        self.pending = self.start(iteration + 1) if self.prefetch and iteration < self.last else []
+        stats = trajectory_stats(trajs)
+        stats["groups_dropped"] = self.cfg.groups_per_iter - len({t.group_id for t in trajs})
+        return IterationData(trajs, stats)
+
+    def before_push(self) -> bool:
+        # the push would otherwise queue behind the next iteration's rollouts in the actors
+        if self.pending:
+            self.pool.wait(self.pending)
+        return bool(self.pending)
+
+    def pause(self) -> bool:
+        """Nothing runs between iterations but a prefetch, which evaluation may queue behind."""
+        return False
+
+    def close(self) -> None:
+        self.pending = []

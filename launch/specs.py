@@ -1,0 +1,177 @@
+"""The run config turned into each part's spec: the one module besides the driver that reads the whole
+``TrainConfig``, so that every part of the driver gets only its own section and the records built here.
+
+``learner_spec`` (the learner workers: LoRA, optimizer settings, the algorithm's critic and adapters),
+``rollout_worker_config`` (the rollout workers: engine, protocol, env, sampling), ``expert_demonstrations`` (what
+BC and the offline datasets start from), ``env_task_ids``.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from actors.demos import collect_demonstrations
+from actors.inference import LoraSpec
+from actors.rollout import WorkerConfig
+from actors.trajectory import Trajectory
+from cluster.ray_cluster import node_cores
+from launch.algos import get_algo
+from launch.config import TrainConfig, reference_adapters, torch_threads
+from launch.hisr import RewardModels, reward_model_learners
+from launch.offline import OfflineData
+from learners.algorithm import Algorithm
+from learners.worker import LearnerSpec
+
+
+def learner_adapters(cfg: TrainConfig) -> tuple[tuple[str, float], ...]:
+    """(name, lr) of every policy adapter the learner trains (empty: the one adapter ``default`` at ``actor_lr``)."""
+    return tuple((n, cfg.learner.adapter_lr.get(n, cfg.learner.actor_lr)) for n in cfg.model.adapter_names)
+
+
+def learner_spec(
+    cfg: TrainConfig, algo: Algorithm, algo_cfg: Any, model_path: str, device: str
+) -> LearnerSpec:
+    """The learner workers' spec for a run: its LoRA, optimizer settings, the algorithm's critic and adapters (HISR:
+    the hindsight model's adapter and the SPRM beside the policy's)."""
+    adapters, extra_critics = learner_adapters(cfg), ()
+    if algo.reward_models:
+        hindsight, sprm = reward_model_learners(algo_cfg, model_path)
+        adapters, extra_critics = (*(adapters or (("default", cfg.learner.actor_lr),)), hindsight), (sprm,)
+    return LearnerSpec(
+        model_path=model_path,
+        lora=lora_spec(cfg),
+        dtype=cfg.learner.dtype,
+        device=device,
+        zero_stage=cfg.learner.zero_stage,
+        actor_lr=cfg.learner.actor_lr,
+        critic_lr=cfg.learner.critic_lr,
+        max_grad_norm=cfg.learner.max_grad_norm,
+        micro_batch_size=cfg.learner.micro_batch_size,
+        gradient_checkpointing=cfg.learner.gradient_checkpointing,
+        value_heads=algo.value_heads,
+        target_critic=algo.target_critic,
+        adapters=adapters,
+        extra_critics=extra_critics,
+        frozen_adapters=reference_adapters(cfg, algo, algo_cfg),
+        seed=cfg.seed,
+        torch_threads=torch_threads(cfg, cfg.learner.num_workers, node_cores(), device),
+    )
+
+
+def env_task_ids(cfg: TrainConfig, split: str) -> list[str]:
+    """The run's env's task ids of ``split`` (one env built and closed)."""
+    import envs
+
+    env = envs.make(cfg.env.name, **dict(cfg.env.options))
+    try:
+        return list(env.task_ids(split))
+    finally:
+        env.close()
+
+
+def expert_demonstrations(cfg: TrainConfig, tokenizer: Any, task_ids: Sequence[str]) -> list[Trajectory]:
+    """The env expert's won episodes on ``bc.episodes`` of ``task_ids`` (drawn from the run's seed), in the agent's
+    format and with its prompts."""
+    ids = random.Random(cfg.seed).sample(list(task_ids), min(cfg.bc.episodes, len(task_ids)))
+    return collect_demonstrations(
+        cfg.env.name,
+        cfg.rollout.agent,
+        ids,
+        tokenizer=tokenizer,
+        env_options=dict(cfg.env.options),
+        max_steps=cfg.env.max_steps,
+        history_length=cfg.rollout.history_length,
+        agent_options=dict(cfg.rollout.agent_options),
+    )
+
+
+def lora_spec(cfg: TrainConfig) -> LoraSpec:
+    m = cfg.model
+    return LoraSpec(m.lora_rank, m.lora_alpha, m.lora_targets, m.lora_dropout)
+
+
+def rollout_worker_config(cfg: TrainConfig, model_path: str, device: str, **overrides: Any) -> WorkerConfig:
+    """The rollout workers' config from a run config (training and ``hierarl eval`` build it the same way)."""
+    fields: dict[str, Any] = {
+        "model_path": model_path,
+        "engine": cfg.rollout.engine,
+        "weight_sync": cfg.rollout.weight_sync,
+        "dtype": cfg.model.dtype,
+        "device": device,
+        "lora": lora_spec(cfg),
+        "protocol": cfg.rollout.agent,
+        "env_name": cfg.env.name,
+        "env_options": dict(cfg.env.options),
+        "num_envs": cfg.env.workers_per_rollout,
+        "use_env_pool": cfg.env.use_pool,
+        "step_timeout_s": cfg.env.step_timeout_s,
+        "max_steps": cfg.env.max_steps,
+        "temperature": cfg.rollout.temperature,
+        "top_p": cfg.rollout.top_p,
+        "max_new_tokens": cfg.rollout.max_new_tokens,
+        "max_model_len": cfg.model.max_model_len,
+        "history_length": cfg.rollout.history_length,
+        "max_group_retries": cfg.rollout.max_group_retries,
+        "seed": cfg.seed,
+        "agent_options": dict(cfg.rollout.agent_options),
+        "adapters": dict(cfg.model.role_adapters) or {"policy": "policy"},
+        "torch_threads": torch_threads(cfg, cfg.rollout.num_workers, node_cores(), device),
+    }
+    return WorkerConfig(**{**fields, **overrides})
+
+
+def reward_models(
+    cfg: TrainConfig,
+    algo_cfg: Any,
+    tokenizer: Any,
+    pad_id: int,
+    pool: Any,
+    train_ids: Sequence[str],
+    run: Any,
+) -> RewardModels | None:
+    """HISR's reward models for a run whose algorithm trains them (else None), on the learner group ``run.learner``
+    holds (asked at every call: a rebuilt group replaces it), logging through ``run.log``."""
+    if not get_algo(cfg.algo).reward_models:
+        return None
+    return RewardModels(
+        algo_cfg,
+        Path(cfg.run_dir) / "hisr",
+        tokenizer,
+        agent=cfg.rollout.agent,
+        env_name=cfg.env.name,
+        max_seq_len=cfg.learner.max_seq_len,
+        pad_id=pad_id,
+        seed=cfg.seed,
+        learner=lambda: run.learner,
+        collect=pool.collect,
+        train_ids=train_ids,
+        log=run.log.log,
+    )
+
+
+def offline_data(
+    cfg: TrainConfig, algo: Algorithm, algo_cfg: Any, pool: Any, train_ids: Sequence[str], run: Any
+) -> OfflineData | None:
+    """The stored data of an offline algorithm (else None): BC's demonstrations (``run.demonstrations``) and the
+    pool's rollouts; the online phase's KL reference frozen by ``run.updater``."""
+    if not algo.offline:
+        return None
+    return OfflineData(
+        algo_cfg,
+        Path(cfg.run_dir) / "offline",
+        anchor_role=algo.anchor_role,
+        seed=cfg.seed,
+        env_name=cfg.env.name,
+        train_split=cfg.env.train_split,
+        group_size=cfg.rollout.group_size,
+        temperature=cfg.rollout.temperature,
+        train_ids=train_ids,
+        demonstrations=run.demonstrations,
+        collect=pool.collect,
+        sample=pool.sample,
+        log=run.log.log,
+        freeze_reference=run.updater.freeze_reference if algo.uses_reference(algo_cfg) else None,
+    )

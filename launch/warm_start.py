@@ -1,0 +1,74 @@
+"""Where the policy starts before RL: behaviour cloning on the env expert's demonstrations, another run's BC
+checkpoint (``bc.from_run``), or a saved PEFT adapter (``model.init_adapter``)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from actors.inference import LoraSpec
+from actors.rollout import read_peft_adapter
+from actors.trajectory import Trajectory
+from launch.algos import get_algo
+from launch.updater import Updater
+from learners.group import LearnerGroup
+
+
+def bc_loss_config(bc_cfg: Any) -> Any:
+    """The SFT config of the behaviour-cloning warm start (``bc``: the run's BC section): NLL aggregated by
+    ``bc.agg``."""
+    return get_algo("sft").Config(agg=bc_cfg.agg)
+
+
+def behaviour_cloning(
+    updater: Updater, demos: Sequence[Trajectory], bc_cfg: Any, *, seed: int
+) -> dict[str, Any]:
+    """``bc_cfg.epochs`` SFT epochs on ``demos`` (``bc``: the run's BC section) through the run's learner group, at
+    the BC learning rate and mini-batch; NLL aggregated by ``bc.agg``. Returns the BC row's fields."""
+    t0 = time.perf_counter()
+    sft = get_algo("sft")
+    out: dict[str, Any] = {"demos": len(demos), "turns": sum(len(d.turns) for d in demos)}
+    for epoch in range(bc_cfg.epochs):
+        m, _ = updater.update(
+            list(demos),
+            sft,
+            bc_loss_config(bc_cfg),
+            seed=seed + epoch,
+            lr=bc_cfg.lr,
+            mini_batch_size=bc_cfg.mini_batch_size,
+        )
+        out[f"nll_epoch{epoch}"] = m.get("nll", float("nan"))
+        print(
+            f"[hierarl] BC epoch {epoch + 1}/{bc_cfg.epochs}: nll {out[f'nll_epoch{epoch}']:.3f} "
+            f"({time.perf_counter() - t0:.0f}s)",
+            flush=True,
+        )
+    out["wall_s"] = time.perf_counter() - t0
+    return out
+
+
+def bc_from_run(learner: LearnerGroup, ckpt: Path, adapters: Sequence[str]) -> dict[str, Any]:
+    """``bc.from_run``: the policy adapters (with their optimizer state) after another run's BC, and that run's BC
+    row (its demonstrations, NLLs and wall time; the critic, which BC never trains, keeps its initialisation)."""
+    learner.load_checkpoint(str(ckpt), only=list(adapters))
+    rows = (json.loads(r) for r in (ckpt.parent.parent / "metrics.jsonl").read_text().splitlines() if r)
+    bc = next((r for r in rows if r.get("phase") == "bc"), {})
+    keep = {k: v for k, v in bc.items() if k in ("demos", "turns", "wall_s") or k.startswith("nll_epoch")}
+    print(f"[hierarl] BC warm start taken from {ckpt}", flush=True)
+    return {"demos": 0, "turns": 0, "wall_s": 0.0, **keep, "bc_from_run": str(ckpt.parent.parent)}
+
+
+def load_init_adapter(learner: LearnerGroup, path: str, lora: LoraSpec) -> None:
+    """Warm start from a saved PEFT adapter (e.g. another run's BC checkpoint), checked against the run's LoRA."""
+    weights, spec = read_peft_adapter(Path(path).expanduser())
+    mine = (lora.rank, lora.alpha, tuple(sorted(lora.target_modules)))
+    if (spec.rank, spec.alpha, tuple(sorted(spec.target_modules))) != mine:
+        raise ValueError(
+            f"model.init_adapter {path}: rank/alpha/targets {spec.rank}/{spec.alpha}/{spec.target_modules} "
+            f"differ from the run's {lora.rank}/{lora.alpha}/{lora.target_modules}"
+        )
+    learner.load_adapter_weights(weights)
+    print(f"[hierarl] policy initialised from {path}", flush=True)
