@@ -25,7 +25,8 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from actors.models import pick_dtype
+from common.dtypes import pick_dtype
+from common.lora import LoraSpec
 
 
 @dataclass(frozen=True)
@@ -55,28 +56,6 @@ class GenerationResult:
     finish_reason: str
     adapter: str | None = None
     adapter_version: int = 0
-
-
-@dataclass(frozen=True)
-class LoraSpec:
-    """What a LoRA adapter is, besides its tensors (PEFT ``adapter_config.json`` fields)."""
-
-    rank: int
-    alpha: int
-    target_modules: tuple[str, ...]
-    dropout: float = 0.0
-
-    def peft_config(self) -> dict[str, Any]:
-        return {
-            "peft_type": "LORA",
-            "task_type": "CAUSAL_LM",
-            "r": self.rank,
-            "lora_alpha": self.alpha,
-            "lora_dropout": self.dropout,
-            "target_modules": list(self.target_modules),
-            "bias": "none",
-            "inference_mode": True,
-        }
 
 
 class InferenceEngine(Protocol):

@@ -42,9 +42,10 @@ import numpy as np
 from actors.agent_loop import ModelCall, _adapter_for, make_agent
 from actors.agents.parsing import masks_for_parse, normalize_ws, render_prompt, token_offsets_from_pieces
 from actors.env_pool import EnvPool, EnvResult, _build_env
-from actors.inference import GenerationRequest, GenerationResult, InferenceEngine, LoraSpec, SamplingParams
-from actors.progress import Ticker
+from actors.inference import GenerationRequest, GenerationResult, InferenceEngine, SamplingParams
 from actors.trajectory import Trajectory, TrajectoryGroup, Turn, from_numpy_dict, to_numpy_dict
+from common.lora import LoraSpec
+from common.progress import Ticker
 
 
 @dataclass(frozen=True)

@@ -44,8 +44,9 @@ def run(
 ) -> dict[str, Any]:
     import numpy as np
 
-    from actors.inference import GenerationRequest, HFEngine, LoraSpec, SamplingParams, VLLMEngine
+    from actors.inference import GenerationRequest, HFEngine, SamplingParams, VLLMEngine
     from actors.models import resolve_model_path
+    from common.lora import LoraSpec
     from learners.algos import grpo
     from learners.worker import LearnerSpec, LearnerWorker
 

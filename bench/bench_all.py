@@ -107,7 +107,7 @@ def bare_policy_steps(path: str, spec: Any, batch: Any, steps: int, device: str)
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from actors.models import pick_dtype
+    from common.dtypes import pick_dtype
     from learners.worker import _ds_config
 
     torch.manual_seed(0)
@@ -152,9 +152,9 @@ def learner_child(out: Path, quick: bool) -> None:
     import ray
     from bench_checkpoints import _free_port, synthetic_batch
 
-    from actors.inference import LoraSpec
     from actors.models import resolve_model_path
     from cluster.ray_cluster import WorkerResources
+    from common.lora import LoraSpec
     from learners.algos import grpo
     from learners.group import LearnerGroup
     from learners.worker import LearnerSpec, _init_dist
@@ -334,7 +334,7 @@ def main() -> None:
         return
     from bench_prompts import cpu_model
 
-    from actors.models import pick_dtype
+    from common.dtypes import pick_dtype
 
     fns = {"rollout": rollout, "learner": learner, "pipeline": pipeline, "envs": envs}
     fns |= {"prompts": prompts, "memory": memory}

@@ -105,9 +105,10 @@ def measure(kind: str, args: argparse.Namespace) -> dict[str, Any]:
     """One engine, in this process."""
     import numpy as np
 
-    from actors.inference import GenerationRequest, LoraSpec, SamplingParams, make_engine
+    from actors.inference import GenerationRequest, SamplingParams, make_engine
     from actors.models import resolve_model_path
     from actors.rollout import zero_lora_weights
+    from common.lora import LoraSpec
 
     engine_kind, merged = KINDS[kind]
     path = resolve_model_path(args.model)
@@ -181,7 +182,8 @@ def main() -> None:
     hf = next((r["tokens_per_s"] for r in results if r["engine"] == "hf"), float("nan"))
     for r in results:
         r["tokens_per_s_vs_hf"] = r["tokens_per_s"] / hf
-    from actors.models import pick_dtype, resolve_model_path
+    from actors.models import resolve_model_path
+    from common.dtypes import pick_dtype
 
     params = parameter_count(resolve_model_path(args.model))
     weight_bytes = params * pick_dtype(args.dtype).itemsize

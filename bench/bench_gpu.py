@@ -232,7 +232,7 @@ def main() -> None:
     import torch
     import transformers
 
-    from actors.inference import LoraSpec
+    from common.lora import LoraSpec
     from learners.worker import LearnerSpec, _init_dist
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])

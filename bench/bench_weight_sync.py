@@ -44,8 +44,9 @@ class Receiver:
     """A rollout worker reduced to its weight path: one engine, ``receive`` = fetch the ref + ``load_adapter``."""
 
     def __init__(self, engine_kind: str, model_path: str, rank: int, targets: tuple[str, ...]) -> None:
-        from actors.inference import LoraSpec, make_engine
+        from actors.inference import make_engine
         from actors.rollout import zero_lora_weights
+        from common.lora import LoraSpec
 
         self.spec = LoraSpec(rank, 2 * rank, targets)
         self.engine = make_engine(engine_kind, model_path, self.spec, max_model_len=512)
@@ -79,8 +80,8 @@ def random_adapter(model_path: str, rank: int, targets: tuple[str, ...]) -> dict
     """LoRA tensors of the right PEFT names and shapes, small random values (both A and B non-zero)."""
     import numpy as np
 
-    from actors.inference import LoraSpec
     from actors.rollout import zero_lora_weights
+    from common.lora import LoraSpec
 
     rng = np.random.default_rng(0)
     zeros = zero_lora_weights(model_path, LoraSpec(rank, 2 * rank, targets))

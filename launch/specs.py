@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from actors.demos import collect_demonstrations
-from actors.inference import LoraSpec
 from actors.rollout import WorkerConfig
 from actors.trajectory import Trajectory
 from cluster.ray_cluster import node_cores
+from common.lora import LoraSpec
 from launch.algos import get_algo
 from launch.config import TrainConfig, reference_adapters, torch_threads
 from launch.hisr import RewardModels, reward_model_learners

@@ -155,16 +155,18 @@ class Trainer:
             metrics, update_timings = self.update_recovering(data.trajectories, it)
             timings.update(update_timings)
             with timed(timings, "rollout_wait"):
-                if not source.before_push():
-                    del timings["rollout_wait"]  # nothing was in flight
+                waited = source.before_push()
+            if not waited:  # nothing was in flight
+                timings.pop("rollout_wait")
             with timed(timings, "push"):
                 self.push()
             record = {"iteration": it, "phase": "rl", "version": self.pool.version, **data.stats, **metrics}
             record.update(self.fault_counters(it))
             if cfg.eval_every and it % cfg.eval_every == 0:
                 with timed(timings, "rollout_pause"):
-                    if not source.pause():  # evaluation needs the workers
-                        del timings["rollout_pause"]
+                    paused = source.pause()  # evaluation needs the workers
+                if not paused:
+                    timings.pop("rollout_pause")
                 with timed(timings, "eval"):
                     record.update(eval_fields(self.evaluate(cfg.eval_episodes)))
             if cfg.checkpoint_every and it % cfg.checkpoint_every == 0:

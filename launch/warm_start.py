@@ -9,9 +9,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from actors.inference import LoraSpec
 from actors.rollout import read_peft_adapter
 from actors.trajectory import Trajectory
+from common.lora import LoraSpec
 from launch.algos import get_algo
 from launch.updater import Updater
 from learners.group import LearnerGroup

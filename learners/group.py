@@ -17,8 +17,8 @@ import ray
 from ray.exceptions import RayActorError
 from ray.util.placement_group import remove_placement_group
 
-from actors.progress import Ticker
 from cluster.ray_cluster import WorkerResources, place_workers
+from common.progress import Ticker
 from learners.algorithm import PolicyLossFn, ValueLossFn
 from learners.batch import LearnerBatch, Sequences, micro_batches, row_lengths
 from learners.prepare import minibatch

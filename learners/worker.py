@@ -38,8 +38,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from actors.inference import LoraSpec
-from actors.models import pick_dtype
+from common.dtypes import pick_dtype
+from common.lora import LoraSpec
 from learners.algorithm import PolicyLossFn, ValueLossFn
 from learners.batch import LearnerBatch, Sequences, micro_batches
 from learners.losses import entropy_from_logprobs

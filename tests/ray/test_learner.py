@@ -34,7 +34,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("deepspeed")
 pytest.importorskip("peft")
 
-from actors.inference import LoraSpec  # noqa: E402
+from common.lora import LoraSpec  # noqa: E402
 from learners.algos import grpo, hiper  # noqa: E402
 from learners.batch import LearnerBatch, Sequences  # noqa: E402
 from learners.losses import aggregation_weights  # noqa: E402

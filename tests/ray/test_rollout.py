@@ -38,8 +38,8 @@ def tiny(tmp_path_factory):
     from peft import LoraConfig, get_peft_model, get_peft_model_state_dict
     from transformers import AutoModelForCausalLM
 
-    from actors.inference import LoraSpec
     from actors.models import build_tiny_model
+    from common.lora import LoraSpec
 
     path = build_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
     spec = LoraSpec(rank=8, alpha=16, target_modules=("q_proj", "v_proj"))

@@ -6,8 +6,9 @@ import numpy as np
 import torch
 from safetensors.torch import save_file
 
-from actors.inference import LoraSpec, write_peft_adapter
+from actors.inference import write_peft_adapter
 from actors.rollout import read_peft_adapter
+from common.lora import LoraSpec
 
 
 def test_bf16_adapter_reads_as_float32(tmp_path):

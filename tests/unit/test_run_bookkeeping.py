@@ -51,7 +51,7 @@ def test_iterations_without_samples_warn_then_fail(capsys):
 def test_progress_lines_for_long_learner_phases(capsys):
     """A line per advance once ``every`` seconds passed (here 0: every advance but the last), a closing line if any
     was printed; a phase that finishes within ``every`` prints nothing."""
-    from actors.progress import Ticker
+    from common.progress import Ticker
     from learners.group import _loss_note
 
     t = Ticker("update", 3, "optimizer steps", every=0.0)
