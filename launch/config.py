@@ -774,88 +774,14 @@ def reference_adapters(cfg: TrainConfig, algo: Algorithm, algo_cfg: Any) -> tupl
 
 
 def _check_algo(cfg: TrainConfig) -> Any:
-    """The ``algo.*`` keys against the algorithm's Config, its enumerations and ranges, and its shaping."""
+    """The ``algo.*`` keys against the algorithm's Config (which checks its own ranges and choices), then what the
+    algorithm needs of the rest of the run (its agent protocols, the learner's ZeRO stage, an env with an expert,
+    groups of the size it needs)."""
     from launch.algos import get_algo
-    from learners.advantages import GroupMode
-    from learners.algos.step_hrl import ACTOR_LOSSES
-    from learners.losses import AGG_MODES, KL_KINDS
-    from reward.shaping import TERMS, ShapingConstants, shaping_for
 
     algo = get_algo(cfg.algo)
+    # the Config checks its own fields as it is built (``learners.algo_config``): a bad value fails here
     algo_cfg = resolve_algo_config(algo.Config, cfg.algo_overrides)
-    terms = tuple(getattr(algo_cfg, "reward_terms", ()))
-    for t in terms:
-        _choice("algo.reward_terms", t, sorted(TERMS))
-    if len(set(terms)) != len(terms):
-        raise ConfigError(
-            f"algo.reward_terms: {', '.join(terms)} names a term twice; allowed: each term once"
-        )
-    choices: dict[str, Any] = {
-        "kl_kind": KL_KINDS,
-        "agg": AGG_MODES,
-        "mode": typing.get_args(GroupMode),
-        "adv_norm": getattr(algo, "ADV_NORMS", None),
-        "actor_loss": ACTOR_LOSSES,
-    }
-    for name, allowed in choices.items():
-        if allowed is not None and hasattr(algo_cfg, name):
-            _choice(f"algo.{name}", getattr(algo_cfg, name), allowed)
-    unit = "a number in [0, 1]"
-    ranges: dict[str, tuple[Any, str]] = {
-        "gamma": (lambda v: 0 <= v <= 1, unit),
-        "lam": (lambda v: 0 <= v <= 1, unit),
-        "lam_low": (lambda v: 0 <= v <= 1, unit),
-        "lam_high": (lambda v: 0 <= v <= 1, unit),
-        "clip_low": (lambda v: v >= 0, "a number >= 0"),
-        "clip_high": (lambda v: v >= 0, "a number >= 0"),
-        "kl_coef": (lambda v: v >= 0, "a number >= 0"),
-        "value_clip": (lambda v: v is None or v >= 0, "a number >= 0 (null: no clipping)"),
-        "step_weight": (lambda v: v >= 0, "a number >= 0"),
-        "eps": (lambda v: v >= 0, "a number >= 0"),
-        "beta": (lambda v: v > 0, "a number > 0"),
-        "entropy_jump": (lambda v: v >= 0, "a number >= 0"),
-        "collect_per_task": (lambda v: v >= 1, "an integer >= 1"),
-        "collect_tasks": (lambda v: v >= 0, "an integer >= 0 (0: every training task)"),
-        "collect_temperature": (lambda v: v >= 0, "a number >= 0"),
-        "sprm_epochs": (lambda v: v >= 1, "an integer >= 1"),
-        "hindsight_epochs": (lambda v: v >= 1, "an integer >= 1"),
-        "sprm_batch": (lambda v: v >= 1, "an integer >= 1"),
-        "hindsight_batch": (lambda v: v >= 1, "an integer >= 1"),
-        "sprm_lr": (lambda v: v > 0, "a number > 0"),
-        "hindsight_lr": (lambda v: v > 0, "a number > 0"),
-        "expectile": (lambda v: 0 < v < 1, "a number in (0, 1)"),
-        "target_tau": (lambda v: 0 < v <= 1, "a number in (0, 1]"),
-        "warmup_steps": (lambda v: v >= 0, "an integer >= 0"),
-        "max_weight": (lambda v: v > 0, "a number > 0"),
-        "data_ratio": (lambda v: v >= 0, "a number >= 0"),
-        "env_reward_scale": (lambda v: v > 0, "a number > 0"),
-        "online_groups": (lambda v: v >= 0, "an integer >= 0 (0: offline only)"),
-        "offline_iterations": (lambda v: v >= 0, "an integer >= 0"),
-        "anchor_coef": (lambda v: v >= 0, "a number >= 0"),
-        "anchor_fraction": (lambda v: 0 <= v <= 1, unit),
-        "outcome_coef": (lambda v: v >= 0, "a number >= 0"),
-    }
-    for name, (ok, allowed) in ranges.items():
-        if hasattr(algo_cfg, name):
-            _need(ok(getattr(algo_cfg, name)), f"algo.{name}", getattr(algo_cfg, name), allowed)
-    cost = "a cost >= 0 (applied with a minus sign)"
-    shaping_ranges: dict[str, tuple[Any, str]] = {
-        "format_penalty": (lambda v: v >= 0, cost),
-        "c_keep": (lambda v: v >= 0, cost),
-        "keep_consistency_penalty": (lambda v: v >= 0, cost),
-        "invalid_action_penalty": (lambda v: v >= 0, cost),
-        "process_penalty": (lambda v: v >= 0, cost),
-        "repeat_threshold": (lambda v: v >= 1, "an integer >= 1"),
-        "grounding_alpha": (lambda v: 0 <= v <= 1, unit),
-    }
-    shaping = getattr(algo_cfg, "shaping", None)
-    if isinstance(shaping, ShapingConstants):
-        for name, (ok, allowed) in shaping_ranges.items():
-            _need(ok(getattr(shaping, name)), f"algo.shaping.{name}", getattr(shaping, name), allowed)
-    try:
-        shaping_for(algo_cfg)
-    except ValueError as e:
-        raise ConfigError(f"algo: {' '.join(str(e).split())}") from e
     if algo.agents and cfg.rollout.agent not in algo.agents:
         raise ConfigError(
             f"rollout.agent: {cfg.rollout.agent!r} is not a protocol algo={cfg.algo} is defined with (an "
@@ -863,9 +789,8 @@ def _check_algo(cfg: TrainConfig) -> Any:
             f"{', '.join(algo.agents)}"
         )
     if hasattr(algo_cfg, "segmentation"):
-        from reward.segments import SEGMENTATIONS, SUBGOAL_AGENTS
+        from reward.segments import SUBGOAL_AGENTS
 
-        _choice("algo.segmentation", algo_cfg.segmentation, ["auto", *SEGMENTATIONS])
         if algo_cfg.segmentation == "subgoal" and cfg.rollout.agent not in SUBGOAL_AGENTS:
             raise ConfigError(
                 f"algo.segmentation: 'subgoal' needs a protocol that states subgoals, not rollout.agent="

@@ -67,6 +67,33 @@ class ShapingConstants:
     failure_patterns: tuple[str, ...] = FAILURE_PATTERNS
     """Observation fragments that mean the action failed (HIPIF r^term, HISR executability)."""
 
+    def __post_init__(self) -> None:
+        cost = "a cost >= 0 (applied with a minus sign)"
+        for name in (
+            "format_penalty",
+            "c_keep",
+            "keep_consistency_penalty",
+            "invalid_action_penalty",
+            "process_penalty",
+        ):
+            _check(name, getattr(self, name) >= 0, getattr(self, name), cost)
+        _check("repeat_threshold", self.repeat_threshold >= 1, self.repeat_threshold, "an integer >= 1")
+        _check(
+            "grounding_alpha",
+            0.0 <= self.grounding_alpha <= 1.0,
+            self.grounding_alpha,
+            "a number in [0, 1] (HISR Eq. 8 is a convex combination)",
+        )
+        _check("keep_mode", self.keep_mode in KEEP_MODES, self.keep_mode, ", ".join(KEEP_MODES))
+
+
+def _check(name: str, ok: bool, value: Any, allowed: str) -> None:
+    if not ok:
+        raise ValueError(f"algo.shaping.{name}: got {value!r}; allowed: {allowed}")
+
+
+KEEP_MODES = ("per_turn", "normalized")
+
 
 SHAPING_CONSTANTS: tuple[str, ...] = tuple(f.name for f in fields(ShapingConstants))
 """The names of the shaping constants (each an ``algo.shaping.<name>`` key of every RL algorithm)."""
@@ -94,17 +121,8 @@ class ShapingConfig:
             raise ValueError(
                 f"shaping constants must be a ShapingConstants, got {type(self.constants).__name__}"
             )
-        if self.constants.repeat_threshold < 1:
-            raise ValueError("repeat_threshold must be >= 1")
-        if not 0.0 <= self.constants.grounding_alpha <= 1.0:
-            raise ValueError("grounding_alpha must lie in [0, 1] (HISR Eq. 8 is a convex combination)")
-        if self.constants.keep_mode not in KEEP_MODES:
-            raise ValueError(f"keep_mode {self.constants.keep_mode!r}; known: {', '.join(KEEP_MODES)}")
         if not self.success_reward > 0:
             raise ValueError(f"success_reward must be > 0, got {self.success_reward}")
-
-
-KEEP_MODES = ("per_turn", "normalized")
 
 
 def shaping_for(algo_cfg: Any, success_reward: float = 1.0) -> ShapingConfig:

@@ -11,36 +11,31 @@ surrogate + kl_coef · KL(π‖π_ref).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from actors.trajectory import Trajectory
 from learners.advantages import gigpo_advantages
+from learners.algo_config import PolicyLossConfig, check_group_fields
 from learners.algorithm import Algorithm
 from learners.batch import TurnBatch
 from learners.targets import Targets, clipped_policy_loss, has_kl_term, turn_advantage_targets
-from reward.shaping import ShapingConstants
 
 
 @dataclass(frozen=True)
-class Config:
-    """``shaping`` holds every shaping constant (``reward.shaping.ShapingConstants``: format_penalty, ...), so
-    ``algo.shaping.<name>=v`` sets it; ``reward_terms`` picks the terms applied."""
+class Config(PolicyLossConfig):
+    """GiGPO's own fields beside the shared ones (``learners.algo_config.PolicyLossConfig``)."""
 
     gamma: float = 0.95
     step_weight: float = 1.0
     mode: str = "grpo"
     """"grpo" divides by the group std; "mean" only subtracts the mean (GiGPO's two normalisers)."""
-    clip_low: float = 0.2
-    clip_high: float = 0.2
-    kl_coef: float = 0.01
-    kl_kind: str = "low_var_kl"
     eps: float = 1e-6
-    agg: str = "token-mean"
-    reward_terms: tuple[str, ...] = ("format",)
-    shaping: ShapingConstants = field(default_factory=ShapingConstants)
-    """The shaping constants (``algo.shaping.<name>``); the papers' defaults."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_group_fields(self)
 
 
 """Group-relative advantages: a group of one trajectory has no baseline and gets 0 (checked at start)."""

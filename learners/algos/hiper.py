@@ -50,13 +50,14 @@ validation temperature 0.4, mini-batch 256 — the learning rates and batch size
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from actors.trajectory import Trajectory
 from learners.advantages import hierarchical_advantages
+from learners.algo_config import PolicyLossConfig, check_choice, check_fractions
 from learners.algorithm import Algorithm
 from learners.batch import TurnBatch
 from learners.losses import decision_token_advantages
@@ -71,22 +72,19 @@ from learners.targets import (
     squared_value_loss,
     whiten,
 )
-from reward.shaping import HIPER_TERMS, ShapingConstants
+from reward.shaping import HIPER_TERMS
 
 
 @dataclass(frozen=True)
-class Config:
-    """``shaping`` holds every shaping constant (``reward.shaping.ShapingConstants``, in units of the env's success
-    reward: c_keep 0.03, format_penalty 0.01, ...), so ``algo.shaping.<name>=v`` sets it; ``reward_terms`` picks
-    the terms applied."""
+class Config(PolicyLossConfig):
+    """HiPER's fields beside the shared ones (``learners.algo_config.PolicyLossConfig``: clip 0.2, KL 0.01, and the
+    shaping constants in units of the env's success reward: c_keep 0.03, format_penalty 0.01, ...);
+    ``reward_terms`` adds the KEEP terms."""
 
+    reward_terms: tuple[str, ...] = HIPER_TERMS
     gamma: float = 0.99
     lam_low: float = 0.95
     lam_high: float = 0.95
-    clip_low: float = 0.2
-    clip_high: float = 0.2
-    kl_coef: float = 0.01
-    kl_kind: str = "low_var_kl"
     switch_adv: str = "return"
     """"return": Ḡ_t − V_sw(s_t, o_{t−1}) (the authors' code); "eq10": (q_t − β_t)(V_high − V_low(s_t, o_{t−1}))
     (the paper's Eq. 10). See the module docstring."""
@@ -99,21 +97,17 @@ class Config:
     adv_norm: str = "per_type"
     """"per_type": each advantage type over the turns that carry it (default); "joint": one mean/std over all
     three, which lets the action advantages' mean flip switch-token signs (see the module docstring)."""
-    agg: str = "token-mean"
-    reward_terms: tuple[str, ...] = HIPER_TERMS
-    shaping: ShapingConstants = field(default_factory=ShapingConstants)
-    """The shaping constants (``algo.shaping.<name>``); the papers' defaults."""
 
     def __post_init__(self) -> None:
+        super().__post_init__()
+        check_fractions(self, "gamma", "lam_low", "lam_high")
         for name, allowed in (
             ("adv_norm", ADV_NORMS),
             ("switch_adv", SWITCH_ADVS),
             ("switch_norm", (None, *SWITCH_NORMS)),
             ("critic_target", CRITIC_TARGETS),
         ):
-            if getattr(self, name) not in allowed:
-                shown = ", ".join(str(a) for a in allowed)
-                raise ValueError(f"algo.{name}: unknown value {getattr(self, name)!r}; allowed: {shown}")
+            check_choice(name, getattr(self, name), allowed)
 
     @property
     def resolved_switch_norm(self) -> str:

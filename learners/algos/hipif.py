@@ -34,35 +34,34 @@ Reading and deviations:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from actors.trajectory import Trajectory
 from learners.advantages import hipif_step_advantages
+from learners.algo_config import NON_NEGATIVE, POSITIVE, PolicyLossConfig, check
 from learners.algorithm import Algorithm
 from learners.batch import TurnBatch
 from learners.targets import Targets, clipped_policy_loss, has_kl_term, turn_advantage_targets
-from reward.shaping import HIPIF_TERMS, ShapingConstants
+from reward.shaping import HIPIF_TERMS
 
 
 @dataclass(frozen=True)
-class Config:
+class Config(PolicyLossConfig):
     """HIPIF App. B settings. ``reward_terms`` are the process rewards of Eq. 7; ``shaping`` their constants
-    (``algo.shaping.process_penalty`` 0.1, ``repeat_threshold`` 3, ``format_penalty`` 0.1)."""
+    (``algo.shaping.process_penalty`` 0.01 and ``format_penalty`` 0.01 of the outcome, ``repeat_threshold`` 3); the
+    KL coefficient is App. B's 0.01 ("the KL-divergence loss coefficient is set to 0.01")."""
 
-    clip_low: float = 0.2
-    clip_high: float = 0.2
-    kl_coef: float = 0.01
-    """App. B: "the KL-divergence loss coefficient is set to 0.01"."""
+    reward_terms: tuple[str, ...] = HIPIF_TERMS
     success_reward: float = 10.0
     """R_env of a won episode (App. B: 10 for success, 0 for failure)."""
-    kl_kind: str = "low_var_kl"
     eps: float = 1e-6
-    agg: str = "token-mean"
-    reward_terms: tuple[str, ...] = HIPIF_TERMS
-    shaping: ShapingConstants = field(default_factory=ShapingConstants)
-    """The shaping constants (``algo.shaping.<name>``); the papers' defaults."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check("success_reward", self.success_reward > 0, self.success_reward, POSITIVE)
+        check("eps", self.eps >= 0, self.eps, NON_NEGATIVE)
 
 
 def step_scores(traj: Trajectory, success_reward: float) -> tuple[float, np.ndarray]:

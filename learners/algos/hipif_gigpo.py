@@ -18,40 +18,39 @@ reward terms, clipped GRPO objective, KL 0.01) is HIPIF's.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from actors.trajectory import Trajectory
 from learners.advantages import anchor_step_advantages
+from learners.algo_config import POSITIVE, PolicyLossConfig, check, check_group_fields
 from learners.algorithm import Algorithm
 from learners.algos import hipif
 from learners.batch import TurnBatch
 from learners.targets import Targets, clipped_policy_loss, has_kl_term, turn_advantage_targets
-from reward.shaping import HIPIF_TERMS, ShapingConstants
+from reward.shaping import HIPIF_TERMS
 
 
 @dataclass(frozen=True)
-class Config:
+class Config(PolicyLossConfig):
     """HIPIF's settings (App. B) plus GiGPO's step term (``gamma``, ``step_weight``, ``mode``)."""
 
+    reward_terms: tuple[str, ...] = HIPIF_TERMS
     gamma: float = 0.95
     """Discount of GiGPO's step returns (GiGPO's default)."""
     step_weight: float = 1.0
     """Weight of GiGPO's anchor-state term (0: plain HIPIF)."""
     mode: str = "grpo"
     """Normaliser of the anchor-state term: "grpo" divides by the group std, "mean" only subtracts the mean."""
-    clip_low: float = 0.2
-    clip_high: float = 0.2
-    kl_coef: float = 0.01
     success_reward: float = 10.0
     """R_env of a won episode (HIPIF App. B: 10 for success, 0 for failure)."""
-    kl_kind: str = "low_var_kl"
     eps: float = 1e-6
-    agg: str = "token-mean"
-    reward_terms: tuple[str, ...] = HIPIF_TERMS
-    shaping: ShapingConstants = field(default_factory=ShapingConstants)
-    """The shaping constants (``algo.shaping.<name>``); the papers' defaults."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_group_fields(self)
+        check("success_reward", self.success_reward > 0, self.success_reward, POSITIVE)
 
 
 def compute_targets(

@@ -42,12 +42,21 @@ Deviations, each labelled where it is made:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from actors.trajectory import Trajectory
+from learners.algo_config import (
+    AT_LEAST_ONE,
+    NON_NEGATIVE,
+    POSITIVE,
+    PolicyLossConfig,
+    check,
+    check_choice,
+    check_fractions,
+)
 from learners.algorithm import Algorithm
 from learners.batch import TurnBatch
 from learners.losses import sprm_loss
@@ -61,26 +70,22 @@ from learners.targets import (
     squared_value_loss,
     turn_gae_targets,
 )
-from reward.shaping import HISR_TERMS, ShapingConstants
+from reward.segments import SEGMENTATIONS
+from reward.shaping import HISR_TERMS
 
 
 @dataclass(frozen=True)
-class Config:
+class Config(PolicyLossConfig):
+    """HISR App. B beside the shared fields (``learners.algo_config.PolicyLossConfig``: its KL coefficient 1e-2 is
+    the shared default); ``reward_terms`` is α · r^g (Eq. 8), α = ``shaping.grounding_alpha`` (0.3)."""
+
+    reward_terms: tuple[str, ...] = HISR_TERMS
     gamma: float = 0.99
     lam: float = 0.95
     """HISR App. B: γ 0.99, λ 0.95."""
-    clip_low: float = 0.2
-    clip_high: float = 0.2
-    kl_coef: float = 0.01
-    """HISR App. B: KL coefficient 1e-2."""
-    kl_kind: str = "low_var_kl"
     value_clip: float | None = None
     """None: ½ (V − return)², as the paper (no value clip); a number: PPO's clipped value loss (docstring)."""
     normalize_advantages: bool = True
-    agg: str = "token-mean"
-    reward_terms: tuple[str, ...] = HISR_TERMS
-    """α · r^g (Eq. 8), α = ``shaping.grounding_alpha`` (0.3)."""
-    shaping: ShapingConstants = field(default_factory=ShapingConstants)
     beta: float = 0.3
     """Eq. 6's temperature (App. B: 0.3)."""
     segmentation: str = "auto"
@@ -114,6 +119,28 @@ class Config:
     outcome_coef: float = 0.0
     """Beyond the paper: c · R added to the last turn's reward (0: the paper, where the outcome reaches the
     policy only through the SPRM; Sec. 3.3)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_fractions(self, "gamma", "lam")
+        vc = self.value_clip
+        check("value_clip", vc is None or vc >= 0, vc, "a number >= 0 (null: no clipping)")
+        check("beta", self.beta > 0, self.beta, POSITIVE)
+        check_choice("segmentation", self.segmentation, ["auto", *SEGMENTATIONS])
+        for name, ok, allowed in (
+            ("entropy_jump", self.entropy_jump >= 0, NON_NEGATIVE),
+            ("collect_per_task", self.collect_per_task >= 1, AT_LEAST_ONE),
+            ("collect_tasks", self.collect_tasks >= 0, "an integer >= 0 (0: every training task)"),
+            ("collect_temperature", self.collect_temperature >= 0, NON_NEGATIVE),
+            ("sprm_epochs", self.sprm_epochs >= 1, AT_LEAST_ONE),
+            ("sprm_lr", self.sprm_lr > 0, POSITIVE),
+            ("sprm_batch", self.sprm_batch >= 1, AT_LEAST_ONE),
+            ("hindsight_epochs", self.hindsight_epochs >= 1, AT_LEAST_ONE),
+            ("hindsight_lr", self.hindsight_lr > 0, POSITIVE),
+            ("hindsight_batch", self.hindsight_batch >= 1, AT_LEAST_ONE),
+            ("outcome_coef", self.outcome_coef >= 0, NON_NEGATIVE),
+        ):
+            check(name, ok, getattr(self, name), allowed)
 
 
 VALUE_SLOTS = (ValueSlot("v", 0, "prompt_last"),)

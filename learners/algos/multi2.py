@@ -56,39 +56,35 @@ Our copy of the paper lost Eq. 3–7 in extraction; the forms above are reconstr
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from actors.trajectory import Trajectory
+from learners.algo_config import (
+    NON_NEGATIVE,
+    OfflineRLConfig,
+    check,
+    check_choice,
+    check_fractions,
+    value_expectile,
+)
 from learners.algorithm import Algorithm
-from learners.algos.step_hrl import check_expectile_direction, value_expectile
 from learners.batch import TurnBatch
-from learners.losses import awr_weights, iql_slot_loss, kl_estimate
+from learners.losses import KL_KINDS, awr_weights, iql_slot_loss, kl_estimate
 from learners.targets import CriticInputs, PolicyInputs, Targets, ValueSlot, broadcast_turn_values
 from learners.transitions import multi2_transitions
-from reward.shaping import ShapingConstants
 
 
 @dataclass(frozen=True)
-class Config:
-    """The authors' config (``config/Multi_rl.json``) where it has a value; the rest labelled in the docstring."""
+class Config(OfflineRLConfig):
+    """The authors' config (``config/Multi_rl.json``) where it has a value, over the shared offline fields
+    (``learners.algo_config.OfflineRLConfig``); the rest labelled in the docstring. AWR temperature β 1.0 (the
+    paper's value is illegible), 3 offline iterations (Eq. 6) before an online phase (Eq. 7) when
+    ``online_groups`` > 0."""
 
-    gamma: float = 0.99
-    beta: float = 1.0
-    """AWR temperature of w(A) = exp(A / β) (Eq. 6-7; the paper's value is illegible)."""
-    expectile: float = 0.95
-    expectile_direction: str = "iql"
-    """iql: Eq. 5 as IQL writes it (V tracks the upper 0.95 expectile of Q_target); authors: the authors' code's
-    weights, IQL at 1 − τ (docstring)."""
-    target_tau: float = 0.2
-    """Polyak rate of the target critic, after every critic step."""
-    warmup_steps: int = 0
-    """Critic-only optimizer steps before the actors join, rounded up to whole passes."""
-    max_weight: float = 100.0
-    actor_loss: str = "awr"
-    """awr: w(A) = min(exp(A/β), max_weight); advantage: w = A (the authors' code)."""
+    offline_iterations: int = 3
     anchor_coef: float = 1.0
     """λ of the policy-anchored term (reconstructed, docstring)."""
     anchor_fraction: float = 1.0
@@ -97,21 +93,13 @@ class Config:
     kl_coef: float = 0.1
     """c of Eq. 7: KL(π_on ‖ π_off) in the online iterations."""
     kl_kind: str = "low_var_kl"
-    agg: str = "seq-mean-token-sum"
-    """log π(a|o,g) = Σ_l log π(a_l | ...), mean over transitions."""
-    data_ratio: float = 2.0
-    """Collected BC-policy trajectories per expert trajectory in the offline data (``launch.offline``)."""
-    collect_temperature: float = 0.7
-    offline_iterations: int = 3
-    """Iterations on the offline data alone (Eq. 6); the online phase (Eq. 7) follows when ``online_groups`` > 0."""
-    online_groups: int = 0
-    """Groups (``rollout.group_size`` each) the current policy collects per online iteration, appended to B."""
-    env_reward_scale: float = 1.0
-    reward_terms: tuple[str, ...] = ()
-    shaping: ShapingConstants = field(default_factory=ShapingConstants)
 
     def __post_init__(self) -> None:
-        check_expectile_direction(self.expectile_direction)
+        super().__post_init__()
+        check("anchor_coef", self.anchor_coef >= 0, self.anchor_coef, NON_NEGATIVE)
+        check_fractions(self, "anchor_fraction")
+        check("kl_coef", self.kl_coef >= 0, self.kl_coef, NON_NEGATIVE)
+        check_choice("kl_kind", self.kl_kind, KL_KINDS)
 
 
 VALUE_SLOTS = (

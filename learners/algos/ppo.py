@@ -12,12 +12,13 @@ Deviations: the value of a truncated episode's final state s_T is approximated b
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from actors.trajectory import Trajectory
+from learners.algo_config import NON_NEGATIVE, PolicyLossConfig, check, check_fractions
 from learners.algorithm import Algorithm
 from learners.batch import TurnBatch
 from learners.targets import (
@@ -29,27 +30,22 @@ from learners.targets import (
     squared_value_loss,
     turn_gae_targets,
 )
-from reward.shaping import ShapingConstants
 
 
 @dataclass(frozen=True)
-class Config:
-    """``shaping`` holds every shaping constant (``reward.shaping.ShapingConstants``: format_penalty, ...), so
-    ``algo.shaping.<name>=v`` sets it; ``reward_terms`` picks the terms applied."""
+class Config(PolicyLossConfig):
+    """PPO's own fields beside the shared ones (``learners.algo_config.PolicyLossConfig``: reward terms, shaping,
+    clip, KL)."""
 
     gamma: float = 0.99
     lam: float = 0.95
-    clip_low: float = 0.2
-    clip_high: float = 0.2
-    kl_coef: float = 0.01
-    """HiPER App. C.1: KL loss coefficient 0.01 for every method."""
-    kl_kind: str = "low_var_kl"
     value_clip: float = 0.2
     normalize_advantages: bool = True
-    agg: str = "token-mean"
-    reward_terms: tuple[str, ...] = ("format",)
-    shaping: ShapingConstants = field(default_factory=ShapingConstants)
-    """The shaping constants (``algo.shaping.<name>``); the papers' defaults."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_fractions(self, "gamma", "lam")
+        check("value_clip", self.value_clip >= 0, self.value_clip, NON_NEGATIVE)
 
 
 VALUE_SLOTS = (ValueSlot("v", 0, "prompt_last"),)

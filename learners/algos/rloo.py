@@ -6,31 +6,21 @@ trajectory gets it. Loss: per-token clipped surrogate + kl_coef · KL(π‖π_re
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from actors.trajectory import Trajectory
 from learners.advantages import group_advantages
+from learners.algo_config import PolicyLossConfig
 from learners.algorithm import Algorithm
 from learners.batch import TurnBatch
 from learners.targets import Targets, clipped_policy_loss, has_kl_term, turn_advantage_targets
-from reward.shaping import ShapingConstants
 
 
 @dataclass(frozen=True)
-class Config:
-    """``shaping`` holds every shaping constant (``reward.shaping.ShapingConstants``: format_penalty, ...), so
-    ``algo.shaping.<name>=v`` sets it; ``reward_terms`` picks the terms applied."""
-
-    clip_low: float = 0.2
-    clip_high: float = 0.2
-    kl_coef: float = 0.01
-    kl_kind: str = "low_var_kl"
-    agg: str = "token-mean"
-    reward_terms: tuple[str, ...] = ("format",)
-    shaping: ShapingConstants = field(default_factory=ShapingConstants)
-    """The shaping constants (``algo.shaping.<name>``); the papers' defaults."""
+class Config(PolicyLossConfig):
+    """RLOO has no fields of its own beside the shared ones (``learners.algo_config.PolicyLossConfig``)."""
 
 
 """Group-relative advantages: a group of one trajectory has no baseline and gets 0 (checked at start)."""

@@ -14,14 +14,16 @@ import numpy as np
 import torch
 
 from actors.trajectory import Trajectory
+from learners.algo_config import RLConfig
 from learners.algorithm import Algorithm
 from learners.batch import TurnBatch
 from learners.targets import PolicyInputs, Targets
 
 
 @dataclass(frozen=True)
-class Config:
-    agg: str = "token-mean"
+class Config(RLConfig):
+    """No shaping: behaviour cloning reads no reward."""
+
     reward_terms: tuple[str, ...] = ()
 
 

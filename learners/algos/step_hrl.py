@@ -48,12 +48,13 @@ Deviations and readings, each labelled:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from actors.trajectory import Trajectory
+from learners.algo_config import OfflineRLConfig, value_expectile
 from learners.algorithm import Algorithm
 from learners.batch import TurnBatch
 from learners.losses import awr_weights, iql_slot_loss
@@ -65,65 +66,16 @@ from learners.targets import (
     broadcast_turn_values,
 )
 from learners.transitions import ROLES, step_hrl_transitions
-from reward.shaping import ShapingConstants
-
-ACTOR_LOSSES = ("awr", "advantage")
 
 
 @dataclass(frozen=True)
-class Config:
-    """Table 4's constants; the data-building keys are read by ``launch.offline``."""
+class Config(OfflineRLConfig):
+    """Table 4's constants over the shared offline fields (``learners.algo_config.OfflineRLConfig``): AWR β 0.95
+    (Eq. 13), expectile τ₂ 0.95 (Eq. 12), target τ₁ 0.2, a critic warm-up of 100 steps (App. B), the 1:2 data
+    mixture (App. A), collection at 0.7 (App. B, high/progress roles; see ``launch.offline``)."""
 
-    gamma: float = 0.99
     beta: float = 0.95
-    """AWR temperature β (Eq. 13)."""
-    expectile: float = 0.95
-    """τ₂ of Eq. 12."""
-    expectile_direction: str = "iql"
-    """iql: Eq. 12 (V tracks the upper τ₂ expectile of Q_target); authors: the authors' code's weights, IQL at
-    1 − τ₂ (docstring)."""
-    target_tau: float = 0.2
-    """τ₁: soft update of the target critic after every critic step."""
     warmup_steps: int = 100
-    """Critic-only optimizer steps before the actor joins (App. B), rounded up to whole passes (docstring)."""
-    max_weight: float = 100.0
-    actor_loss: str = "awr"
-    agg: str = "seq-mean-token-sum"
-    """log π(u|s) = Σ_l log π(u_l | s, u_<l) (Eq. 10), mean over transitions."""
-    data_ratio: float = 2.0
-    """Collected BC-policy trajectories per expert trajectory (the 1:2 mixture, App. A)."""
-    collect_temperature: float = 0.7
-    """Sampling temperature of the BC-policy collection (App. B: 0.7 for high/progress; see launch.offline)."""
-    offline_iterations: int = 0
-    """Iterations on the stored data alone before the online collection (``online_groups``) starts."""
-    online_groups: int = 0
-    """> 0: every iteration after ``offline_iterations`` also collects this many groups (``rollout.group_size`` each) with the current policy
-    and appends them to the buffer (online fine-tuning); 0: offline only (the paper)."""
-    env_reward_scale: float = 1.0
-    """Multiplies the env reward in the high level's R_k: the paper reads ScienceWorld's reward on a 0-1 scale
-    (App. C: "values ranging from 0 to 1"), our adapter reports increments of the 0-100 score (preset: 0.01)."""
-    reward_terms: tuple[str, ...] = ()
-    shaping: ShapingConstants = field(default_factory=ShapingConstants)
-
-    def __post_init__(self) -> None:
-        check_expectile_direction(self.expectile_direction)
-
-
-EXPECTILE_DIRECTIONS = ("iql", "authors")
-
-
-def check_expectile_direction(direction: str) -> None:
-    """A bad ``expectile_direction`` fails when the Config is built (before Ray: one line, exit 2)."""
-    if direction not in EXPECTILE_DIRECTIONS:
-        raise ValueError(
-            f"algo.expectile_direction: unknown value {direction!r}; allowed: {', '.join(EXPECTILE_DIRECTIONS)}"
-        )
-
-
-def value_expectile(tau: float, direction: str) -> float:
-    """The τ of IQL's L₂^τ(Q_target − V) = |τ − 1(d < 0)| d² that ``expectile_direction`` means: ``iql`` τ itself;
-    ``authors`` 1 − τ (STEP-HRL's and Multi2's public code weigh V − Q_target > 0 by τ, i.e. IQL at 1 − τ)."""
-    return tau if direction == "iql" else 1.0 - tau
 
 
 def _slots() -> tuple[ValueSlot, ...]:
