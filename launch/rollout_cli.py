@@ -49,7 +49,7 @@ def rollout_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="hierarl rollout",
         description="Play N episodes with a model (+ optional PEFT adapter), write JSONL + summary JSON. "
-        "Defaults are the run config's (launch/config.py: the main job's model, env, agent and eval settings).",
+        "Defaults are the run config's (launch/config/schema.py: the main job's model, env, agent and eval settings).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("--model", default=m.path, help="HF folder or 'smollm2' (model.path)")
