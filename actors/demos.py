@@ -2,16 +2,9 @@
 
 SmolLM2-135M zero-shot wins nothing on our benchmarks (platform.md), so RL needs a BC start, as STEP-HRL (Sec. 3.2),
 HISR and Multi2 do. A demonstration is the environment's expert plan — ``env.expert_plan()``: a list of
-(subgoal text, [actions]) — written the way the protocol's model would write it:
-
-* react:        ``<think>Current subgoal: {subgoal}.</think><action>{a}</action>``
-* plan_execute: ``<switch>SWITCH</switch>`` on the first action of each subgoal, KEEP after (HiPER: subgoal
-                boundaries = expert plan boundaries, e.g. TextCraft's recipe tree)
-* hipif:        a new ``<subgoal>`` on each subgoal's first action; the reflection states the completion
-                judgement ("Completed; next: ..." / "Not completed: ...")
-* step_hrl:     high → the subgoal; low → action + completion flag on the subgoal's last action; progress → the
-                subtask's actions so far ("done: a1; a2": a deterministic stand-in for the paper's LLM summary)
-* multi2:       planner → the subgoal; executor → action + completion flag
+(subgoal text, [actions]) — written the way the protocol's model would write it: each protocol's ``expert``
+(``actors/agents/<name>.py``, its ``AgentSpec``), e.g. Plan–Execute SWITCHes on a subgoal's first action and KEEPs
+after (HiPER: subgoal boundaries = expert plan boundaries).
 
 The episodes are played by the real rollout loop (``actors.rollout.iter_episodes``) with ``ExpertEngine`` standing in
 for the model, so demonstration turns are built by the same code as RL turns (prompt token ids, masks, roles) —
@@ -27,23 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from actors.agents.hipif import format_hipif
-from actors.agents.multi2 import format_executor, format_planner
-from actors.agents.plan_execute import format_plan_execute
-from actors.agents.react import format_react
-from actors.agents.step_hrl import format_high, format_low, format_progress
+from actors.agent_loop import AGENTS
+from actors.agents.base import PlanStep
 from actors.inference import GenerationRequest, GenerationResult, SamplingParams
 from actors.trajectory import Trajectory
-
-
-@dataclass(frozen=True)
-class PlanStep:
-    subgoal: str
-    action: str
-    first: bool
-    last: bool
-    before: tuple[str, ...] = ()
-    """The subgoal's actions before this one (STEP-HRL's local progress accumulates within a subtask)."""
 
 
 def flatten_plan(plan: Sequence[tuple[str, Sequence[str]]]) -> list[PlanStep]:
@@ -55,31 +35,8 @@ def flatten_plan(plan: Sequence[tuple[str, Sequence[str]]]) -> list[PlanStep]:
 
 
 def expert_text(protocol: str, role: str, step: PlanStep) -> str:
-    """What a perfect model would write for ``role`` at ``step`` under ``protocol``."""
-    if protocol == "react":
-        return format_react(f"Current subgoal: {step.subgoal}.", step.action)
-    if protocol == "plan_execute":
-        return format_plan_execute(step.first, step.subgoal, step.action)
-    if protocol == "hipif":
-        # Part 1 of the reflection is the completion judgement z_t (HIPIF Eq. 5), Part 2 what comes next (Eq. 6)
-        reflection = f"Completed; next: {step.subgoal}." if step.first else f"Not completed: {step.subgoal}."
-        return format_hipif(reflection, step.action, step.subgoal if step.first else None)
-    if protocol == "step_hrl":
-        if role == "high":
-            return format_high(step.subgoal)
-        if role == "low":
-            return format_low(step.action, step.last)
-        # the paper's DeepSeek-written summary replaced by the subtask's actions so far (cumulative, bounded by the
-        # subtask's length, exact names from the env; STEP-HRL Fig. 5's rules 1-2)
-        return format_progress("done: " + "; ".join([*step.before, step.action]))
-    if protocol == "multi2":
-        if role == "planner":
-            return format_planner(step.subgoal)
-        return format_executor(step.action, step.last)
-    raise ValueError(f"no demonstration format for protocol {protocol!r}")
-
-
-ACTING_ROLES = {"agent", "low", "executor"}
+    """What a perfect model would write for ``role`` at ``step`` under ``protocol`` (its ``AgentSpec.expert``)."""
+    return AGENTS[protocol].expert(role, step)
 
 
 @dataclass
@@ -107,7 +64,7 @@ class ExpertEngine:
         for r in requests:
             role = r.adapter or "agent"
             step = self.plan[min(self.cursor, len(self.plan) - 1)]
-            if role in ACTING_ROLES:
+            if role in AGENTS[self.protocol].acting_roles:
                 self.cursor += 1
             text = expert_text(self.protocol, role, step)
             ids = [*self.tokenizer.encode(text, add_special_tokens=False), self.tokenizer.eos_token_id]
@@ -133,14 +90,13 @@ def collect_demonstrations(
     demonstration (the expert has no plan for it, e.g. ALFWorld's expert gave up: ``env.expert_failure``) or whose
     replay did not win are skipped and counted in one printed line."""
     import envs
-    from actors.agent_loop import ROLES
     from actors.rollout import EpisodeRequest, iter_episodes
 
     env = envs.make(env_name, **(env_options or {}))
     # the planner's own step limit is the run's: an expert that needs more steps gives no plan (ALFWorld)
     planner = envs.make(env_name, **{**(env_options or {}), "max_steps": max_steps})
     engine = ExpertEngine(tokenizer, protocol)
-    adapters = {role: role for role in ROLES[protocol]}
+    adapters = {role: role for role in AGENTS[protocol].roles}
     demos: list[Trajectory] = []
     skipped: Counter[str] = Counter()
     try:

@@ -39,7 +39,8 @@ from typing import Any
 
 import numpy as np
 
-from actors.agent_loop import ModelCall, _adapter_for, make_agent
+from actors.agent_loop import make_agent
+from actors.agents.base import ModelCall, adapter_for
 from actors.agents.parsing import masks_for_parse, normalize_ws, render_prompt, token_offsets_from_pieces
 from actors.env_pool import EnvPool, EnvResult, _build_env
 from actors.inference import GenerationRequest, GenerationResult, InferenceEngine, SamplingParams
@@ -718,7 +719,7 @@ class RolloutWorker:
             seed=seed,
             temperature=self.params.temperature if temperature is None else temperature,
         )
-        adapter = _adapter_for(self.config.adapters, role)
+        adapter = adapter_for(self.config.adapters, role)
         with self._lock:
             return self.engine.generate([GenerationRequest(tuple(p), adapter) for p in prompts], params)
 

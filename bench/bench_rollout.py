@@ -349,8 +349,9 @@ def play_expert(env: Any, task_id: str, max_steps: int) -> tuple[list[str], bool
 def per_step_tokens(traj: Any) -> dict[str, list[int]]:
     """Prompt tokens per env step, summed over the roles called at that step, and per role.  STEP-HRL's progress
     call follows the low-level action of its step, so it is booked on that step."""
-    from actors.demos import ACTING_ROLES
+    from actors.agent_loop import AGENTS
 
+    acting = {role for spec in AGENTS.values() for role in spec.acting_roles}
     total: dict[int, int] = {}
     by_role: dict[str, dict[int, int]] = {}
     step = 0
@@ -359,7 +360,7 @@ def per_step_tokens(traj: Any) -> dict[str, list[int]]:
         n = int(turn.info["prompt_tokens"])
         total[k] = total.get(k, 0) + n
         by_role.setdefault(turn.role, {})[k] = by_role.setdefault(turn.role, {}).get(k, 0) + n
-        if turn.role in ACTING_ROLES:
+        if turn.role in acting:
             step += 1
     steps = max(total) + 1 if total else 0
     out = {"total": [total.get(k, 0) for k in range(steps)]}
@@ -370,7 +371,7 @@ def per_step_tokens(traj: Any) -> dict[str, list[int]]:
 
 def replay(env: Any, env_name: str, task_id: str, plan: list[tuple[str, list[str]]], tokenizer: Any) -> dict:
     """Every protocol on the same plan through ``iter_episodes`` with ``ExpertEngine`` (the demo collector's way)."""
-    from actors.agent_loop import ROLES
+    from actors.agent_loop import AGENTS
     from actors.demos import ExpertEngine, flatten_plan
     from actors.inference import SamplingParams
     from actors.rollout import EpisodeRequest, iter_episodes
@@ -388,7 +389,7 @@ def replay(env: Any, env_name: str, task_id: str, plan: list[tuple[str, list[str
             params=SamplingParams(),
             max_steps=n_actions,
             tokenizer=tokenizer,
-            adapters={role: role for role in ROLES[protocol]},
+            adapters={role: role for role in AGENTS[protocol].roles},
         )
         out[protocol] = {
             "won": traj.won,

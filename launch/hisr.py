@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from actors.agent_loop import AGENTS
 from actors.agents.parsing import render_prompt
 from actors.trajectory import Trajectory, read_jsonl, to_jsonl
 from learners.algos import hisr, sft
@@ -49,7 +50,6 @@ from learners.reward_models import (
 from learners.targets import sequences
 from learners.worker import CriticSpec
 from reward.segments import (
-    SUBGOAL_AGENTS,
     entropy_segments,
     subgoal_segments,
     turn_entropies,
@@ -69,7 +69,7 @@ def resolve_segmentation(segmentation: str, agent: str) -> str:
     """``auto``: the protocol's own subgoals where it states them, else entropy change points."""
     if segmentation != "auto":
         return segmentation
-    return "subgoal" if agent in SUBGOAL_AGENTS else "entropy"
+    return "subgoal" if AGENTS[agent].states_subgoals else "entropy"
 
 
 def reward_model_learners(acfg: hisr.Config, model_path: str) -> tuple[tuple[str, float], CriticSpec]:

@@ -136,9 +136,7 @@ def rollout_main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     probe.close()
     if not tasks:
         raise SystemExit(f"no tasks in split {a.split!r} of {a.env!r}")
-    adapters: dict[str, str | None] = {"policy": "policy"}
-    if a.protocol == "multi2":
-        adapters = {"planner": "policy", "executor": "policy"}
+    adapters: dict[str, str | None] = {"policy": "policy"}  # every role of the protocol: the one adapter
     cfg = rollout_worker_config(
         run_cfg,
         a.model,

@@ -27,8 +27,6 @@ import numpy as np
 from actors.trajectory import Trajectory
 
 SEGMENTATIONS = ("subgoal", "entropy", "turn")
-SUBGOAL_AGENTS = ("plan_execute", "hipif")
-"""Agent protocols whose turns state when a new subgoal starts (``Decision.switch``)."""
 
 
 def ids_from_starts(starts: np.ndarray) -> np.ndarray:

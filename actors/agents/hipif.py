@@ -17,9 +17,11 @@ grounded list (our option, off by default).  Other environments get a generic te
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
+from actors.agents.base import AgentBase, AgentSpec, AgentStep, ModelCall, PlanStep
 from actors.agents.parsing import (
     Message,
     ParseResult,
@@ -303,3 +305,55 @@ def format_hipif(reflection: str, action: str, subgoal: str | None = None) -> st
     if subgoal is not None:
         fields["subgoal"] = subgoal
     return format_blocks(fields, HIPIF_FORMAT.tags, sep=" ")
+
+
+def expert(role: str, step: PlanStep) -> str:
+    """Part 1 of the reflection is the completion judgement z_t (HIPIF Eq. 5), Part 2 what comes next (Eq. 6); a new
+    ``<subgoal>`` on each subgoal's first action."""
+    reflection = f"Completed; next: {step.subgoal}." if step.first else f"Not completed: {step.subgoal}."
+    return format_hipif(reflection, step.action, step.subgoal if step.first else None)
+
+
+@dataclass
+class HipifAgent(AgentBase):
+    """HIPIF (002 Sec. 3): reflection + completion judgment z_t each turn; finished subgoals are folded into
+    [g_k, o_k^end] records (``FoldedHistory``, Eq. 2) so the prompt holds H_{<k}, g_k and T_{k,j} only."""
+
+    protocol: str = "hipif"
+    folded: FoldedHistory = field(default_factory=FoldedHistory)
+    current_window: int | None = None
+    _decision: Decision | None = None
+
+    def start(self, observation: str, info: Mapping[str, Any]) -> None:
+        super().start(observation, info)
+        self.folded = FoldedHistory(origin_observation=observation)
+
+    def next_call(self) -> ModelCall:
+        msgs = build_hipif_messages(
+            self.task,
+            self.observation,
+            self.folded,
+            env=self.env_name,
+            admissible_actions=self.admissible,
+            current_window=self.current_window,
+            compact=self.compact,
+        )
+        return self._call(msgs, "agent", acts=True)
+
+    def on_output(self, call: ModelCall, text: str) -> AgentStep:
+        res = parse_hipif(text)
+        d = hipif_decision(res, self.folded.current_subgoal)
+        self._decision = d
+        return AgentStep(d, res, d.action, self._open_segment(bool(d.switch)))
+
+    def observe(
+        self, observation: str, reward: float, terminated: bool, truncated: bool, info: Mapping[str, Any]
+    ) -> None:
+        if self._decision is not None:
+            self.folded.apply(self._decision, observation)  # Alg. 1 lines 13-22: fold on z_t = 1, then record
+        self._advance(observation, info)
+
+
+SPEC = AgentSpec(
+    "hipif", ("agent",), ("agent",), ("compact", "current_window"), HipifAgent, expert, states_subgoals=True
+)

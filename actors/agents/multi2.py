@@ -13,8 +13,11 @@ The paper describes "standardized prompt templates per role with fixed instructi
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
+from actors.agents.base import AgentBase, AgentSpec, AgentStep, ModelCall, PlanStep
 from actors.agents.parsing import (
     Message,
     ParseResult,
@@ -131,3 +134,67 @@ def format_planner(subgoal: str) -> str:
 
 def format_executor(action: str, completed: bool) -> str:
     return format_blocks({"action": action, "completion": str(bool(completed))}, EXECUTOR_FORMAT.tags)
+
+
+def expert(role: str, step: PlanStep) -> str:
+    """planner → the subgoal; executor → action + completion flag on the subgoal's last action."""
+    if role == "planner":
+        return format_planner(step.subgoal)
+    return format_executor(step.action, step.last)
+
+
+@dataclass
+class Multi2Agent(AgentBase):
+    """Multi2 (004 App. C.1): System 1 (planner adapter) proposes a sub-goal from task + group_action + current
+    observation; System 2 (executor adapter) acts each step until its completion flag hands control back."""
+
+    protocol: str = "multi2"
+    show_admissible: bool = True
+    max_actions: int | None = None
+    phase: str = "planner"
+    subgoal: str = ""
+    group_action: list[str] = field(default_factory=list)
+    _completion: bool = False
+
+    def next_call(self) -> ModelCall:
+        if self.phase == "planner":
+            msgs = build_planner_messages(
+                self.task,
+                self.observation,
+                self.group_action,
+                env=self.env_name,
+                max_actions=self.max_actions,
+            )
+            return self._call(msgs, "planner", acts=False)
+        shown = self.admissible if self.show_admissible else None
+        msgs = build_executor_messages(self.subgoal, self.observation, shown, env=self.env_name)
+        return self._call(msgs, "executor", acts=True)
+
+    def on_output(self, call: ModelCall, text: str) -> AgentStep:
+        if call.role == "planner":
+            res = parse_planner(text)
+            d = planner_decision(res)
+            self.subgoal, self.phase = d.subgoal or "", "executor"
+            return AgentStep(d, res, None, self._open_segment(True))
+        res = parse_executor(text)
+        d = executor_decision(res, self.subgoal)
+        self._completion = bool(d.extra["completion"])
+        self.group_action.append(d.action)
+        return AgentStep(d, res, d.action, self._open_segment(False))
+
+    def observe(
+        self, observation: str, reward: float, terminated: bool, truncated: bool, info: Mapping[str, Any]
+    ) -> None:
+        self._advance(observation, info)
+        if self._completion:
+            self.phase = "planner"
+
+
+SPEC = AgentSpec(
+    "multi2",
+    ("planner", "executor"),
+    ("executor",),
+    ("compact", "show_admissible", "max_actions"),
+    Multi2Agent,
+    expert,
+)

@@ -15,8 +15,11 @@ parses are invalid (format penalty 0.1, 001 App. B "Reward Design").
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
+from actors.agents.base import AgentBase, AgentSpec, AgentStep, ModelCall, PlanStep
 from actors.agents.parsing import (
     Message,
     ParseResult,
@@ -139,3 +142,51 @@ def format_plan_execute(switch: bool, subgoal: str, action: str) -> str:
     """Canonical Plan–Execute response (BC targets, tests)."""
     fields = {"switch": "SWITCH" if switch else "KEEP", "subgoal": subgoal, "action": action}
     return format_blocks(fields, PLAN_EXECUTE_FORMAT.tags)
+
+
+def expert(role: str, step: PlanStep) -> str:
+    """SWITCH on a subgoal's first action (HiPER: subgoal boundaries = expert plan boundaries), KEEP after."""
+    return format_plan_execute(step.first, step.subgoal, step.action)
+
+
+@dataclass
+class PlanExecuteAgent(AgentBase):
+    """HiPER Plan–Execute (001 Eq. 4): q_t = SWITCH takes the written subgoal, KEEP copies o_{t-1}."""
+
+    protocol: str = "plan_execute"
+    history: list[Pair] = field(default_factory=list)
+    subgoal: str | None = None
+    _action: str = ""
+
+    def next_call(self) -> ModelCall:
+        msgs = build_plan_execute_messages(
+            self.task,
+            self.observation,
+            self.admissible,
+            self.history,
+            self.subgoal,
+            env=self.env_name,
+            history_window=self.history_length,
+            step_count=self.steps,
+            compact=self.compact,
+        )
+        return self._call(msgs, "agent", acts=True)
+
+    def on_output(self, call: ModelCall, text: str) -> AgentStep:
+        res = parse_plan_execute(text)
+        d = plan_execute_decision(res, self.subgoal)
+        self.subgoal = d.subgoal
+        self._action = d.action
+        return AgentStep(d, res, d.action, self._open_segment(bool(d.switch)))
+
+    def observe(
+        self, observation: str, reward: float, terminated: bool, truncated: bool, info: Mapping[str, Any]
+    ) -> None:
+        keep = max(self.history_length, 0)
+        self.history = [*self.history, (self.observation, self._action)][-keep:] if keep else []
+        self._advance(observation, info)
+
+
+SPEC = AgentSpec(
+    "plan_execute", ("agent",), ("agent",), ("compact",), PlanExecuteAgent, expert, states_subgoals=True
+)

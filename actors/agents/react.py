@@ -11,8 +11,11 @@ Format penalty (HiPER App. B "Reward Design", 0.1) applies when ``parse_react(..
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
+from actors.agents.base import AgentBase, AgentSpec, AgentStep, ModelCall, PlanStep
 from actors.agents.parsing import (
     Message,
     ParseResult,
@@ -144,3 +147,47 @@ def react_decision(res: ParseResult, fallback: str = "empty") -> Decision:
 def format_react(think: str, action: str) -> str:
     """Canonical ReAct response (BC targets, tests)."""
     return format_blocks({"think": think, "action": action}, REACT_FORMAT.tags)
+
+
+def expert(role: str, step: PlanStep) -> str:
+    """The expert's reply: its subgoal as the thought, then its action."""
+    return format_react(f"Current subgoal: {step.subgoal}.", step.action)
+
+
+@dataclass
+class ReactAgent(AgentBase):
+    """ReAct baseline: one call per env step over a bounded window of recent (observation, action) pairs."""
+
+    protocol: str = "react"
+    history: list[Pair] = field(default_factory=list)
+    _action: str = ""
+
+    def next_call(self) -> ModelCall:
+        msgs = build_react_messages(
+            self.task,
+            self.observation,
+            self.admissible,
+            self.history,
+            env=self.env_name,
+            history_window=self.history_length,
+            step_count=self.steps,
+            compact=self.compact,
+        )
+        return self._call(msgs, "agent", acts=True)
+
+    def on_output(self, call: ModelCall, text: str) -> AgentStep:
+        res = parse_react(text)
+        d = react_decision(res)
+        self._action = d.action
+        return AgentStep(d, res, d.action, self._open_segment(False))
+
+    def observe(
+        self, observation: str, reward: float, terminated: bool, truncated: bool, info: Mapping[str, Any]
+    ) -> None:
+        # only the window the prompt shows is kept: memory stays bounded on long episodes
+        keep = max(self.history_length, 0)
+        self.history = [*self.history, (self.observation, self._action)][-keep:] if keep else []
+        self._advance(observation, info)
+
+
+SPEC = AgentSpec("react", ("agent",), ("agent",), ("compact",), ReactAgent, expert)

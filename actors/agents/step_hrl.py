@@ -16,8 +16,11 @@ STEP-HRL input; ``admissible_actions`` adds them to the low-level prompt when gi
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
+from actors.agents.base import AgentBase, AgentSpec, AgentStep, ModelCall, PlanStep
 from actors.agents.parsing import (
     Message,
     ParseResult,
@@ -159,3 +162,73 @@ def format_low(action: str, completed: bool) -> str:
 
 def format_progress(progress: str) -> str:
     return format_blocks({"progress": progress}, PROGRESS_FORMAT.tags)
+
+
+def expert(role: str, step: PlanStep) -> str:
+    """high → the subgoal; low → action + completion flag on the subgoal's last action; progress → the subtask's
+    actions so far (the paper's DeepSeek-written summary replaced by a deterministic one: cumulative, bounded by the
+    subtask's length, exact names from the env; STEP-HRL Fig. 5's rules 1-2)."""
+    if role == "high":
+        return format_high(step.subgoal)
+    if role == "low":
+        return format_low(step.action, step.last)
+    return format_progress("done: " + "; ".join([*step.before, step.action]))
+
+
+@dataclass
+class StepHrlAgent(AgentBase):
+    """STEP-HRL (000 Sec. 3.1): high (Eq. 5) at the start and after the low level flags completion; low (Eq. 4)
+    every step; progress (Eq. 3) after every step, p_0^k = None.  No prompt holds the interaction history."""
+
+    protocol: str = "step_hrl"
+    show_admissible: bool = True
+    phase: str = "high"
+    subtask: str = ""
+    completed: list[str] = field(default_factory=list)
+    progress: str | None = None
+    last_progress: str | None = None
+    _action: str = ""
+    _completion: bool = False
+
+    def next_call(self) -> ModelCall:
+        if self.phase == "high":
+            msgs = build_high_messages(self.task, self.observation, self.completed, self.last_progress)
+            return self._call(msgs, "high", acts=False)
+        if self.phase == "progress":
+            msgs = build_progress_messages(self.subtask, self._action, self.observation, self.progress)
+            return self._call(msgs, "progress", acts=False)
+        shown = self.admissible if self.show_admissible else None
+        msgs = build_low_messages(self.subtask, self.observation, self.progress, shown)
+        return self._call(msgs, "low", acts=True)
+
+    def on_output(self, call: ModelCall, text: str) -> AgentStep:
+        if call.role == "high":
+            res = parse_high(text)
+            d = high_decision(res)
+            self.subtask, self.progress, self.phase = d.subgoal or "", None, "low"
+            return AgentStep(d, res, None, self._open_segment(True))
+        if call.role == "progress":
+            res = parse_progress(text)
+            d = progress_decision(res, self.subtask)
+            self.progress = d.extra["progress"]
+            if self._completion:  # subtask g_k ended: p̂_k goes to the high level with G_k
+                self.completed.append(self.subtask)
+                self.last_progress, self.phase = self.progress, "high"
+            else:
+                self.phase = "low"
+            return AgentStep(d, res, None, self._open_segment(False))
+        res = parse_low(text)
+        d = low_decision(res, self.subtask)
+        self._action, self._completion = d.action, bool(d.extra["completion"])
+        return AgentStep(d, res, d.action, self._open_segment(False))
+
+    def observe(
+        self, observation: str, reward: float, terminated: bool, truncated: bool, info: Mapping[str, Any]
+    ) -> None:
+        self._advance(observation, info)
+        self.phase = "progress"
+
+
+SPEC = AgentSpec(
+    "step_hrl", ("high", "low", "progress"), ("low",), ("compact", "show_admissible"), StepHrlAgent, expert
+)

@@ -194,12 +194,13 @@ def _check_algo(cfg: TrainConfig) -> Any:
             f"{', '.join(algo.agents)}"
         )
     if hasattr(algo_cfg, "segmentation"):
-        from reward.segments import SUBGOAL_AGENTS
+        from actors.agent_loop import AGENTS
 
-        if algo_cfg.segmentation == "subgoal" and cfg.rollout.agent not in SUBGOAL_AGENTS:
+        stating = [name for name, spec in AGENTS.items() if spec.states_subgoals]
+        if algo_cfg.segmentation == "subgoal" and cfg.rollout.agent not in stating:
             raise ConfigError(
                 f"algo.segmentation: 'subgoal' needs a protocol that states subgoals, not rollout.agent="
-                f"{cfg.rollout.agent!r}; allowed: rollout.agent in {', '.join(SUBGOAL_AGENTS)}, or segmentation "
+                f"{cfg.rollout.agent!r}; allowed: rollout.agent in {', '.join(stating)}, or segmentation "
                 "entropy / turn / auto"
             )
     if algo.reward_models and cfg.learner.zero_stage == 3:
@@ -368,13 +369,13 @@ def validate(cfg: TrainConfig) -> Any:
     keys against the algorithm's Config (enumerations, ranges, reward terms, group size), and that a BC warm start
     has an expert. Raises a one-line ``ConfigError`` naming the key and what is allowed; returns the resolved
     algorithm config. Pure: reads no files beyond importing the modules that define the allowed names."""
-    from actors.agent_loop import OPTIONS, ROLES
+    from actors.agent_loop import AGENTS
     from envs.base import env_names
     from launch.algos import ALGOS
 
     if cfg.algo not in ALGOS:
         raise unknown_algo(cfg.algo)
-    _choice("rollout.agent", cfg.rollout.agent, list(ROLES))
+    _choice("rollout.agent", cfg.rollout.agent, list(AGENTS))
     _choice("env.name", cfg.env.name, env_names())
     _choice("rollout.engine", cfg.rollout.engine, ENGINES)
     _choice("rollout.weight_sync", cfg.rollout.weight_sync, WEIGHT_SYNCS)
@@ -387,14 +388,17 @@ def validate(cfg: TrainConfig) -> Any:
     _choice("model.dtype", cfg.model.dtype, DTYPES)
     _choice("learner.dtype", cfg.learner.dtype, DTYPES)
     _options(
-        "rollout.agent_options", cfg.rollout.agent_options, OPTIONS[cfg.rollout.agent], cfg.rollout.agent
+        "rollout.agent_options",
+        cfg.rollout.agent_options,
+        AGENTS[cfg.rollout.agent].options,
+        cfg.rollout.agent,
     )
     factory = _env_factory(cfg.env.name)
     allowed_options = _options_allowed(factory) if factory is not None else None
     if allowed_options is not None:
         _options("env.options", cfg.env.options, allowed_options, cfg.env.name)
     _check_ranges(cfg)
-    _check_role_adapters(cfg, ROLES[cfg.rollout.agent])
+    _check_role_adapters(cfg, AGENTS[cfg.rollout.agent].roles)
     if cfg.bc.enabled and factory is not None and not hasattr(factory, "expert_plan"):
         raise ConfigError(
             f"bc.enabled: env {cfg.env.name!r} has no expert plan to clone (actors/demos.py); allowed: "

@@ -199,11 +199,11 @@ def test_unknown_protocol_and_env_options():
 def test_every_listed_protocol_option_is_an_agent_field():
     import dataclasses
 
-    from actors.agent_loop import _AGENTS, OPTIONS, ROLES
+    from actors.agent_loop import AGENTS
 
-    assert set(OPTIONS) == set(ROLES)
-    for protocol, names in OPTIONS.items():
-        assert set(names) <= {f.name for f in dataclasses.fields(_AGENTS[protocol])}, protocol
+    for protocol, spec in AGENTS.items():
+        assert spec.name == protocol and set(spec.acting_roles) <= set(spec.roles), protocol
+        assert set(spec.options) <= {f.name for f in dataclasses.fields(spec.agent)}, protocol
 
 
 @pytest.mark.parametrize(
