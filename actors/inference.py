@@ -18,7 +18,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -537,37 +537,3 @@ def make_engine(
     if kind == "hf":
         return HFEngine(model_path, lora, dtype=dtype, device=device)
     raise ValueError(f"rollout.engine must be vllm, hf or auto, got {kind!r}")
-
-
-@dataclass
-class FakeEngine:
-    """Deterministic engine for tests of code around the engine (not of the engine): answers each prompt with
-    ``script(prompt_ids) -> str`` tokenised by ``tokenizer``; logprob -1.0 per token."""
-
-    tokenizer: Any
-    script: Any
-    versions: dict[str, int] = field(default_factory=dict)
-
-    def adapter_version(self, name: str | None) -> int:
-        return 0 if name is None else self.versions.get(name, 0)
-
-    def load_adapter(self, name: str, weights: dict[str, np.ndarray], version: int) -> bool:
-        self.versions[name] = version
-        return True
-
-    def generate(
-        self, requests: Sequence[GenerationRequest], params: SamplingParams
-    ) -> list[GenerationResult]:
-        out = []
-        for r in requests:
-            text = self.script(r.prompt_ids)
-            ids = self.tokenizer.encode(text, add_special_tokens=False)[: params.max_tokens]
-            out.append(
-                GenerationResult(
-                    ids, [-1.0] * len(ids), text, "stop", r.adapter, self.adapter_version(r.adapter)
-                )
-            )
-        return out
-
-    def close(self) -> None:
-        return None

@@ -304,22 +304,6 @@ def iter_episodes(
         yield from done
 
 
-def run_episodes(
-    engine: InferenceEngine,
-    envs: EnvPool | Sequence[Any],
-    requests: Iterable[EpisodeRequest],
-    **kwargs: Any,
-) -> list[Trajectory]:
-    """All of ``iter_episodes`` in request order (same keyword arguments)."""
-    requests = list(requests)
-    order = {id(r): i for i, r in enumerate(requests)}
-    got = list(iter_episodes(engine, envs, requests, **kwargs))
-    if all(r.traj_id for r in requests):
-        rank = {r.traj_id: order[id(r)] for r in requests}
-        got.sort(key=lambda t: rank.get(t.traj_id, len(rank)))
-    return got
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # Groups in wire form
 # ---------------------------------------------------------------------------------------------------------------

@@ -12,17 +12,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
-
-
-@dataclass(frozen=True)
-class ChanceBaseline:
-    """Success (and mean score) of the uniformly random policy over ``episodes`` plays of the task set."""
-
-    success: float
-    score: float
-    episodes: int
 
 
 def _choices(env: Any, first_obs: str, info: dict[str, Any]) -> list[str]:
@@ -49,25 +39,6 @@ def _play(
         if terminated or truncated:
             break
     return bool(info.get("won", False)), float(info.get("score", 0.0) or 0.0)
-
-
-def random_policy_success(
-    env: Any, task_ids: Sequence[str], *, max_steps: int, seed: int = 0, repeats: int = 4
-) -> ChanceBaseline | None:
-    """Play every task ``repeats`` times with uniformly random available commands; None if the env offers none."""
-    rng = random.Random(seed)
-    wins, scores, n = 0, 0.0, 0
-    for r in range(repeats):
-        for i, task_id in enumerate(task_ids):
-            played = _play(env, task_id, seed + r * len(task_ids) + i, rng, max_steps)
-            if played is None:
-                if n == 0:
-                    return None
-                played = (False, 0.0)
-            wins += played[0]
-            scores += played[1]
-            n += 1
-    return ChanceBaseline(wins / max(1, n), scores / max(1, n), n)
 
 
 def random_policy_wins(

@@ -273,15 +273,3 @@ def micro_batches(attention_mask: np.ndarray, size: int) -> list[tuple[np.ndarra
         if len(order)
         else []
     )
-
-
-def per_turn_to_tokens(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Broadcast one value per row (float[B]) onto the tokens of ``mask`` (bool[B, L]); 0 elsewhere."""
-    return values[:, None].to(torch.float32) * mask.to(torch.float32)
-
-
-def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
-    """float32[B, L]: log π(x_j | x_<j) at position j (position 0 gets 0). ``logits`` float[B, L, V]."""
-    logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
-    picked = logp.gather(-1, input_ids[:, 1:, None]).squeeze(-1)
-    return torch.nn.functional.pad(picked, (1, 0))

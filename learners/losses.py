@@ -11,8 +11,6 @@ Conventions (shapes are written ``[B, L]`` = batch rows x response tokens):
 * Losses are returned as 0-dim tensors to *minimise*; metrics are detached 0-dim tensors.
 
 This module is pure: it imports torch only (no ray, vllm, deepspeed).
-
-Papers: STEP-HRL = seeds/000, HiPER = seeds/001, HISR = seeds/003, Multi2 = seeds/004.
 """
 
 from __future__ import annotations
@@ -139,23 +137,6 @@ def behaviour_weights(
     return w, metrics
 
 
-def ppo_clip_loss(
-    logprobs: Tensor,
-    old_logprobs: Tensor,
-    advantages: Tensor,
-    mask: Tensor,
-    *,
-    clip_low: float = 0.2,
-    clip_high: float = 0.2,
-    agg: AggMode = "token-mean",
-) -> tuple[Tensor, dict[str, Tensor]]:
-    """PPO clipped surrogate aggregated with ``agg`` (see ``ppo_token_loss`` for the per-token form)."""
-    loss_mat, metrics = ppo_token_loss(
-        logprobs, old_logprobs, advantages, mask, clip_low=clip_low, clip_high=clip_high
-    )
-    return aggregate(loss_mat, mask.to(torch.bool), agg), metrics
-
-
 def aggregation_weights(mask: Tensor, mode: AggMode = "token-mean") -> Tensor:
     """float[B, L] weights w with ``sum(w * x) == aggregate(x, mask, mode)`` for every x.
 
@@ -206,76 +187,6 @@ def decision_token_advantages(
         + mask_action.to(dtype) * adv_low.unsqueeze(-1)
     )
     return token_adv, mask_switch | mask_high | mask_action
-
-
-def hiper_policy_loss(
-    logprobs: Tensor,
-    old_logprobs: Tensor,
-    mask_switch: Tensor,
-    mask_subgoal: Tensor,
-    mask_action: Tensor,
-    adv_switch: Tensor,
-    adv_high: Tensor,
-    adv_low: Tensor,
-    boundary: Tensor,
-    *,
-    clip_low: float = 0.2,
-    clip_high: float = 0.2,
-    agg: AggMode = "token-mean",
-) -> tuple[Tensor, dict[str, Tensor]]:
-    """HiPER actor loss ``-L_actor = -(L^low_clip + L^switch_clip + L^high_clip)`` (HiPER App. B, Eq. 28).
-
-    One clipped surrogate per decision type, each with its own advantage on its own tokens (see
-    ``decision_token_advantages``), all with the same clip range.  Shapes: ``logprobs``/``old_logprobs``/``mask_*``
-    ``[B, L]`` (rows = turns), ``adv_*`` ``[B]``, ``boundary`` ``bool[B]``.
-
-    The paper writes sequence-level ratios per decision and ``E[sum_t ...]``; with ``agg="seq-mean-token-sum"``
-    the three surrogates add exactly as in Eq. 28 (the masks are disjoint), the default ``token-mean`` is the
-    token-level practice of verl-style trainers.
-    """
-    token_adv, token_mask = decision_token_advantages(
-        mask_switch, mask_subgoal, mask_action, adv_switch, adv_high, adv_low, boundary
-    )
-    return ppo_clip_loss(
-        logprobs, old_logprobs, token_adv, token_mask, clip_low=clip_low, clip_high=clip_high, agg=agg
-    )
-
-
-def hiper_critic_loss(
-    v_low: Tensor,
-    y_low: Tensor,
-    turn_mask: Tensor,
-    v_high: Tensor,
-    y_high: Tensor,
-    segment_mask: Tensor,
-    *,
-    agg: AggMode = "seq-mean-token-sum",
-) -> Tensor:
-    """Two-head critic regression of HiPER (App. B, Eq. 29 without its leading c_V; Algorithm 1 line 22).
-
-    ``sum_t (V_low(s_t, o_t) - y_low_t)^2 + sum_k (V_high(s_{b_k}) - y_high_k)^2``, averaged over trajectories.
-    Shapes: rows are trajectories; ``v_low``, ``y_low``, ``turn_mask`` ``[B, T]`` (one value per turn);
-    ``v_high``, ``y_high``, ``segment_mask`` ``[B, K]`` (one value per segment, at its boundary turn b_k).
-    Targets are detached.  No 1/2 factor and no clipping: Eq. 29 has neither.  The paper puts c_V both in
-    Eq. 29 and again in Eq. 30; we apply it once, in ``hiper_total_loss``.
-    """
-    turn_mask, segment_mask = turn_mask.to(torch.bool), segment_mask.to(torch.bool)
-    err_low = _zero_masked(v_low - y_low.detach(), turn_mask) ** 2
-    err_high = _zero_masked(v_high - y_high.detach(), segment_mask) ** 2
-    return aggregate(err_low, turn_mask, agg) + aggregate(err_high, segment_mask, agg)
-
-
-def hiper_total_loss(
-    actor_loss: Tensor, critic_loss: Tensor, kl: Tensor, *, c_v: float, kl_coef: float
-) -> Tensor:
-    """HiPER's joint objective (App. B, Eq. 30): ``-L_actor + c_V L_V + beta KL(pi_theta || pi_ref)``.
-
-    ``actor_loss`` is ``hiper_policy_loss``'s output (already ``-L_actor``), ``critic_loss`` is
-    ``hiper_critic_loss``, ``kl`` an aggregated KL estimate (``kl_penalty``).  Eq. 30 prints ``- beta D_KL``
-    under a ``min``, which would reward drifting from the reference; the text calls beta a *penalty* that keeps
-    the policy close, so the KL enters with ``+``.  App. C.1 sets ``kl_coef = 0.01``; c_V is not reported.
-    """
-    return actor_loss + c_v * critic_loss + kl_coef * kl
 
 
 def value_loss(
@@ -335,49 +246,9 @@ def kl_estimate(logprobs: Tensor, ref_logprobs: Tensor, kind: KLKind = "low_var_
     raise ValueError(f"unknown KL estimator {kind!r}; expected one of {KL_KINDS}")
 
 
-def kl_penalty(
-    logprobs: Tensor,
-    ref_logprobs: Tensor,
-    mask: Tensor,
-    kind: KLKind = "low_var_kl",
-    agg: AggMode = "token-mean",
-) -> Tensor:
-    """``kl_estimate`` aggregated over valid tokens ``mask`` ``bool[B, L]`` (the KL term of HiPER Eq. 30)."""
-    mask = mask.to(torch.bool)
-    kl = kl_estimate(_zero_masked(logprobs, mask), _zero_masked(ref_logprobs, mask), kind)
-    return aggregate(kl, mask, agg)
-
-
-def kl_from_logits(logits: Tensor, ref_logits: Tensor) -> Tensor:
-    """Exact per-token KL(pi || pi_ref) over the vocabulary: ``[..., V]`` logits -> ``[...]``.
-
-    Use it when the tokens were not sampled from pi (replay-buffer data in Multi2's online stage), where the
-    sample estimators of ``kl_estimate`` are biased.
-    """
-    logp = torch.log_softmax(logits, dim=-1)
-    logq = torch.log_softmax(ref_logits.detach(), dim=-1)
-    return (logp.exp() * (logp - logq)).sum(dim=-1)
-
-
 def entropy_from_logprobs(logp: Tensor) -> Tensor:
     """Token entropy ``H = -sum p log p`` from normalised log-probs ``[..., V]`` -> ``[...]``."""
     return -(logp.exp() * logp).sum(dim=-1)
-
-
-def entropy_from_logits(logits: Tensor) -> Tensor:
-    """Token entropy of ``[..., V]`` logits -> ``[...]``, through log-softmax: the form ``logsumexp(z) - sum
-    softmax(z) z`` cancels two numbers of the logits' size and was 1e-3 off in fp32 on the tiny model's logits (~20)
-    against float64, for entropies of 0.02-0.07; this form was 9e-6 off."""
-    return entropy_from_logprobs(torch.log_softmax(logits, dim=-1))
-
-
-def bc_nll(logprobs: Tensor, mask: Tensor, agg: AggMode = "token-mean") -> Tensor:
-    """Behaviour-cloning negative log-likelihood over response tokens only (``mask`` ``bool[B, L]``).
-
-    STEP-HRL Eq. 9–10 and HISR Eq. 1 sum the token log-probs of each response (``agg="seq-mean-token-sum"``);
-    Multi2 Eq. 3 is the same cross-entropy; the default ``token-mean`` is the usual SFT normalisation.
-    """
-    return -aggregate(logprobs, mask, agg)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -395,36 +266,6 @@ def expectile_loss(diff: Tensor, tau: float) -> Tensor:
 
 def _mean(x: Tensor, mask: Tensor | None) -> Tensor:
     return x.mean() if mask is None else masked_mean(x, mask)
-
-
-def iql_value_loss(q: Tensor, v: Tensor, tau: float, mask: Tensor | None = None) -> Tensor:
-    """``L_V = E[L2^tau(Q(s,u) - V(s))]`` (STEP-HRL Eq. 12; Multi2 Eq. 5). Shapes ``[N]`` (one per transition).
-
-    ``q`` is detached: in STEP-HRL it comes from the target Q network, and the V loss must never move Q.
-    STEP-HRL uses tau = 0.95 (App., "expectile parameter tau_2").
-    """
-    diff = q.detach() - v
-    if mask is not None:
-        diff = _zero_masked(diff, mask.to(torch.bool))
-    return _mean(expectile_loss(diff, tau), mask)
-
-
-def iql_q_loss(
-    q: Tensor, reward: Tensor, next_v: Tensor, done: Tensor, gamma: float, mask: Tensor | None = None
-) -> Tensor:
-    """``L_Q = E[(r + gamma (1 - done) V_target(s') - Q(s,u))^2]`` (STEP-HRL Eq. 11; Multi2 Eq. 4). Shapes ``[N]``.
-
-    ``next_v`` is detached (STEP-HRL bootstraps from a soft-updated target V).  Multi2's Eq. 4–5 are the same
-    forms with every value also conditioned on the active sub-goal g (Q(o,g,a), V(o,g)): the caller puts g in
-    the state.  (Our copy of Multi2 lost its formulas in extraction; this is what its prose and notation say.)  Neither paper writes the
-    ``(1 - done)`` factor; it encodes V(terminal) = 0 (``done`` = terminated, not truncated).  No 1/2 factor,
-    as in both papers.  STEP-HRL uses gamma = 0.99.
-    """
-    target = reward + gamma * (1.0 - done.to(q.dtype)) * next_v.detach()
-    err = q - target
-    if mask is not None:
-        err = _zero_masked(err, mask.to(torch.bool))
-    return _mean(err**2, mask)
 
 
 def iql_slot_loss(
@@ -455,56 +296,6 @@ def awr_weights(advantages: Tensor, beta: float, max_weight: float = 100.0) -> T
     """
     a = advantages.detach() / beta
     return torch.exp(torch.clamp(a, max=math.log(max_weight)))
-
-
-def awr_loss(
-    logprobs: Tensor,
-    advantages: Tensor,
-    mask: Tensor,
-    *,
-    beta: float,
-    max_weight: float = 100.0,
-    agg: AggMode = "seq-mean-token-sum",
-) -> Tensor:
-    """Advantage-weighted regression ``-E[exp(A/beta) log pi(u|s)]`` (STEP-HRL Eq. 13).
-
-    ``logprobs``, ``mask`` ``[B, L]``; ``advantages`` ``[B]`` (one per utterance, A = Q - V) or ``[B, L]``.
-    The default ``seq-mean-token-sum`` uses ``log pi(u|s) = sum_l log pi(u_l|s, u_<l)`` exactly as Eq. 10.
-    """
-    w = awr_weights(advantages, beta, max_weight)
-    if w.dim() == logprobs.dim() - 1:
-        w = w.unsqueeze(-1)
-    mask = mask.to(torch.bool)
-    w = _zero_masked(w.expand_as(logprobs), mask)
-    return -aggregate(w * _zero_masked(logprobs, mask), mask, agg)
-
-
-def multi2_online_loss(
-    logprobs: Tensor,
-    advantages: Tensor,
-    mask: Tensor,
-    kl: Tensor,
-    *,
-    beta: float,
-    kl_coef: float,
-    max_weight: float = 100.0,
-    agg: AggMode = "seq-mean-token-sum",
-) -> Tensor:
-    """Multi2's online KL-regularised AWAC objective for System 2 (Multi2 Sec. 4.3, Eq. 7).
-
-    ``-E_{(o,g,a)~B}[w(A) log pi_on(a|o,g)] + kl_coef * KL(pi_on || pi_off)`` with ``w = min(exp(A/beta), max)``,
-    B a replay buffer mixing the offline data with fresh online rollouts, pi_off the frozen offline policy.
-    Shapes: ``logprobs``, ``mask``, ``kl`` ``[B, L]`` (per-token KL from ``kl_from_logits`` — exact, right for
-    replay data — or ``kl_estimate``); ``advantages`` ``[B]``.  Both terms use the same aggregation.
-
-    The equation itself is missing from our copy of the paper (its formulas were lost in text extraction): this
-    is the form its prose states (weight from the advantage, KL to the offline-trained policy, coefficient
-    trading improvement against stability).  Constants (beta, kl_coef, clipping) are likewise not legible.
-    """
-    mask = mask.to(torch.bool)
-    return awr_loss(
-        logprobs, advantages, mask, beta=beta, max_weight=max_weight, agg=agg
-    ) + kl_coef * aggregate(kl, mask, agg)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -597,11 +388,3 @@ def segment_to_turn_rewards(segment_values: Tensor, segment_ids: Tensor) -> Tens
     is_last = valid & (nxt != segment_ids)
     gathered = segment_values.gather(1, torch.where(valid, segment_ids, 0).long())
     return _zero_masked(gathered, is_last)
-
-
-def fuse_rewards(r_him: Tensor, r_grounding: Tensor, alpha: float = 0.3) -> Tensor:
-    """``r_fuse = (1 - alpha) r_him + alpha r_g`` elementwise over turns (HISR Eq. 8; alpha = 0.3 in HISR).
-
-    ``r_grounding`` is 1 where the action was executable, else 0.  Shapes: any, equal (usually ``[B, T]``).
-    """
-    return (1.0 - alpha) * r_him + alpha * r_grounding

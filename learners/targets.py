@@ -143,20 +143,6 @@ def whiten(token_adv: np.ndarray, mask: np.ndarray, eps: float = 1e-8) -> np.nda
     return np.where(mask, out, 0.0).astype(np.float32)
 
 
-def whiten_groups(token_adv: np.ndarray, groups: Sequence[np.ndarray], eps: float = 1e-8) -> np.ndarray:
-    """:func:`whiten` applied to each bool[B, L] mask of ``groups`` separately (each with its own mean and std);
-    entries outside every group are 0. The groups must be disjoint (HiPER: switch / subgoal / action tokens)."""
-    out = np.zeros(token_adv.shape, np.float32)
-    taken = np.zeros(token_adv.shape, bool)
-    for m in groups:
-        m = np.asarray(m, bool)
-        if (taken & m).any():
-            raise ValueError("whitening groups overlap")
-        taken |= m
-        out = np.where(m, whiten(token_adv, m, eps), out).astype(np.float32)
-    return out
-
-
 def has_kl_term(cfg: Any) -> bool:
     """Whether an algorithm config with a ``kl_coef`` needs the reference policy's log-probs."""
     return cfg.kl_coef > 0

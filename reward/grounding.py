@@ -97,9 +97,8 @@ def action_grounding_reward(
     """float64[T]: the α-weighted HISR action-grounding term α·r^g_t of Eq. 8, r^g_t = 1 if executable else 0.
 
     Eq. 8 fuses r^fuse = (1 − α)·r^him + α·r^g; this returns the second summand (α = 0.3, HISR App. B) so that it can
-    sit in ``Turn.shaped`` next to the (1 − α)-scaled segment reward computed by the HISR reward models. The whole of
-    Eq. 8 on tensors is ``learners.losses.fuse_rewards`` (with Eq. 7 in ``learners.losses.hindsight_modulated_rewards``);
-    this package stays torch-free, so it keeps no second copy of either."""
+    sit in ``Turn.shaped`` next to the (1 − α)-scaled segment reward computed by the HISR reward models
+    (``learners.reward_models``, Eq. 7 in ``learners.losses.hindsight_modulated_rewards``)."""
     return alpha * action_executable(traj, patterns).astype(np.float64)
 
 

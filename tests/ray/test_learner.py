@@ -227,15 +227,14 @@ def test_entropies_match_a_full_hf_forward(model_path):
     over the whole vocabulary: a sign or a normalisation slip in the learner's formula fails this."""
     from transformers import AutoModelForCausalLM
 
-    from learners.losses import entropy_from_logits
-
     seqs = _batch(4).seqs
     base = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
     with torch.no_grad():
         logits = base(
             input_ids=torch.from_numpy(seqs.input_ids), attention_mask=torch.from_numpy(seqs.attention_mask)
         ).logits.float()
-    h = entropy_from_logits(logits[:, :-1].double()).numpy()
+    logp = torch.log_softmax(logits[:, :-1].double(), dim=-1)
+    h = -(logp.exp() * logp).sum(-1).numpy()  # H = -Σ_v p_v log p_v per position
     where = seqs.response_mask[:, 1:]
     expected = (h * where).sum(1) / np.maximum(where.sum(1), 1)
     got = _worker(model_path).entropies(seqs)  # the adapter starts at B = 0: the base model's entropies

@@ -11,11 +11,9 @@ from learners.advantages import (
     HAEResult,
     discounted_returns,
     gae,
-    gae_batch,
     gigpo_advantages,
     group_advantages,
     hierarchical_advantages,
-    hierarchical_advantages_batch,
     hipif_step_advantages,
 )
 
@@ -107,44 +105,6 @@ def _random_padded(B: int, T: int, seed: int):
     terminated = torch.rand(B, generator=g) < 0.5
     boot = torch.randn(B, generator=g, dtype=torch.float64)
     return lengths, valid, rnd, terminated, boot
-
-
-def test_gae_batch_matches_loop_and_padding_is_inert() -> None:
-    lengths, valid, rnd, terminated, boot = _random_padded(B=12, T=10, seed=2)
-    r, v = rnd(), rnd()
-    adv, ret = gae_batch(r, v, valid, gamma=0.93, lam=0.85, terminated=terminated, bootstrap_value=boot)
-    for b in range(r.shape[0]):
-        n = int(lengths[b])
-        a_ref, ret_ref = gae(
-            r[b, :n],
-            v[b, :n],
-            gamma=0.93,
-            lam=0.85,
-            terminated=bool(terminated[b]),
-            bootstrap_value=float(boot[b]),
-        )
-        torch.testing.assert_close(adv[b, :n], a_ref, **TOL)
-        torch.testing.assert_close(ret[b, :n], ret_ref, **TOL)
-    assert torch.all(adv[~valid] == 0) and torch.all(ret[~valid] == 0)
-    # garbage (NaN / huge) under padding changes nothing
-    r2 = torch.where(valid, r, torch.full_like(r, float("nan")))
-    v2 = torch.where(valid, v, torch.full_like(v, 1e30))
-    adv2, ret2 = gae_batch(r2, v2, valid, gamma=0.93, lam=0.85, terminated=terminated, bootstrap_value=boot)
-    torch.testing.assert_close(adv2, adv, **TOL)
-    torch.testing.assert_close(ret2, ret, **TOL)
-
-
-def test_batch_rejects_left_padding() -> None:
-    valid = torch.tensor([[False, True, True]])
-    with pytest.raises(ValueError):
-        gae_batch(
-            torch.zeros(1, 3, dtype=torch.float64),
-            torch.zeros(1, 3, dtype=torch.float64),
-            valid,
-            gamma=0.9,
-            lam=0.9,
-            terminated=torch.tensor([True]),
-        )
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -333,33 +293,6 @@ def _pad_stack(rows: list[dict], T: int, valid: torch.Tensor, garbage: float | N
             mat[b, :n] = row[name]
         out[name] = mat
     return out
-
-
-@pytest.mark.parametrize("garbage", [None, float("nan")])
-def test_hae_batch_matches_loop(garbage: float | None) -> None:
-    B, T = 16, 11
-    g = torch.Generator().manual_seed(6)
-    lengths = torch.randint(0, T + 1, (B,), generator=g)
-    lengths[0], lengths[1] = T, 1
-    valid = torch.arange(T)[None, :] < lengths[:, None]
-    terminated = torch.rand(B, generator=g) < 0.5
-    boot = torch.randn(B, generator=g, dtype=torch.float64)
-    rows = [_random_traj(int(lengths[b]), seed=100 + b, p_switch=0.35) for b in range(B)]
-    batch = _pad_stack(rows, T, valid, garbage)
-    hp = dict(gamma=0.95, lam_low=0.9, lam_high=0.7)
-    res = hierarchical_advantages_batch(
-        **batch, valid_mask=valid, **hp, terminated=terminated, bootstrap_value=boot
-    )
-    for b in range(B):
-        n = int(lengths[b])
-        ref = hierarchical_advantages(
-            **rows[b], **hp, terminated=bool(terminated[b]), bootstrap_value=float(boot[b])
-        )
-        for name in ("adv_low", "adv_high", "adv_switch", "target_low", "target_high"):
-            torch.testing.assert_close(getattr(res, name)[b, :n], getattr(ref, name), **TOL)
-            assert torch.all(getattr(res, name)[b, n:] == 0), name
-        assert res.boundary[b, :n].tolist() == ref.boundary.tolist()
-        assert not res.boundary[b, n:].any()
 
 
 # ---------------------------------------------------------------------------------------------------------------

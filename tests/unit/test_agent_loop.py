@@ -16,11 +16,12 @@ import pytest
 
 from actors.agent_loop import make_agent
 from actors.agents.parsing import TAG_TO_MASK
-from actors.inference import FakeEngine, SamplingParams
-from actors.rollout import EpisodeRequest, RolloutWorker, WorkerConfig, response_pieces, run_episodes
+from actors.inference import SamplingParams
+from actors.rollout import EpisodeRequest, RolloutWorker, WorkerConfig, response_pieces
 from actors.trajectory import Trajectory, Turn, from_numpy_dict
 from common.lora import LoraSpec
 from envs.synthetic import SyntheticHierEnv, parse_task_id
+from tests.unit.scripted_engine import FakeEngine, run_episodes
 
 PARAMS = SamplingParams(temperature=1.0, max_tokens=256)
 

@@ -23,7 +23,6 @@ from learners.targets import (
     clipped_policy_loss,
     value_positions,
     whiten,
-    whiten_groups,
 )
 
 P = 3  # prompt length: the response starts at position 3
@@ -287,16 +286,6 @@ def test_whiten_subtracts_the_mean():
     mask = np.array([[True, True, False], [True, False, False]])
     out = whiten(adv, mask)
     np.testing.assert_allclose(out, [[-1.2247449, 0.0, 0.0], [1.2247449, 0.0, 0.0]], atol=1e-6)
-
-
-def test_whiten_groups_uses_each_groups_own_statistics():
-    # group a: [1, 3] -> mean 2, std 1 -> [-1, 1]; group b: [10, 20] -> mean 15, std 5 -> [-1, 1]; the rest stays 0
-    adv = np.array([[1.0, 3.0, 10.0, 20.0, 7.0]], np.float32)
-    a = np.array([[True, True, False, False, False]])
-    b = np.array([[False, False, True, True, False]])
-    np.testing.assert_allclose(whiten_groups(adv, [a, b]), [[-1.0, 1.0, -1.0, 1.0, 0.0]], atol=1e-6)
-    with pytest.raises(ValueError, match="overlap"):
-        whiten_groups(adv, [a, a])
 
 
 def test_ppo_whitened_advantages_golden():
