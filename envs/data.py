@@ -102,7 +102,13 @@ def download_alfworld(dest: str | Path) -> Path:
     script = shutil.which("alfworld-download") or str(Path(sys.executable).parent / "alfworld-download")
     if not Path(script).exists():
         raise FileNotFoundError("`alfworld-download` not found: pip install 'hierarl[alfworld]'")
-    subprocess.run(
-        [script, "--data-dir", str(dest)], check=True, env={**os.environ, "ALFWORLD_DATA": str(dest)}
+    done = subprocess.run(
+        [script, "--data-dir", str(dest)],
+        env={**os.environ, "ALFWORLD_DATA": str(dest)},
+        stderr=subprocess.PIPE,
+        text=True,
     )
+    if done.returncode != 0:  # its traceback stays out of the way; its last line says why
+        last = (done.stderr.strip().splitlines() or ["no message"])[-1]
+        raise OSError(f"alfworld-download failed (exit {done.returncode}): {last}")
     return dest

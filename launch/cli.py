@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import inspect
 import json
 import os
 import sys
@@ -381,14 +382,24 @@ def cmd_rollout(args: Sequence[str]) -> int:
 
 
 def cmd_download_alfworld(args: Sequence[str]) -> int:
+    """``hierarl download-alfworld [DEST]``: ALFWorld's official data download (``alfworld-download``; needs the
+    internet) into DEST (default ``$ALFWORLD_DATA``, else ``~/.cache/alfworld``); then point ``ALFWORLD_DATA`` at it."""
     from envs.data import download_alfworld
 
+    if len(args) > 1 or (args and args[0].startswith("-")):
+        print("usage: hierarl download-alfworld [DEST]", file=sys.stderr)
+        return 2
     dest = args[0] if args else os.environ.get("ALFWORLD_DATA", "~/.cache/alfworld")
-    download_alfworld(Path(dest).expanduser())
+    try:
+        download_alfworld(Path(dest).expanduser())
+    except OSError as e:
+        print(f"hierarl download-alfworld: {_one_line(e)}", file=sys.stderr)
+        return 1
     return 0
 
 
 def cmd_presets(args: Sequence[str]) -> int:
+    """``hierarl presets``: every YAML preset of ``launch/configs/`` with its first comment line."""
     for p in sorted(PRESET_DIR.glob("*.yaml")):
         first = p.read_text().splitlines()[0].lstrip("# ") if p.read_text() else ""
         mark = " (default)" if p.stem == DEFAULT_PRESET else ""
@@ -431,14 +442,22 @@ COMMANDS = {
 }
 
 
+# Commands whose docstring is their whole help; the others parse ``--help`` themselves (train lists every key).
+DOC_HELP = ("sweep", "download-alfworld", "presets")
+HELP_FLAGS = ("-h", "--help")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    if not args or args[0] in ("-h", "--help"):
+    if not args or args[0] in HELP_FLAGS:
         print(__doc__)
         return 0
     if args[0] not in COMMANDS:
         print(f"hierarl: unknown command {args[0]!r}; one of {', '.join(COMMANDS)}", file=sys.stderr)
         return 2
+    if args[0] in DOC_HELP and any(a in HELP_FLAGS for a in args[1:]):
+        print(inspect.cleandoc(COMMANDS[args[0]].__doc__ or "").replace("``", "`"))
+        return 0
     return COMMANDS[args[0]](args[1:])
 
 

@@ -1,7 +1,7 @@
 """Suite-wide rule: a test skipped because a dependency is missing fails the run.
 
 `install.sh test` installs everything the suite needs, so a skip for a missing module means the install and the
-suite disagree (issue 16: the WebShop reference check was silently skipped for a missing `thefuzz`). Skips for
+suite disagree (once, the WebShop reference check was silently skipped for a missing `thefuzz`). Skips for
 other reasons (no GPU, no data at HIERARL_SHARED, not Linux) stay skips.
 """
 

@@ -9,10 +9,7 @@ import inspect
 import itertools
 import json
 import textwrap
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    pass
+from typing import Any
 
 from launch.config.schema import DEFAULT_PRESET, TrainConfig
 
@@ -84,7 +81,12 @@ def config_help() -> str:
         "Everything is checked before Ray starts; a bad key or value exits 2 with one line.",
         "",
         "run config keys (launch/config/schema.py; default, doc):",
-        *_key_lines(config_keys(TrainConfig())),
+        *_key_lines(
+            [
+                (key, value, f"The algorithm: {', '.join(ALGOS)}." if key == "algo" else doc)
+                for key, value, doc in config_keys(TrainConfig())
+            ]
+        ),
         "",
         "algo.<field> keys, per algorithm (learners/algos/<algo>.py Config; `--dry-run algo=<name>` resolves them):",
     ]

@@ -336,7 +336,7 @@ BC_KEYS = (
 
 def check_run_dir(cfg: TrainConfig) -> None:
     """A run folder that already holds a run (its metrics or checkpoints) is only continued (``resume=true``),
-    never overwritten: a fresh run there would delete the old run's metrics (issue 15)."""
+    never overwritten: a fresh run there would delete the old run's metrics."""
     run = Path(cfg.run_dir).expanduser()
     held = [name for name in ("metrics.jsonl", "checkpoints") if (run / name).exists()]
     if held and not cfg.resume:

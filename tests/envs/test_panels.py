@@ -1,5 +1,5 @@
 """Every stored evaluation panel against the installed benchmark data (launch/panels/): each task id is there and
-its data is the data the panel was made from (issue 41). A benchmark whose data is missing here is skipped, as in
+its data is the data the panel was made from. A benchmark whose data is missing here is skipped, as in
 the other env tests."""
 
 from __future__ import annotations

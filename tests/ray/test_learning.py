@@ -17,7 +17,7 @@ pinned), so the direction and size do not depend on the CPU kind. Measured on an
 before; after 3 updates HiPER +0.595 (+0.42; +0.48 while β_t still read the engine's log-probs), PPO +1.155
 (+0.98), GRPO +1.278 (+1.10), HIPIF +1.239 (+1.07; its own folded-history protocol), HIPIF+GiGPO +1.225 (+1.06), GRPO with swapped rewards -0.724 (-0.90), HiPER with ``learner.negate_advantages``
 -0.135 (-0.31); with the driver's advantages negated as a code mutation PPO went to -0.607 and the test failed. The SmolLM2 version of this test asserted a success rate over 24 sampled episodes after one RL
-iteration: it passed on AMX/bf16 machines and failed on AVX2/fp32 ones (issue 16), and its bar was below a random
+iteration: it passed on AMX/bf16 machines and failed on AVX2/fp32 ones, and its bar was below a random
 policy's success on its tasks (0.58).
 
 What this does not show: that RL learns a task from its own samples at CI cost. That evidence is a benchmark

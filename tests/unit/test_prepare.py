@@ -45,7 +45,7 @@ def _hiper_case(**kw):
 
 def test_targets_read_the_learners_logprobs_not_the_engines():
     """The engine sampled each <switch> span with P = 0.8; the learner's recomputation says 0.5. beta_t must come
-    from the learner's (one set of log-probs per row, issue 10.8): beta_1 (KEEP) = 1 - 0.5 = 0.5, beta_2 (SWITCH) = 0.5,
+    from the learner's (one set of log-probs per row): beta_1 (KEEP) = 1 - 0.5 = 0.5, beta_2 (SWITCH) = 0.5,
     so A_switch = [0, (0 - 0.5)(0.6 - 0.3), (1 - 0.5)(0.2 - 0.05)] = [0, -0.15, 0.075] (with the engine's it would be
     test_glue's [0, -0.06, 0.03]); A_high and A_low do not depend on beta. The ratio's log π_old is the learner's too."""
     turns, _ = _hiper_case()

@@ -46,7 +46,7 @@ def test_one_type_has_no_separate_all_row_and_unknown_chance_is_nan():
 
 
 def test_multi_role_protocols_get_a_validity_column_per_role():
-    """STEP-HRL: the high level's subgoal validity apart from the low level's actions (issue 11's per-role eval)."""
+    """STEP-HRL: the high level's subgoal validity apart from the low level's actions (the per-role eval)."""
     turns = [
         Turn([1], [2], [0.0], decision=Decision(valid=False), role="high"),
         Turn([1], [2], [0.0], decision=Decision(action="a", valid=True), role="low"),
@@ -62,7 +62,7 @@ def test_multi_role_protocols_get_a_validity_column_per_role():
 
 
 def test_multi2_reports_the_executors_subgoal_completion_rate():
-    """Issue 11's per-role eval: the share of the planner's sub-goals the executor completed. Two sub-goals: the first
+    """The per-role eval: the share of the planner's sub-goals the executor completed. Two sub-goals: the first
     flagged done with the score risen (completed), the second flagged done without progress (not completed)."""
     done = {"completion": True}
     turns = [

@@ -1,4 +1,4 @@
-"""Issue 10.5: bad input fails at start, before Ray, with one line naming the key and the allowed values.
+"""Bad input fails at start, before Ray, with one line naming the key and the allowed values.
 
 ``launch.config.validate`` checks a resolved config (pure: no Ray, no model, no env built); ``hierarl train``
 calls it before anything heavy and turns a ``ConfigError`` into ``hierarl train: <message>`` and exit code 2.
@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from launch.cli import main
+from launch.algos import ALGOS
+from launch.cli import COMMANDS, main
 from launch.config import (
     DEFAULT_PRESET,
     PRESET_DIR,
@@ -303,7 +304,7 @@ def expertless_env(monkeypatch):
 def test_bc_needs_an_env_with_an_expert(expertless_env):
     """Before: BC on ALFWorld crashed in actors/demos.py after Ray had started: its ALFRED high-level plan (now
     ``pddl_plan``) has no text actions to clone. (ScienceWorld crashed the same way until it got ``expert_plan``;
-    ALFWorld has one since issue 41: the hand-coded expert's commands cut by that plan.)"""
+    ALFWorld has one: the hand-coded expert's commands cut by that plan.)"""
     message = _error([f"env.name={expertless_env}"])
     assert message == (
         "bc.enabled: env 'counter' has no expert plan to clone (actors/demos.py); allowed: "
@@ -356,6 +357,25 @@ def test_train_help_is_not_a_preset_name(capsys):
     assert "lam_low" in out and "\n    shaping.process_penalty " in out  # algo keys and shaping constants
     assert "algo.shaping.<name>" in out and "\n    shaping.format_penalty " in out
     assert main(["train", "-h", "hiper_alfworld"]) == 0
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_every_command_has_help(command, flag, capsys):
+    """`hierarl <command> --help` prints help and exits 0 (argparse's SystemExit(0) or a return of 0); before,
+    `hierarl sweep --help` exited 2 and `hierarl download-alfworld --help` tried to download into './--help'."""
+    try:
+        rc = main([command, flag])
+    except SystemExit as e:
+        rc = e.code
+    out = capsys.readouterr().out
+    assert rc == 0 and f"hierarl {command}" in out and len(out.strip()) > 40
+
+
+def test_train_help_lists_every_algorithm(capsys):
+    assert main(["train", "--help"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("  algo "))
+    assert all(name in line for name in ALGOS), line
 
 
 def test_dry_run_prints_the_resolved_config(capsys):
@@ -424,7 +444,7 @@ def test_dry_run_imports_no_distributed_stack():
     assert "LOADED []" in out.stdout and "algo: ppo" in out.stdout
 
 
-# --- one source of defaults for the workers and `hierarl rollout` (issue 10.4) ----------------------------------
+# --- one source of defaults for the workers and `hierarl rollout` ----------------------------------
 
 
 def test_worker_configs_restate_no_run_config_default():
