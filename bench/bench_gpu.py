@@ -1,6 +1,6 @@
 """The learner and the HF engine on a GPU: correctness checks and step times, without Ray or vLLM.
 
-Our GPU machine has CUDA torch, transformers and peft but no Ray or vLLM (platform.md: their wheels do not travel;
+Our GPU machine has CUDA torch, transformers and peft but no Ray or vLLM (docs/platform.md: their wheels do not travel;
 DeepSpeed's pure-Python wheel does), and no model weights. So this runs the plain classes the Ray actors wrap —
 ``learners.worker.LearnerWorker`` (DeepSpeed over NCCL, world size 1) and ``actors.inference.HFEngine`` — in one
 process, on random-weight Llama models of real shapes with the SmolLM2 tokenizer (``--tokenizer``: a folder with
@@ -40,7 +40,7 @@ from bench_checkpoints import _free_port, random_targets, synthetic_batch  # noq
 SHAPES: dict[str, dict[str, int]] = {
     "tiny": dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=2,
                  num_key_value_heads=2),  # a smoke test of this script (--device cpu)
-    # SmolLM2-135M-Instruct's own config (platform.md); 1.7B: SmolLM2-1.7B's; 8b: Llama-3-8B's (GQA 32/8)
+    # SmolLM2-135M-Instruct's own config (docs/platform.md); 1.7B: SmolLM2-1.7B's; 8b: Llama-3-8B's (GQA 32/8)
     "smollm2-135m": dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
                          num_key_value_heads=3),
     "smollm2-1.7b": dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=24, num_attention_heads=32,

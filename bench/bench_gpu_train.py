@@ -1,7 +1,7 @@
 """``hierarl train`` end to end on one GPU: the main job and every paper's method through Ray, DeepSpeed over NCCL and
 the HF engine on CUDA, each worker on a share of the one GPU (``rollout.gpus_per_worker``, ``learner.gpus_per_worker``).
 
-The lent GPU machine has no vLLM and no model weights of its own (platform.md): the engine is HF, and the model is
+The lent GPU machine has no vLLM and no model weights of its own (docs/platform.md): the engine is HF, and the model is
 either a random-weight Llama of SmolLM2-135M's shape with the SmolLM2 tokenizer (``--model random``,
 ``bench_gpu.build_model``: its outputs are noise, so those runs check the path and time it, and show no learning) or
 the packaged SmolLM2 carried along (``--model smollm2``). ``--presets`` runs each preset shortened the same way

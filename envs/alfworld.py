@@ -21,7 +21,7 @@ with textworld's ``PddlEnv`` and alfworld's own wrappers (``AlfredDemangler`` gi
 * Text: the shared json_2.1.1 game files carry the grammar of alfworld <= 0.3 ("put X in/on Y", "You arrive at
   loc 5."), which is what the papers' prompts use; files from ``alfworld-download`` (json_2.1.2) say "move X to Y".
   The adapter passes either through unchanged.
-* Memory: RSS grows with every game loaded in one process (platform.md: ~7 MB per game; ~2 MB measured over 12
+* Memory: RSS grows with every game loaded in one process (docs/platform.md: ~7 MB per game; ~2 MB measured over 12
   games here), so long-lived workers should be recycled (the env pool does).
 """
 

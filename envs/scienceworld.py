@@ -7,7 +7,7 @@ rescaling to 0-1 or binarisation is shaping and lives in ``reward/``.
 
 Task ids are ``"<family>:<variation>"`` (e.g. ``"boil:3"``); splits are the official train / dev / test variation
 ranges.  The simulator is a JVM (py4j); its heap is bounded to 256 MiB by default (``JAVA_TOOL_OPTIONS``), which
-keeps one env at ~250 MB instead of 1-1.9 GB with every task still runnable (platform.md).
+keeps one env at ~250 MB instead of 1-1.9 GB with every task still runnable (docs/platform.md).
 """
 
 from __future__ import annotations

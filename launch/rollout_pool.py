@@ -56,6 +56,7 @@ class RolloutPool:
         self.version = 0
         self.pushed: list[Weights] = []
         self.restarts = 0
+        self._seen: dict[str, float] = {}  # the fault counters at the last ``fault_totals``
         self.streaming = False
         """True while an asynchronous collection runs: calls then go through the ``control`` concurrency group."""
 
@@ -196,6 +197,22 @@ class RolloutPool:
         return totals
 
     # -- faults and shutdown ---------------------------------------------------------------------------------
+
+    def fault_totals(self, iteration: int, **extra: float) -> dict[str, float]:
+        """``total_<name>`` of the workers' cumulative counters (group retries and drops, env-worker restarts,
+        timeouts, crashes, worker replacements) and ``extra`` (the learner's rebuilds); a line when a fault counter
+        grew since the last call."""
+        totals = {**self.counters(), **extra}
+        grew = {
+            k: v - self._seen.get(k, 0)
+            for k, v in totals.items()
+            if k not in ("groups", "episodes", "env_recycles") and v > self._seen.get(k, 0)
+        }
+        if grew:
+            text = ", ".join(f"{k} +{v:.0f}" for k, v in sorted(grew.items()))
+            print(f"[hierarl] iteration {iteration}: rollout faults handled: {text}", flush=True)
+        self._seen = totals
+        return {f"total_{k}": v for k, v in totals.items()}
 
     def replace(self, index: int, error: Exception) -> None:
         """A new worker in the dead one's placement-group bundle, with the newest adapter loaded."""

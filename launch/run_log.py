@@ -87,6 +87,15 @@ class RunLog:
             if "tensorboard" in self.cfg.backends:
                 self._backends({**record})
 
+    def resume_at(self, iteration: int, last: dict[str, Any] | None) -> None:
+        """Cut the logs back to a checkpoint of ``iteration``: rows of later (killed) iterations are dropped and the
+        resumed run logs them again, once; ``last``, the checkpoint's own row, is restored if the run died between
+        the checkpoint and its row."""
+        history = [r for r in self.read() if int(r.get("iteration", 0)) <= iteration]
+        if last is not None and not any(r.get("iteration") == last["iteration"] for r in history):
+            history.append(last)
+        self.restart(history)
+
     def read(self) -> list[dict[str, Any]]:
         """The rows ``metrics.jsonl`` holds (a run being resumed)."""
         if not self.path.exists():

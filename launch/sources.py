@@ -105,3 +105,32 @@ class SyncRollouts:
 
     def close(self) -> None:
         self.pending = []
+
+
+@dataclass
+class EmptyIterations:
+    """Iterations without samples (every group dropped after its retries): each is logged ``empty`` and never
+    trained on or checkpointed; ``limit`` of them in a row end the run with an error."""
+
+    limit: int
+    groups_per_iter: int
+    in_a_row: int = 0
+
+    def sampled(self) -> None:
+        self.in_a_row = 0
+
+    def empty(self, iteration: int, stats: dict[str, float]) -> dict[str, Any]:
+        """The iteration's row; a warning line, and the error once ``limit`` empty iterations ran in a row."""
+        self.in_a_row += 1
+        print(
+            f"[hierarl] WARNING iteration {iteration}: no samples ({stats.get('groups_dropped', 0):.0f} of "
+            f"{self.groups_per_iter} groups dropped after their retries); nothing trained, nothing checkpointed "
+            f"({self.in_a_row}/{self.limit} in a row)",
+            flush=True,
+        )
+        if self.in_a_row >= self.limit:
+            raise RuntimeError(
+                f"{self.limit} iterations in a row without samples (every group failed after "
+                "rollout.max_group_retries); see the rollout workers' logs"
+            )
+        return {"iteration": iteration, "phase": "rl", "empty": 1, **stats}

@@ -9,21 +9,65 @@ BC and the offline datasets start from), ``env_task_ids``.
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from actors.demos import collect_demonstrations
 from actors.rollout import WorkerConfig
 from actors.trajectory import Trajectory
-from cluster.ray_cluster import node_cores
+from cluster.ray_cluster import WorkerResources, node_cores
 from common.lora import LoraSpec
+from envs import success_reward
 from launch.algos import get_algo
-from launch.config import TrainConfig, reference_adapters, torch_threads
+from launch.checkpoints import behaviour_adapter
+from launch.config import (
+    LearnerConfig,
+    TrainConfig,
+    behaviour_is_cap,
+    reference_adapters,
+    torch_threads,
+)
 from launch.hisr import RewardModels, reward_model_learners
 from launch.offline import OfflineData
+from launch.rollout_pool import RolloutPool
+from launch.sources import IterationSource, SyncRollouts
+from launch.stream import AsyncRollouts
+from launch.updater import Updater
 from learners.algorithm import Algorithm
+from learners.group import LearnerGroup
 from learners.worker import LearnerSpec
+
+
+def rollout_pool(cfg: TrainConfig, model_path: str, device: str) -> RolloutPool:
+    """The rollout workers, one placement-group bundle each (asynchronous runs: a ``control`` concurrency group, so
+    pushes and counters reach a worker beside its running collection)."""
+    control = (("control", 1),) if cfg.max_staleness else ()
+    gpus = cfg.rollout.gpus_per_worker if device == "cuda" else 0.0
+    return RolloutPool(
+        rollout_worker_config(cfg, model_path, device),
+        cfg.rollout.num_workers,
+        WorkerResources(cfg.rollout.cpus_per_worker, gpus, control),
+        max_restarts=cfg.rollout.max_restarts,
+    )
+
+
+def learner_resources(learner: LearnerConfig, device: str) -> WorkerResources:
+    return WorkerResources(learner.cpus_per_worker, learner.gpus_per_worker if device == "cuda" else 0.0)
+
+
+def updater(cfg: TrainConfig, algo: Algorithm, algo_cfg: Any, learner: LearnerGroup, pad_id: int) -> Updater:
+    """The update's driver side over ``learner``: shaping in units of the env's success reward, the role adapters,
+    the frozen reference copies, the off-policy weight's cap."""
+    return Updater(
+        learner,
+        cfg.learner,
+        pad_id=pad_id,
+        success_reward=success_reward(cfg.env.name, dict(cfg.env.options)),
+        role_adapters=cfg.model.role_adapters,
+        ref_adapters=reference_adapters(cfg, algo, algo_cfg),
+        behaviour_is_cap=behaviour_is_cap(cfg),
+    )
 
 
 def learner_adapters(cfg: TrainConfig) -> tuple[tuple[str, float], ...]:
@@ -128,12 +172,13 @@ def reward_models(
     algo_cfg: Any,
     tokenizer: Any,
     pad_id: int,
-    pool: Any,
+    pool: RolloutPool,
     train_ids: Sequence[str],
-    run: Any,
+    learner: Callable[[], LearnerGroup],
+    log: Callable[[dict[str, Any]], None],
 ) -> RewardModels | None:
-    """HISR's reward models for a run whose algorithm trains them (else None), on the learner group ``run.learner``
-    holds (asked at every call: a rebuilt group replaces it), logging through ``run.log``."""
+    """HISR's reward models for a run whose algorithm trains them (else None), on the learner group ``learner()``
+    returns (asked at every call: a rebuilt group replaces it), logging through ``log``."""
     if not get_algo(cfg.algo).reward_models:
         return None
     return RewardModels(
@@ -145,18 +190,25 @@ def reward_models(
         max_seq_len=cfg.learner.max_seq_len,
         pad_id=pad_id,
         seed=cfg.seed,
-        learner=lambda: run.learner,
+        learner=learner,
         collect=pool.collect,
         train_ids=train_ids,
-        log=run.log.log,
+        log=log,
     )
 
 
 def offline_data(
-    cfg: TrainConfig, algo: Algorithm, algo_cfg: Any, pool: Any, train_ids: Sequence[str], run: Any
+    cfg: TrainConfig,
+    algo: Algorithm,
+    algo_cfg: Any,
+    pool: RolloutPool,
+    train_ids: Sequence[str],
+    demonstrations: Callable[[], list[Trajectory]],
+    log: Callable[[dict[str, Any]], None],
+    updater: Updater,
 ) -> OfflineData | None:
-    """The stored data of an offline algorithm (else None): BC's demonstrations (``run.demonstrations``) and the
-    pool's rollouts; the online phase's KL reference frozen by ``run.updater``."""
+    """The stored data of an offline algorithm (else None): BC's ``demonstrations()`` and the pool's rollouts; the
+    online phase's KL reference frozen by ``updater``."""
     if not algo.offline:
         return None
     return OfflineData(
@@ -169,9 +221,40 @@ def offline_data(
         group_size=cfg.rollout.group_size,
         temperature=cfg.rollout.temperature,
         train_ids=train_ids,
-        demonstrations=run.demonstrations,
+        demonstrations=demonstrations,
         collect=pool.collect,
         sample=pool.sample,
-        log=run.log.log,
-        freeze_reference=run.updater.freeze_reference if algo.uses_reference(algo_cfg) else None,
+        log=log,
+        freeze_reference=updater.freeze_reference if algo.uses_reference(algo_cfg) else None,
     )
+
+
+def iteration_source(
+    cfg: TrainConfig,
+    pool: RolloutPool,
+    train_ids: Sequence[str],
+    first: int,
+    offline: OfflineData | None,
+    resumed_from: Path | None,
+) -> IterationSource:
+    """Where iterations ``first``.. take their trajectories from: the stored data of an offline algorithm, the
+    asynchronous stream (``max_staleness``), or synchronous rollouts with one iteration prefetched or none
+    (``one_step_off``; a resumed one regenerates its in-flight rollouts with the saved behaviour adapter)."""
+    if offline is not None:
+        offline.prepare()
+        return offline
+    if cfg.max_staleness:
+        return AsyncRollouts(
+            pool,
+            cfg.rollout,
+            max_staleness=cfg.max_staleness,
+            train_ids=train_ids,
+            seed=cfg.seed,
+            first_batch=first,
+        )
+    sync = SyncRollouts(
+        pool, cfg.rollout, train_ids, seed=cfg.seed, last=cfg.iterations, prefetch=cfg.one_step_off
+    )
+    if cfg.one_step_off and resumed_from is not None and 1 < first <= cfg.iterations:
+        sync.resume_in_flight(first, behaviour_adapter(resumed_from), resumed_from)
+    return sync

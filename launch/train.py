@@ -27,35 +27,34 @@ import torch
 
 from actors.models import resolve_model_path
 from actors.trajectory import Trajectory, to_jsonl
-from cluster.ray_cluster import WORKER_LOST, WorkerResources, init_ray
-from envs import success_reward
+from cluster.ray_cluster import WORKER_LOST, init_ray
 from launch.algos import get_algo
-from launch.checkpoints import Checkpointer, behaviour_adapter, restore_rngs
+from launch.checkpoints import Checkpointer, restore_rngs
 from launch.config import (
     TrainConfig,
-    behaviour_is_cap,
     check_bc_source,
-    reference_adapters,
     resolve_algo_config,
     resolved_text,
     to_dict,
 )
 from launch.evaluation import Evaluation, scope
 from launch.evaluator import PanelEvaluator
-from launch.rollout_pool import RolloutPool, Weights
+from launch.rollout_pool import Weights
 from launch.run_log import RunLog, eval_fields, eval_text, final_table, iteration_line
-from launch.sources import IterationSource, SyncRollouts
+from launch.sources import EmptyIterations
 from launch.specs import (
     env_task_ids,
     expert_demonstrations,
+    iteration_source,
+    learner_resources,
     learner_spec,
     lora_spec,
     offline_data,
     reward_models,
-    rollout_worker_config,
+    rollout_pool,
+    updater,
 )
-from launch.stream import AsyncRollouts
-from launch.updater import Updater, timed
+from launch.updater import timed
 from launch.warm_start import bc_from_run, behaviour_cloning, load_init_adapter
 from learners.algorithm import Algorithm
 from learners.group import LearnerGroup
@@ -82,38 +81,19 @@ class Trainer:
         np.random.seed(cfg.seed)
         torch.manual_seed(cfg.seed)
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        gpu = self.device == "cuda"
         self.bc_source = check_bc_source(cfg) if cfg.bc.enabled and cfg.bc.from_run else None
         init_ray(cfg.ray_address, device=self.device)
         self.model_path = resolve_model_path(cfg.model.path, cfg.model.cache_dir)
         from transformers import AutoTokenizer
 
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
-        pad_id = self.tokenizer.pad_token_id or self.tokenizer.eos_token_id
+        self.pad_id = pad_id = self.tokenizer.pad_token_id or self.tokenizer.eos_token_id
         self.train_ids = env_task_ids(cfg, cfg.env.train_split)
-        control = (("control", 1),) if cfg.max_staleness else ()  # async: calls beside the running collection
-        self.pool = RolloutPool(
-            rollout_worker_config(cfg, self.model_path, self.device),
-            cfg.rollout.num_workers,
-            WorkerResources(
-                cfg.rollout.cpus_per_worker, cfg.rollout.gpus_per_worker if gpu else 0.0, control
-            ),
-            max_restarts=cfg.rollout.max_restarts,
-        )
+        self.pool = rollout_pool(cfg, self.model_path, self.device)
         self.learner_spec = learner_spec(cfg, self.algo, self.algo_cfg, self.model_path, self.device)
-        self.learner_resources = WorkerResources(
-            cfg.learner.cpus_per_worker, cfg.learner.gpus_per_worker if gpu else 0.0
-        )
+        self.learner_resources = learner_resources(cfg.learner, self.device)
         self.learner = LearnerGroup(self.learner_spec, cfg.learner.num_workers, self.learner_resources)
-        self.updater = Updater(
-            self.learner,
-            cfg.learner,
-            pad_id=pad_id,
-            success_reward=success_reward(cfg.env.name, dict(cfg.env.options)),
-            role_adapters=cfg.model.role_adapters,
-            ref_adapters=reference_adapters(cfg, self.algo, self.algo_cfg),
-            behaviour_is_cap=behaviour_is_cap(cfg),
-        )
+        self.updater = updater(cfg, self.algo, self.algo_cfg, self.learner, pad_id)
         self.adapters = cfg.model.adapter_names
         """The policy adapters of ``model.role_adapters`` (empty: one adapter for every role)."""
         self.checkpoints = Checkpointer(self.run_dir / "checkpoints", cfg.checkpoint_keep_last)
@@ -125,11 +105,28 @@ class Trainer:
             cfg.seed + EVAL_SEED,
         )
         self.learner_restarts = 0  # learner groups rebuilt after a worker died (``learner.max_restarts``)
-        self._empty_in_a_row = 0
-        self._counters: dict[str, float] = {}  # the rollout workers' cumulative fault counters, last seen
+        self.empty = EmptyIterations(cfg.rollout.max_empty_iterations, cfg.rollout.groups_per_iter)
         self.resumed_from: Path | None = None
-        self.hisr = reward_models(cfg, self.algo_cfg, self.tokenizer, pad_id, self.pool, self.train_ids, self)
-        self.offline = offline_data(cfg, self.algo, self.algo_cfg, self.pool, self.train_ids, self)
+        self.hisr = reward_models(
+            cfg,
+            self.algo_cfg,
+            self.tokenizer,
+            pad_id,
+            self.pool,
+            self.train_ids,
+            lambda: self.learner,
+            self.log.log,
+        )
+        self.offline = offline_data(
+            cfg,
+            self.algo,
+            self.algo_cfg,
+            self.pool,
+            self.train_ids,
+            self.demonstrations,
+            self.log.log,
+            self.updater,
+        )
 
     # -- the loop --------------------------------------------------------------------------------------------
 
@@ -138,16 +135,16 @@ class Trainer:
         first = self.resume() or self.warm_start()
         if self.hisr is not None:
             self.hisr.prepare(in_learner=first > 1)  # RL checkpoints hold the reward models
-        source = self.source(first)
+        source = iteration_source(self.cfg, self.pool, self.train_ids, first, self.offline, self.resumed_from)
         for it in range(first, cfg.iterations + 1):
             timings: dict[str, float] = {}
             t0 = time.perf_counter()
             with timed(timings, "rollout"):
                 data = source.take(it)
             if not any(t.turns for t in data.trajectories):
-                self.skip_empty(it, data.stats)
+                self.log.log(self.empty.empty(it, data.stats))
                 continue
-            self._empty_in_a_row = 0
+            self.empty.sampled()
             versions = [turn.policy_version for t in data.trajectories for turn in t.turns]
             data.stats["policy_lag"] = self.pool.version - min(versions, default=self.pool.version)
             if cfg.save_trajectories:  # before the update writes its shaping into the turns
@@ -161,7 +158,7 @@ class Trainer:
             with timed(timings, "push"):
                 self.push()
             record = {"iteration": it, "phase": "rl", "version": self.pool.version, **data.stats, **metrics}
-            record.update(self.fault_counters(it))
+            record.update(self.pool.fault_totals(it, learner_restarts=self.learner_restarts))
             if cfg.eval_every and it % cfg.eval_every == 0:
                 with timed(timings, "rollout_pause"):
                     paused = source.pause()  # evaluation needs the workers
@@ -178,33 +175,6 @@ class Trainer:
         source.close()
         print(final_table(self.log.history), flush=True)
         return self.log.history
-
-    def source(self, first: int) -> IterationSource:
-        """Where iterations ``first``.. take their trajectories from (the module docstring)."""
-        cfg = self.cfg
-        if self.offline is not None:
-            self.offline.prepare()
-            return self.offline
-        if cfg.max_staleness:
-            return AsyncRollouts(
-                self.pool,
-                cfg.rollout,
-                max_staleness=cfg.max_staleness,
-                train_ids=self.train_ids,
-                seed=cfg.seed,
-                first_batch=first,
-            )
-        sync = SyncRollouts(
-            self.pool,
-            cfg.rollout,
-            self.train_ids,
-            seed=cfg.seed,
-            last=cfg.iterations,
-            prefetch=cfg.one_step_off,
-        )
-        if cfg.one_step_off and self.resumed_from is not None and 1 < first <= cfg.iterations:
-            sync.resume_in_flight(first, behaviour_adapter(self.resumed_from), self.resumed_from)
-        return sync
 
     # -- starting: a warm start, or a resume -----------------------------------------------------------------
 
@@ -254,12 +224,7 @@ class Trainer:
             self.offline.critic_steps = int(state.get("offline_steps", 0))
         self.pool.version = state["version"] - 1
         self.push()
-        # rows logged after the checkpoint (a killed iteration) are dropped: the resumed run logs them once again
-        history = [r for r in self.log.read() if int(r.get("iteration", 0)) <= state["iteration"]]
-        last = state.get("record")
-        if last is not None and not any(r.get("iteration") == last["iteration"] for r in history):
-            history.append(last)  # killed between this checkpoint and its metrics row
-        self.log.restart(history)
+        self.log.resume_at(state["iteration"], state.get("record"))
         print(f"[hierarl] resumed from {path} at iteration {state['iteration'] + 1}", flush=True)
         return state["iteration"] + 1
 
@@ -372,39 +337,6 @@ class Trainer:
             self.pool.pushed[0][None] if self.cfg.one_step_off and len(self.pool.pushed) == 2 else None
         )
         self.checkpoints.save(iteration, self.learner, state, behaviour)
-
-    def fault_counters(self, it: int) -> dict[str, float]:
-        """The rollout workers' cumulative counters (``total_<name>``: group retries and drops, env-worker restarts,
-        timeouts, crashes, worker replacements) and the learner's rebuilds; a line when a fault counter grew."""
-        totals = {**self.pool.counters(), "learner_restarts": self.learner_restarts}
-        grew = {
-            k: v - self._counters.get(k, 0)
-            for k, v in totals.items()
-            if k not in ("groups", "episodes", "env_recycles") and v > self._counters.get(k, 0)
-        }
-        if grew:
-            text = ", ".join(f"{k} +{v:.0f}" for k, v in sorted(grew.items()))
-            print(f"[hierarl] iteration {it}: rollout faults handled: {text}", flush=True)
-        self._counters = totals
-        return {f"total_{k}": v for k, v in totals.items()}
-
-    def skip_empty(self, it: int, stats: dict[str, float]) -> None:
-        """An iteration without samples: logged (``empty``), never trained on or checkpointed; an error after
-        ``rollout.max_empty_iterations`` in a row."""
-        self._empty_in_a_row += 1
-        limit = self.cfg.rollout.max_empty_iterations
-        self.log.log({"iteration": it, "phase": "rl", "empty": 1, **stats})
-        print(
-            f"[hierarl] WARNING iteration {it}: no samples ({stats.get('groups_dropped', 0):.0f} of "
-            f"{self.cfg.rollout.groups_per_iter} groups dropped after their retries); nothing trained, nothing "
-            f"checkpointed ({self._empty_in_a_row}/{limit} in a row)",
-            flush=True,
-        )
-        if self._empty_in_a_row >= limit:
-            raise RuntimeError(
-                f"{limit} iterations in a row without samples (every group failed after "
-                "rollout.max_group_retries); see the rollout workers' logs"
-            )
 
     def close(self) -> None:
         """Stop the env pools and engines, kill the actors (frees DeepSpeed's port), close the log's backends."""

@@ -285,7 +285,7 @@ class TrainConfig:
     the learner group take turns, so each phase gets the whole node (the learner's phases ran 1.8x faster on 2
     threads than on 1, docs/results); with ``one_step_off`` they overlap and share it. A sweep running several
     cells at once gives each 1. Set it when something else shares the cores: torch threads that find their core
-    busy run up to 10x slower (platform.md)."""
+    busy run up to 10x slower (docs/platform.md)."""
     seed: int = 0
     """Seeds tasks, sampling, initialisation and shuffling."""
     run_dir: str = "runs/default"

@@ -1,4 +1,4 @@
-"""Local Ray on loopback for the tests in this folder (platform.md gotchas: auth off, no eth0 traffic)."""
+"""Local Ray on loopback for the tests in this folder (docs/platform.md gotchas: auth off, no eth0 traffic)."""
 
 from __future__ import annotations
 

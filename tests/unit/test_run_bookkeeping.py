@@ -7,7 +7,7 @@ import pytest
 
 from launch.checkpoints import checkpoint_iterations, checkpoints_to_prune
 from launch.config import resolve_config
-from launch.train import Trainer
+from launch.sources import EmptyIterations
 
 
 @pytest.mark.parametrize(
@@ -32,20 +32,16 @@ def test_only_complete_checkpoint_folders_count(tmp_path):
 
 
 def test_iterations_without_samples_warn_then_fail(capsys):
-    """Every group dropped: logged as an ``empty`` row and a warning; the ``max_empty_iterations``-th in a row
-    raises. (The loop resets the count after an iteration with samples and never trains or checkpoints here.)"""
-    logged = []
-    stub = SimpleNamespace(
-        cfg=resolve_config(None, ["rollout.max_empty_iterations=2", "rollout.groups_per_iter=4"]),
-        log=SimpleNamespace(log=logged.append),
-        _empty_in_a_row=0,
-    )
+    """Every group dropped: an ``empty`` row and a warning; the ``limit``-th in a row raises, and an iteration with
+    samples resets the count. (The loop never trains or checkpoints an empty iteration.)"""
+    guard = EmptyIterations(limit=2, groups_per_iter=4)
     stats = {"groups_dropped": 4, "failed": 0.0}
-    Trainer.skip_empty(stub, 1, stats)
+    assert guard.empty(1, stats) == {"iteration": 1, "phase": "rl", "empty": 1, **stats}
     assert "WARNING iteration 1: no samples (4 of 4 groups dropped" in capsys.readouterr().out
-    assert logged == [{"iteration": 1, "phase": "rl", "empty": 1, **stats}]
+    guard.sampled()
+    guard.empty(2, stats)  # one in a row again
     with pytest.raises(RuntimeError, match="2 iterations in a row without samples"):
-        Trainer.skip_empty(stub, 2, stats)
+        guard.empty(3, stats)
 
 
 def test_progress_lines_for_long_learner_phases(capsys):
@@ -74,7 +70,7 @@ def test_progress_lines_for_long_learner_phases(capsys):
 
 def test_bc_from_run_must_have_done_the_same_bc(tmp_path):
     from launch.algos import get_algo
-    from launch.config import ConfigError, check_bc_source, resolve_config, resolved_text
+    from launch.config import ConfigError, check_bc_source, resolved_text
 
     src = tmp_path / "src"
     (src / "checkpoints" / "iter_0" / "policy_ds").mkdir(parents=True)
