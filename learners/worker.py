@@ -6,10 +6,10 @@ One worker = one data-parallel rank. It holds
   (``frozen_adapters``: no engine, no optimizer; the driver copies the policy into it as RL begins), or the same model
   with every adapter disabled — either way no second copy of the base weights;
 * optionally the **critic**: its own LoRA adapter (``critic``) on the policy's frozen base (one copy of the base
-  weights for policy, reference and critic: 14 GB less at every phase's peak, measured at a Llama-3-8B shape in
-  bf16 on an H100, docs/results) and a value head with ``value_heads`` outputs (1 for PPO's V(s); 2 for HiPER's
-  [V_high, V_low]), in its own DeepSpeed engine. Under ZeRO-3, which partitions the base per engine, the critic
-  keeps a base of its own;
+  weights for policy, reference and critic: 14 GB less at every phase's peak, measured at a Llama-3-8B shape
+  in bf16 on an H100, docs/results/gpu_learner_engine.md) and a value head with ``value_heads`` outputs (1 for
+  PPO's V(s); 2 for HiPER's [V_high, V_low]), in its own DeepSpeed engine. Under ZeRO-3, which partitions the
+  base per engine, the critic keeps a base of its own;
 * optionally more value models the same way (``extra_critics``, each its adapter, head and engine on the shared
   base: HISR's segment reward model), and more trained adapters (``adapters``: Multi2's planner and executor,
   HISR's hindsight model). Every call names the adapter or critic it means; None is the policy's / the critic's.

@@ -94,7 +94,8 @@ class RolloutConfig:
     engine: str = "auto"
     """"vllm", "hf", or "auto" (vLLM on CUDA; HF on CPU). On CPU, ``vllm`` with ``weight_sync=merged`` makes RL
     iterations of the main job 6-22 % shorter but starts 2.7 min slower and holds +2.3 GB per rollout worker: the
-    2-iteration main job took the same time both ways (docs/results), so ``auto`` keeps HF there; set it for long runs."""
+    2-iteration main job took the same time both ways (docs/results/main_job_hf_vs_vllm.md), so ``auto`` keeps
+    HF there; set it for long runs."""
     weight_sync: str = "lora"
     """How a new adapter reaches the engine: "lora" (hot-swapped LoRA tensors) or "merged" (``rollout.engine=vllm``
     on CPU, one adapter: merged into the base weights in place, so vLLM generates on its fast no-LoRA path)."""
@@ -191,7 +192,7 @@ class LearnerConfig:
     engine that computes differently (vLLM, bf16). None (``null``): 2 where the loop lags (``one_step_off``,
     ``max_staleness`` >= 1), 0 in the synchronous loop (``behaviour_is_cap(cfg)``), as AReaL trains asynchronously.
     Here, at equal samples (4 paired PPO runs), it did not raise success, and shrank the lag-1 updates but not the
-    lag-2 one (docs/results)."""
+    lag-2 one (docs/results/behaviour_is_cap.md)."""
 
 
 @dataclass(frozen=True)
@@ -283,9 +284,9 @@ class TrainConfig:
     """Torch threads of each rollout and learner worker on CPU (CUDA workers are left alone). 0: every core of the
     node divided among the workers that compute at the same time: in the synchronous loop the rollout workers and
     the learner group take turns, so each phase gets the whole node (the learner's phases ran 1.8x faster on 2
-    threads than on 1, docs/results); with ``one_step_off`` they overlap and share it. A sweep running several
-    cells at once gives each 1. Set it when something else shares the cores: torch threads that find their core
-    busy run up to 10x slower (docs/platform.md)."""
+    threads than on 1, docs/results/cpu_threads.md); with ``one_step_off`` they overlap and share it. A sweep
+    running several cells at once gives each 1. Set it when something else shares the cores: torch threads
+    that find their core busy run up to 10x slower (docs/platform.md)."""
     seed: int = 0
     """Seeds tasks, sampling, initialisation and shuffling."""
     run_dir: str = "runs/default"

@@ -94,7 +94,7 @@ class Config(PolicyLossConfig):
     entropy_jump: float = 1.5
     """Entropy segmentation: a boundary where a turn's mean entropy rises by more than this many std. 1.5 agreed
     best with the expert's subgoal boundaries on 12 ALFWorld games (F1 0.70 vs 0.49 at 0.5 and 0.17 for single
-    turns; ``bench/bench_segmentation.py``, docs/results)."""
+    turns; ``bench/bench_segmentation.py``, docs/results/hisr_segmentation.md)."""
     keep_sprm_scale: bool = True
     """R_him × ‖R̂‖₁ (see ``learners.reward_models.segment_turn_rewards``); false: Eq. 7 as printed."""
     collect_per_task: int = 10

@@ -69,7 +69,8 @@ def test_medians_skip_the_first_iteration_and_speedups_divide_the_first_runs_med
 
 
 def test_the_saved_gpu_loop_figure_is_the_one_docs_quote():
-    """docs/results: "max_staleness=1 1.50× faster" comes from gpu_pipeline.json's own rows (34.4 / 23.0 s)."""
+    """docs/results/gpu_loops.md: "max_staleness=1 1.50× faster" comes from gpu_pipeline.json's own rows
+    (34.4 / 23.0 s)."""
     table = _table(ROOT / "docs" / "results" / "gpu_pipeline.json")
     assert table["sync"][8] == "34.4s" and table["async1"][8] == "23.0s"
     assert table["async1"][9] == "1.50x"
