@@ -134,8 +134,9 @@ def test_critic_warmup_saved_rollouts_and_the_update_replay(ray_local, tmp_path)
     import sys
 
     run = tmp_path / "run"
-    common = ["algo=hiper", "rollout.agent=plan_execute", "iterations=1", "eval_every=0"]
-    # lr 1e-2: the tiny random model's update must be measurable; its outputs parse into no block ("other")
+    # PPO: the tiny random model's outputs parse into no block ("other"), which HiPER leaves out of its loss (its
+    # update would be empty) and PPO's covers; lr 1e-2 makes the update measurable
+    common = ["algo=ppo", "rollout.agent=plan_execute", "iterations=1", "eval_every=0"]
     extra = ["learner.critic_warmup_passes=3", "save_trajectories=true", "checkpoint_keep_last=0"]
     rows = _run(run, [*common, *extra, "learner.actor_lr=1e-2"])
     rl = next(r for r in rows if r.get("phase") == "rl")
