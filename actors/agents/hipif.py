@@ -56,6 +56,16 @@ _ACTION_FMT = (
     "- {not_completed}: output the next action in the format <action>your action</action>."
 )
 
+_HOUSEHOLD_TAIL = (
+    _HISTORY + _REFLECTION_HOUSEHOLD + "ACTION:\nOnce you have finished the reflection process, "
+    "choose one output format based on whether the current subgoal is completed:\n"
+    + _ACTION_FMT.format(
+        completed="If the current subgoal is completed",
+        not_completed="If the current subgoal is not completed",
+    )
+)
+"""History, reflection and answer format of the ALFWorld and generic templates (HIPIF App. H)."""
+
 _ALFWORLD = (
     "You are an expert agent operating in the ALFRED Embodied Environment. Your task is to: {task_description}\n"
     "Your current subgoal is: {current_subgoal}.\n"
@@ -67,15 +77,7 @@ _ALFWORLD = (
     "- 'heat {{obj}} with {{recep}}'\n- 'cool {{obj}} with {{recep}}'\n"
     "Ensure that any objects ('{{obj}}') and receptacles ('{{recep}}') are present in your observation. "
     'The current observation "Nothing happens." means the action failed.\n'
-    "{admissible}"
-    + _HISTORY
-    + _REFLECTION_HOUSEHOLD
-    + "ACTION:\nOnce you have finished the reflection process, "
-    "choose one output format based on whether the current subgoal is completed:\n"
-    + _ACTION_FMT.format(
-        completed="If the current subgoal is completed",
-        not_completed="If the current subgoal is not completed",
-    )
+    "{admissible}" + _HOUSEHOLD_TAIL
 )
 
 _SCIENCEWORLD = (
@@ -145,15 +147,7 @@ _GENERIC = (
     "Your current subgoal is: {current_subgoal}.\n"
     "Your current observation is: {current_observation}\n"
     "Your last action is: {last_action}.\n"
-    "{admissible}"
-    + _HISTORY
-    + _REFLECTION_HOUSEHOLD
-    + "ACTION:\nOnce you have finished the reflection process, "
-    "choose one output format based on whether the current subgoal is completed:\n"
-    + _ACTION_FMT.format(
-        completed="If the current subgoal is completed",
-        not_completed="If the current subgoal is not completed",
-    )
+    "{admissible}" + _HOUSEHOLD_TAIL
 )
 
 HIPIF_TEMPLATES: dict[str, str] = {
