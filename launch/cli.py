@@ -177,7 +177,7 @@ def cmd_eval(args: Sequence[str]) -> int:
     from launch.baselines import BASE_SEED, base_cache, random_rates
     from launch.evaluation import outcome_string, per_type
     from launch.report import eval_markdown, eval_rows, paper_table, write_eval
-    from launch.train import rollout_worker_config
+    from launch.specs import rollout_worker_config
 
     m_path = resolve_model_path(cfg.model.path, cfg.model.cache_dir)
     device = "cuda" if torch.cuda.is_available() else "cpu"

@@ -320,7 +320,10 @@ class Trainer:
 
     def evaluate(self, n: int) -> dict[str, Any]:
         """The policy on the first ``n`` tasks of the eval panel (``PanelEvaluator``); the policy is the base model
-        before the first push after a warm start (a zero adapter: its eval is the base model's)."""
+        before the first push after a warm start (a zero adapter: its eval is the base model's). Nothing pushed yet:
+        the learner's adapter is pushed first, so the workers and the base-model column have one to return to."""
+        if self.pool.version == 0:
+            self.push()
         is_base = self.pool.version == 1 and not self.cfg.model.init_adapter and self.resumed_from is None
         return self.evaluator.evaluate(n, is_base=is_base)
 

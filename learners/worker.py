@@ -291,6 +291,7 @@ class LearnerWorker:
         # chosen per call (``_active``), so only its tensors get gradients, and each engine's optimizer holds its own
         for n, p in policy.named_parameters():
             p.requires_grad_(self._trainable(n))
+        self.lrs = {**dict(adapters), **{c.name: c.lr for c in critics}}
         self.engines: dict[str, Any] = {}
         for name, lr in adapters:
             params = [p for n, p in policy.named_parameters() if _adapter_of(n) == name]
@@ -700,6 +701,10 @@ class LearnerWorker:
             engine, folder = engines[name]
             with self._own_tensors(name):
                 self._load_engine(engine, root / folder)
+            # the optimizer state carries the saving run's learning rate; the run's config decides it (a resume
+            # under the same config is unchanged; an update replay with another lr gets that lr)
+            for group in engine.optimizer.param_groups:
+                group["lr"] = self.lrs[name]
         for name in self.frozen if only is None else []:
             folder = root / "adapter" / name
             if not folder.is_dir():

@@ -90,7 +90,12 @@ def test_download_runs_the_official_script(tmp_path, monkeypatch):
     script.write_text("#!/bin/sh\n")
     calls = []
     monkeypatch.setattr(data_module.shutil, "which", lambda name: str(script))
-    monkeypatch.setattr(data_module.subprocess, "run", lambda cmd, **kw: calls.append((cmd, kw["env"])))
+
+    def run(cmd, **kw):
+        calls.append((cmd, kw["env"]))
+        return data_module.subprocess.CompletedProcess(cmd, 0, stderr="")
+
+    monkeypatch.setattr(data_module.subprocess, "run", run)
     dest = download_alfworld(tmp_path / "dest")
     assert dest == (tmp_path / "dest").resolve() and dest.is_dir()
     assert calls[0][0] == [str(script), "--data-dir", str(dest)] and calls[0][1]["ALFWORLD_DATA"] == str(dest)
