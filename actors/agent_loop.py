@@ -39,6 +39,19 @@ AGENTS: dict[str, AgentSpec] = {
 }
 """Every agent protocol by name (``rollout.agent``)."""
 PROTOCOLS: tuple[str, ...] = tuple(AGENTS)
+"""The protocols of this tree (``AGENTS`` also holds those added by ``register_agent``)."""
+
+
+def register_agent(spec: AgentSpec) -> AgentSpec:
+    """Add a protocol to this process's ``AGENTS``: validation, ``make_agent`` and the rollout loop run here
+    (``actors.rollout.iter_episodes``, BC demonstrations) find it. A training run's rollout workers import
+    this module afresh, so a protocol they play is a line of ``AGENTS`` above. A taken name is refused."""
+    if not isinstance(spec, AgentSpec):
+        raise TypeError(f"register_agent takes an AgentSpec (a protocol module's SPEC), got {spec!r}")
+    if spec.name in AGENTS:
+        raise ValueError(f"agent protocol {spec.name!r} is already registered")
+    AGENTS[spec.name] = spec
+    return spec
 
 
 def make_agent(
@@ -53,7 +66,7 @@ def make_agent(
     ``options`` are protocol fields (``show_admissible`` for step_hrl/multi2, ``current_window`` for hipif,
     ``max_actions`` for multi2)."""
     if protocol not in AGENTS:
-        raise ValueError(f"unknown agent protocol {protocol!r}; known: {', '.join(PROTOCOLS)}")
+        raise ValueError(f"unknown agent protocol {protocol!r}; known: {', '.join(AGENTS)}")
     cls = AGENTS[protocol].agent
     return cls(  # type: ignore[return-value]
         env_name=env_name,

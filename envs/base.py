@@ -53,8 +53,9 @@ class TextEnv(Protocol):
     def task_ids(self, split: str | None = None) -> list[str]: ...
 
 
-# name -> "module:factory"; modules are imported lazily so that a missing optional benchmark package only fails
-# when that benchmark is asked for, with a message naming the extra to install.
+# name -> "module:factory" (``register_env`` adds one at run time); modules are imported lazily so that a
+# missing optional benchmark package only fails when that benchmark is asked for, with a message naming the
+# extra to install.
 _REGISTRY: dict[str, tuple[str, str]] = {
     "synthetic": ("envs.synthetic:SyntheticHierEnv", "(built in)"),
     "alfworld": ("envs.alfworld:AlfWorldEnv", "hierarl[alfworld]"),
@@ -67,6 +68,19 @@ _REGISTRY: dict[str, tuple[str, str]] = {
 
 def env_names() -> list[str]:
     return sorted(_REGISTRY)
+
+
+def register_env(name: str, target: str, extra: str = "(built in)") -> None:
+    """Add ``name`` → ``"module:factory"`` to this process's registry (``extra``: what to install when the
+    module's import fails). Tests and scripts that build envs in this process use it; a training run plays
+    its envs in rollout workers and env subprocesses that import this module afresh, so an env it trains on is
+    a line of ``_REGISTRY`` above. A taken name is refused."""
+    module_name, sep, attr = target.partition(":")
+    if not (sep and module_name and attr):
+        raise ValueError(f"env {name!r}: target must be 'module:factory', got {target!r}")
+    if name in _REGISTRY:
+        raise ValueError(f"environment {name!r} is already registered ({_REGISTRY[name][0]})")
+    _REGISTRY[name] = (target, extra)
 
 
 def resolve(name: str) -> Callable[..., TextEnv]:

@@ -1,6 +1,7 @@
 """The one name → algorithm table. Each entry is the ``learners.algorithm.Algorithm`` record its file ends with
 (``learners/algos/<name>.py``: ``Config``, value slots, ``compute_targets``, the policy and critic losses, whether
-it needs the reference policy, the smallest group it works with)."""
+it needs the reference policy, the smallest group it works with). An algorithm in this tree is one line of the
+tuple below; ``register_algo`` adds one from elsewhere (a test's, a script's) to this process's table."""
 
 from __future__ import annotations
 
@@ -29,3 +30,15 @@ def get_algo(name: str) -> Algorithm:
     if name not in ALGOS:
         raise ValueError(f"unknown algorithm {name!r}; known: {', '.join(sorted(ALGOS))}")
     return ALGOS[name]
+
+
+def register_algo(algorithm: Algorithm) -> Algorithm:
+    """Add ``algorithm`` under its name to this process's table: ``get_algo``, validation and ``hierarl
+    train`` (``launch.cli.main``) called in this process find it; its module must be importable where the
+    learner workers run (they unpickle its loss functions). A taken name is refused; returns the record."""
+    if not isinstance(algorithm, Algorithm):
+        raise TypeError(f"register_algo takes an Algorithm record (a module's ALGORITHM), got {algorithm!r}")
+    if algorithm.name in ALGOS:
+        raise ValueError(f"algorithm {algorithm.name!r} is already registered")
+    ALGOS[algorithm.name] = algorithm
+    return algorithm
