@@ -7,8 +7,9 @@
 # a call cut in the middle leaves no half install and the next call builds it again. Exit status: 0 when /tmp/site
 # holds this bundle; 3 while parts are missing (the line above says which: a machine that went cold between calls
 # lost the earlier parts, and their calls must be repeated); 2 on a damaged part or a bundle with no part here.
+# GPU_PARTS, GPU_SITE and GPU_UNPACKED move the three folders (a rehearsal on another machine).
 set -euo pipefail
-parts=/tmp/gpu_parts site=/tmp/site unpacked=/tmp/gpu_bundle
+parts=${GPU_PARTS:-/tmp/gpu_parts} site=${GPU_SITE:-/tmp/site} unpacked=${GPU_UNPACKED:-/tmp/gpu_bundle}
 SECONDS=0
 python3 bench/gpu_parts.py receive .gpu "$parts" || exit $?
 id=$(grep ' bundle.tar$' "$parts/bundle.sha256" | cut -d' ' -f1)

@@ -44,7 +44,7 @@ from _env import setup, write_json
 ROOT = setup()
 
 import torch  # noqa: E402
-from bench_checkpoints import synthetic_batch  # noqa: E402
+from bench_checkpoints import _free_port, synthetic_batch  # noqa: E402
 from bench_engines import decode_steps_per_s  # noqa: E402
 
 CUDA = torch.cuda.is_available()
@@ -98,14 +98,6 @@ def lora_spec() -> Any:
     return LoraSpec(m.lora_rank, m.lora_alpha, tuple(m.lora_targets))
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def wait_for_gpu_memory(fraction: float = 0.6, timeout_s: float = 120.0) -> None:
     """Until ``fraction`` of the GPU's memory is free: a vLLM engine that just ended frees its memory when its process
     exits, and the next one refuses to start with less free memory than it asks for (half the GPU)."""
@@ -124,7 +116,8 @@ def wait_for_gpu_memory(fraction: float = 0.6, timeout_s: float = 120.0) -> None
 
 
 def random_adapter(zero: dict[str, Any], seed: int, scale: float = 0.02) -> dict[str, Any]:
-    """LoRA tensors with a random B (``scale``) and A as in ``zero`` replaced by a random A: a policy unlike the base."""
+    """LoRA tensors of ``zero``'s names and shapes with A and B drawn from N(0, ``scale``²): a policy unlike the base
+    (B = 0, LoRA's start, would be the base itself)."""
     import numpy as np
 
     rng = np.random.default_rng(seed)
@@ -166,6 +159,7 @@ def gaps(learner: Any, seqs: Any, engine_lp: Any, adapters: list[str | None]) ->
         own = learner.logprobs(sub, reference=name is None, adapter=name)
         row = {"requests": len(rows), "tokens": int(mask.sum())}
         row["own"] = float(np.abs(own - eng)[mask].max())
+        row["own_mean"] = float(np.abs(own - eng)[mask].mean())
         if name is not None and len(names) > 1:
             other = next(n for n in names if n != name)
             row["other"] = float(np.abs(learner.logprobs(sub, adapter=other) - eng)[mask].max())

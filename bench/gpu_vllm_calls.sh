@@ -4,7 +4,9 @@
 # its /tmp (the parts kept so far, the install) with it. Every command starts with bench/gpu_setup.sh, which keeps the
 # arriving part and installs once all are there; its exit status 3 with "went cold" means earlier parts were lost:
 # repeat the calls from the first missing part (nothing was installed). The last part's call installs and runs the
-# engine steps; the next call the training runs. Prints one block per call: carry, timeout_s, command.
+# engine steps (swap, decode); the next call the two training runs (train), the one after the loop timing (loops):
+# each fits the 10-minute limit of a call on its own (estimates: docs/results/README.md, "vLLM 0.26.0 for the lent
+# GPU"). Prints one block per call: carry, timeout_s, command.
 #   bash bench/gpu_vllm_calls.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,7 +24,10 @@ for p in $parts; do
     cmd="bash bench/gpu_setup.sh && $run --steps swap,decode 2>&1 | tee \$OUT/log_engines.txt"
     timeout=540
   fi
-  printf 'call %d of %d\n  carry: ["%s"]\n  timeout_s: %d\n  command: %s\n\n' "$k" $((n + 1)) "$p" "$timeout" "$cmd"
+  printf 'call %d of %d\n  carry: ["%s"]\n  timeout_s: %d\n  command: %s\n\n' "$k" $((n + 2)) "$p" "$timeout" "$cmd"
 done
-printf 'call %d of %d\n  carry: []\n  timeout_s: 560\n  command: %s\n' $((n + 1)) $((n + 1)) \
-  "bash bench/gpu_setup.sh && $run --steps train,loops 2>&1 | tee \$OUT/log_train.txt"
+for step in train loops; do
+  k=$((k + 1))
+  printf 'call %d of %d\n  carry: []\n  timeout_s: %d\n  command: %s\n\n' "$k" $((n + 2)) \
+    "$([ $step = train ] && echo 560 || echo 480)" "bash bench/gpu_setup.sh && $run --steps $step 2>&1 | tee \$OUT/log_$step.txt"
+done
