@@ -85,7 +85,8 @@ repo=$(git ls-files -co --exclude-standard -z | xargs -0 stat -c %s 2>/dev/null 
 part=$((64 * 1024 * 1024 - repo - MARGIN))
 python bench/gpu_parts.py split "$build/bundle.tar" "$out" --part-bytes "$part"
 rm "$build/bundle.tar"
-echo "gpu_bundle: payloads (bytes):" && du -sb "$payload"/* "$payload"/wheels/* | sort -n -r | head -12
+echo "gpu_bundle: payloads (bytes), then the largest wheels:" && du -sb "$payload"/* | sort -n -r
+du -sb "$payload"/wheels/* | sort -n -r | head -8
 n=$(ls -d "$out"/[0-9]* | wc -l)
 echo "gpu_bundle: $n parts of <= $part B (64 MiB less the repository's $repo B and a $MARGIN B margin), built in ${SECONDS} s"
 du -sb "$out"/[0-9]*

@@ -115,7 +115,10 @@ def receive(source: Path, store: Path) -> Received:
     kept = store / MANIFEST
     if not manifests:
         if not kept.exists():
-            raise FileNotFoundError(f"no part under {source} and none kept in {store}")
+            raise FileNotFoundError(
+                f"no part under {source} and none kept in {store}: the machine went cold since the last part "
+                "arrived (or none was carried yet); repeat every part's call"
+            )
         return Received((), tuple(Manifest.parse(kept.read_text()).missing(store)), False, False)
     text = manifests.pop()
     manifest = Manifest.parse(text)
