@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The device tool's `run` calls of issue 43, in order, for the bundle bench/gpu_bundle.sh --smollm2 --vllm left in
+# .gpu/: one call per part, then bench/gpu_vllm.py. Make them back to back: the machine goes back after ~30 s idle and
+# its /tmp (the parts kept so far, the install) with it. Every command starts with bench/gpu_setup.sh, which keeps the
+# arriving part and installs once all are there; its exit status 3 with "went cold" means earlier parts were lost:
+# repeat the calls from the first missing part (nothing was installed). The last part's call installs and runs the
+# engine steps (swap, decode); the next call the two training runs (train), the one after the loop timing (loops):
+# each fits the 10-minute limit of a call on its own (estimates: docs/results/README.md, "vLLM 0.26.0 for the lent
+# GPU"). Prints one block per call: carry, timeout_s, command.
+#   bash bench/gpu_vllm_calls.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+parts=$(ls -d .gpu/[0-9]* 2>/dev/null | sort)
+[ -n "$parts" ] || { echo "gpu_vllm_calls: no parts in .gpu/: run bash bench/gpu_bundle.sh --smollm2 --vllm" >&2 && exit 2; }
+n=$(echo "$parts" | wc -l)
+run='export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 && set -o pipefail && python3 bench/gpu_vllm.py --out $OUT'
+k=0
+for p in $parts; do
+  k=$((k + 1))
+  if [ $k -lt "$n" ]; then
+    cmd="bash bench/gpu_setup.sh; echo \"gpu_setup rc \$?\"   # rc 3 here is expected: parts $((k + 1))..$n still to come"
+    timeout=120
+  else
+    cmd="bash bench/gpu_setup.sh && $run --steps swap,decode 2>&1 | tee \$OUT/log_engines.txt"
+    timeout=540
+  fi
+  printf 'call %d of %d\n  carry: ["%s"]\n  timeout_s: %d\n  command: %s\n\n' "$k" $((n + 2)) "$p" "$timeout" "$cmd"
+done
+for step in train loops; do
+  k=$((k + 1))
+  printf 'call %d of %d\n  carry: []\n  timeout_s: %d\n  command: %s\n\n' "$k" $((n + 2)) \
+    "$([ $step = train ] && echo 560 || echo 480)" "bash bench/gpu_setup.sh && $run --steps $step 2>&1 | tee \$OUT/log_$step.txt"
+done
