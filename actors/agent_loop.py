@@ -33,6 +33,7 @@ from typing import Any
 
 from actors.agents import hipif, multi2, plan_execute, react, step_hrl
 from actors.agents.base import DEFAULT_ADAPTERS, AgentSpec, EpisodeAgent
+from common.registry import register
 
 AGENTS: dict[str, AgentSpec] = {
     s.name: s for s in (react.SPEC, plan_execute.SPEC, hipif.SPEC, step_hrl.SPEC, multi2.SPEC)
@@ -46,12 +47,10 @@ def register_agent(spec: AgentSpec) -> AgentSpec:
     """Add a protocol to this process's ``AGENTS``: validation, ``make_agent`` and the rollout loop run here
     (``actors.rollout.iter_episodes``, BC demonstrations) find it. A training run's rollout workers import
     this module afresh, so a protocol they play is a line of ``AGENTS`` above. A taken name is refused."""
-    if not isinstance(spec, AgentSpec):
-        raise TypeError(f"register_agent takes an AgentSpec (a protocol module's SPEC), got {spec!r}")
-    if spec.name in AGENTS:
-        raise ValueError(f"agent protocol {spec.name!r} is already registered")
-    AGENTS[spec.name] = spec
-    return spec
+    expected = "an AgentSpec (a protocol module's SPEC)"
+    return register(
+        AGENTS, spec, kind="agent protocol", expected=expected, record=AgentSpec, caller="register_agent"
+    )
 
 
 def make_agent(

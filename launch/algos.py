@@ -5,6 +5,7 @@ tuple below; ``register_algo`` adds one from elsewhere (a test's, a script's) to
 
 from __future__ import annotations
 
+from common.registry import register
 from learners.algorithm import Algorithm
 from learners.algos import gigpo, grpo, hiper, hipif, hipif_gigpo, hisr, multi2, ppo, rloo, sft, step_hrl
 
@@ -36,9 +37,7 @@ def register_algo(algorithm: Algorithm) -> Algorithm:
     """Add ``algorithm`` under its name to this process's table: ``get_algo``, validation and ``hierarl
     train`` (``launch.cli.main``) called in this process find it; its module must be importable where the
     learner workers run (they unpickle its loss functions). A taken name is refused; returns the record."""
-    if not isinstance(algorithm, Algorithm):
-        raise TypeError(f"register_algo takes an Algorithm record (a module's ALGORITHM), got {algorithm!r}")
-    if algorithm.name in ALGOS:
-        raise ValueError(f"algorithm {algorithm.name!r} is already registered")
-    ALGOS[algorithm.name] = algorithm
-    return algorithm
+    expected = "an Algorithm record (a module's ALGORITHM)"
+    return register(
+        ALGOS, algorithm, kind="algorithm", expected=expected, record=Algorithm, caller="register_algo"
+    )
