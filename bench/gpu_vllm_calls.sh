@@ -5,8 +5,8 @@
 # arriving part and installs once all are there; its exit status 3 with "went cold" means earlier parts were lost:
 # repeat the calls from the first missing part (nothing was installed). The last part's call installs and runs the
 # engine steps (swap, decode); the next call the two training runs (train), the one after the loop timing (loops):
-# each fits the 10-minute limit of a call on its own (estimates: docs/results/README.md, "vLLM 0.26.0 for the lent
-# GPU"). Prints one block per call: carry, timeout_s, command.
+# each fits the 10-minute limit of a call on its own (the budget: docs/results/gpu_vllm_bundle.md). Prints one
+# block per call: carry, timeout_s, command.
 #   bash bench/gpu_vllm_calls.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
