@@ -8,7 +8,7 @@ The driver (``launch.updater.Updater.update``) runs it around the learner group'
     batch, stats = learner_batch(algo, algo_cfg, trajs, turns, seqs, logprobs, ref_logprobs, values)  # pure
     learner group update on batch, one ``minibatch(batch, rows, agg)`` per step   # Ray / DeepSpeed
 
-so everything that decides what the learner trains on is unit-tested here without Ray (``tests/unit/test_prepare.py``).
+so everything that decides what the learner trains on is unit-tested here without Ray (``tests/unit/learners/test_prepare.py``).
 """
 
 from __future__ import annotations

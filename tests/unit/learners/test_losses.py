@@ -506,7 +506,7 @@ def test_module_imports_no_distributed_stack():
         "assert not bad, bad"
     )
     subprocess.run(
-        [sys.executable, "-c", code], check=True, cwd=str(__import__("pathlib").Path(__file__).parents[2])
+        [sys.executable, "-c", code], check=True, cwd=str(__import__("pathlib").Path(__file__).parents[3])
     )
 
 

@@ -25,7 +25,7 @@ from launch.config import (
 )
 from reward.shaping import HIPIF_TERMS
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _error(overrides: list[str], preset: str | None = DEFAULT_PRESET) -> str:

@@ -7,7 +7,6 @@ import math
 import numpy as np
 import pytest
 import torch
-from hrl_turns import turn
 
 from actors.trajectory import Trajectory
 from launch.algos import get_algo
@@ -17,6 +16,7 @@ from learners.batch import build_turn_batch
 from learners.prepare import learner_batch
 from learners.targets import CriticInputs, PolicyInputs, sequences
 from learners.transitions import multi2_transitions
+from tests.unit.hrl_turns import turn
 
 
 def _won(source: str = "expert") -> Trajectory:

@@ -12,7 +12,7 @@ from launch.algos import get_algo
 from learners.algos import grpo, hiper, hipif, ppo, sft
 from learners.prepare import learner_batch, minibatch, shaped_turns
 from learners.targets import sequences
-from tests.unit.test_glue import (
+from tests.unit.learners.test_glue import (
     A_HIGH,
     A_LOW,
     HIPER_REWARDS,

@@ -6,7 +6,6 @@ import math
 import numpy as np
 import pytest
 import torch
-from hrl_turns import turn
 
 from actors.trajectory import Trajectory
 from launch.algos import get_algo
@@ -15,6 +14,7 @@ from learners.batch import build_turn_batch
 from learners.prepare import learner_batch
 from learners.targets import CriticInputs, PolicyInputs, sequences
 from learners.transitions import step_hrl_transitions
+from tests.unit.hrl_turns import turn
 
 
 def _won() -> Trajectory:

@@ -272,6 +272,6 @@ def test_agent_modules_stay_pure():
         "actors.agents.hipif, actors.agents.step_hrl, actors.agents.multi2; "
         "print([m for m in ('ray', 'vllm', 'deepspeed', 'torch') if m in sys.modules])"
     )
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -18,7 +18,7 @@ from learners.diagnostics import (
     token_groups,
     update_kl,
 )
-from tests.unit.test_glue import HIPER_REWARDS, HIPER_SWITCHES, L, _batch, _traj
+from tests.unit.learners.test_glue import HIPER_REWARDS, HIPER_SWITCHES, L, _batch, _traj
 
 
 def test_token_groups_split_the_response_by_decision_and_subgoals_by_boundary():

@@ -506,5 +506,5 @@ def test_reward_package_imports_no_heavy_frameworks() -> None:
         "assert not bad, bad"
     )
     subprocess.run(
-        [sys.executable, "-c", code], check=True, cwd=str(__import__("pathlib").Path(__file__).parents[2])
+        [sys.executable, "-c", code], check=True, cwd=str(__import__("pathlib").Path(__file__).parents[3])
     )
