@@ -33,8 +33,8 @@ A^high + V_high, which carry the outcome back to early states in one iteration; 
 Advantage normalisation (``adv_norm``, on when ``normalize_advantages``; the paper specifies none): ``"per_type"``
 (default, the authors' ``norm_adv``) centres and scales each type over the turns that carry it (every turn for
 A^low, boundaries for A^high, decided turns for A^switch). How A^switch is scaled (``switch_norm``): ``"own"``
-(centred and scaled by its own std: the authors' choice for the return form) or ``"action"`` (divided by A^low's
-std and not centred). Eq. 10 is already centred (E[q − β] = 0) and its scale is its only measure of confidence:
+(centred and scaled by its own std: the authors' choice for the return form), ``"action"`` (divided by A^low's
+std and not centred) or ``"raw"`` (neither: in units of the env's success reward R). Eq. 10 is already centred (E[q − β] = 0) and its scale is its only measure of confidence:
 scaled by its own std any consistent sign of δ = V_high − V_low, however small, becomes a unit-strength push, so
 ``eq10`` takes ``"action"`` by default. ``"joint"``: one mean and std over all three types (verl practice; it lets
 the action advantages' mean flip switch signs).
@@ -89,8 +89,9 @@ class Config(PolicyLossConfig):
     """"return": Ḡ_t − V_sw(s_t, o_{t−1}) (the authors' code); "eq10": (q_t − β_t)(V_high − V_low(s_t, o_{t−1}))
     (the paper's Eq. 10). See the module docstring."""
     switch_norm: str | None = None
-    """How ``adv_norm="per_type"`` scales A^switch: "own" (centred, divided by its own std) or "action" (divided by
-    A^low's std, not centred); None: "own" for ``switch_adv="return"``, "action" for "eq10"."""
+    """How ``adv_norm="per_type"`` scales A^switch: "own" (centred, divided by its own std), "action" (divided by
+    A^low's std, not centred) or "raw" (neither: in units of R, so a near-zero A^switch stays a near-zero push);
+    None: "own" for ``switch_adv="return"``, "action" for "eq10"."""
     critic_target: str = "lambda"
     """"lambda": λ-return targets A + V (the authors' code); "td0": the paper's one-step targets (Eq. 11, 13)."""
     normalize_advantages: bool = True
@@ -119,7 +120,7 @@ class Config(PolicyLossConfig):
 
 ADV_NORMS = ("per_type", "joint")
 SWITCH_ADVS = ("return", "eq10")
-SWITCH_NORMS = ("own", "action")
+SWITCH_NORMS = ("own", "action", "raw")
 CRITIC_TARGETS = ("lambda", "td0")
 
 
@@ -228,6 +229,8 @@ def normalise(a: _TurnAdvantages, cfg: Config) -> tuple[np.ndarray, np.ndarray, 
     low = whiten(a.low, rows["low"]).astype(np.float64)
     if cfg.resolved_switch_norm == "own":
         switch = whiten(a.switch, a.decided).astype(np.float64)
+    elif cfg.resolved_switch_norm == "raw":
+        switch = np.where(a.decided, a.switch, 0.0)
     else:  # scaled like the actions' advantages, not re-centred: Eq. 10's size stays its confidence
         scale = a.low.std() if a.low.size > 1 else 1.0
         switch = np.where(a.decided, a.switch / (scale + 1e-8), 0.0)

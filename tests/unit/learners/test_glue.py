@@ -492,6 +492,19 @@ def test_eq10_switch_advantage_keeps_the_scale_of_delta(eps):
     np.testing.assert_allclose(own.token_adv[1:, SW], [[-1.0] * 2, [1.0] * 2], atol=1e-4)
 
 
+@pytest.mark.parametrize("scale", [0.01, 1.0])
+def test_raw_return_switch_advantage_keeps_its_size_in_units_of_r(scale):
+    """switch_norm="raw": the return form's A^switch unnormalised. Reference case: [0.198, 0.4] on turns 1-2 (turn 0
+    undecided: 0). Rewards and values scaled by ``scale`` scale it the same ([0.00198, 0.004] at 0.01), while "own"
+    whitens both scales to [-1, +1]: near-expert batches, whose A^switch is ~0 with a fitted critic, would otherwise
+    get a unit-strength push from noise (measured on the 3-stage replay, docs/results/hiper_replay_3stage.md)."""
+    _batch, raw = _hiper_targets(scale, switch_norm="raw")
+    _batch, own = _hiper_targets(scale)
+    np.testing.assert_allclose(raw.token_adv[1:, SW], [[0.198 * scale] * 2, [0.4 * scale] * 2], rtol=1e-4)
+    assert (raw.token_adv[0, SW] == 0).all()
+    np.testing.assert_allclose(own.token_adv[1:, SW], [[-1.0] * 2, [1.0] * 2], atol=1e-3)
+
+
 def test_hiper_joint_whitening_flips_switch_signs_per_type_does_not():
     """Joint whitening over the turns' entries (eq10): switch [-0.06, 0.03] (decided turns), high [0.935896, 0.8]
     (boundaries), low [0.291119, -0.002, 0.9]: sum 2.897015 / 7 = mean 0.413859. The good SWITCH at turn 2
