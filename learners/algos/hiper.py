@@ -34,7 +34,11 @@ Advantage normalisation (``adv_norm``, on when ``normalize_advantages``; the pap
 (default, the authors' ``norm_adv``) centres and scales each type over the turns that carry it (every turn for
 A^low, boundaries for A^high, decided turns for A^switch). How A^switch is scaled (``switch_norm``): ``"own"``
 (centred and scaled by its own std: the authors' choice for the return form), ``"action"`` (divided by A^low's
-std and not centred) or ``"raw"`` (neither: in units of the env's success reward R). Eq. 10 is already centred (E[q − β] = 0) and its scale is its only measure of confidence:
+std and not centred) or ``"raw"`` (neither: in units of the env's success reward R; the return form's default).
+Any scaling by a batch std turns a near-expert batch's tiny, structured A^switch (the KEEP charge c_KEEP, the
+critic's bias at segment cuts) into a unit-strength push: replayed from a BC policy that wins 0.875, "own" moved
+log P of the expert's switch decisions (mostly KEEP) by -3.0 nats in one update (PPO with the same KEEP terms
+-3.3), "raw" by -0.003, with a sixth of PPO's update KL (docs/results/hiper_replay_3stage.md). Eq. 10 is already centred (E[q − β] = 0) and its scale is its only measure of confidence:
 scaled by its own std any consistent sign of δ = V_high − V_low, however small, becomes a unit-strength push, so
 ``eq10`` takes ``"action"`` by default. ``"joint"``: one mean and std over all three types (verl practice; it lets
 the action advantages' mean flip switch signs).
@@ -91,7 +95,7 @@ class Config(PolicyLossConfig):
     switch_norm: str | None = None
     """How ``adv_norm="per_type"`` scales A^switch: "own" (centred, divided by its own std), "action" (divided by
     A^low's std, not centred) or "raw" (neither: in units of R, so a near-zero A^switch stays a near-zero push);
-    None: "own" for ``switch_adv="return"``, "action" for "eq10"."""
+    None: "raw" for ``switch_adv="return"``, "action" for "eq10" (docs/results/hiper_replay_3stage.md)."""
     critic_target: str = "lambda"
     """"lambda": λ-return targets A + V (the authors' code); "td0": the paper's one-step targets (Eq. 11, 13)."""
     normalize_advantages: bool = True
@@ -115,7 +119,7 @@ class Config(PolicyLossConfig):
         """``switch_norm``, or the switch form's own choice when it is None."""
         if self.switch_norm is not None:
             return self.switch_norm
-        return "own" if self.switch_adv == "return" else "action"
+        return "raw" if self.switch_adv == "return" else "action"
 
 
 ADV_NORMS = ("per_type", "joint")

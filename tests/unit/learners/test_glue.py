@@ -440,8 +440,9 @@ def test_hiper_advantages_route_and_flip(sign, norm, form):
     if not norm:
         np.testing.assert_allclose(tg.token_adv, sign * adv, atol=1e-6)
     np.testing.assert_allclose(tg.token_adv, sign * ref.token_adv, atol=1e-6)
-    # the switch tokens of turns 1 and 2: return form raw [0.198, 0.4], whitened [-1, +1]; eq10 [-0.06, 0.03]
-    expect = np.array([1.0, 1.0]) if form == "return" and not norm else np.array([-1.0, 1.0])
+    # the switch tokens of turns 1 and 2: return form [0.198, 0.4] (raw, normalised or not: its default
+    # switch_norm is "raw"); eq10 [-0.06, 0.03], divided by std(A_low) when normalised
+    expect = np.array([1.0, 1.0]) if form == "return" else np.array([-1.0, 1.0])
     assert (np.sign(tg.token_adv[1:, SW]) == sign * expect[:, None]).all()
 
 
@@ -457,9 +458,9 @@ def test_hiper_per_type_normalisation_is_the_default_and_golden():
     action + EOS: [0.291119, -0.002, 0.9], mean 0.396373, deviations [-0.105254, -0.398373, 0.503627],
         std sqrt((0.0110784 + 0.1587010 + 0.2536402)/3) = 0.3756859 -> [-0.2801649, -1.0603886, 1.3405535]."""
     cfg = hiper.Config()
-    assert (cfg.adv_norm, cfg.switch_adv, cfg.resolved_switch_norm) == ("per_type", "return", "own")
+    assert (cfg.adv_norm, cfg.switch_adv, cfg.resolved_switch_norm) == ("per_type", "return", "raw")
     assert cfg.normalize_advantages
-    _batch, tg = _hiper_targets()
+    _batch, tg = _hiper_targets(switch_norm="own")
     adv, mask = _hiper_expected(
         [0.0, -1.0, 1.0], [1.0, 0.0, -1.0], [-0.2801649, -1.0603886, 1.3405535], [1, 0, 1]
     )
@@ -498,8 +499,8 @@ def test_raw_return_switch_advantage_keeps_its_size_in_units_of_r(scale):
     undecided: 0). Rewards and values scaled by ``scale`` scale it the same ([0.00198, 0.004] at 0.01), while "own"
     whitens both scales to [-1, +1]: near-expert batches, whose A^switch is ~0 with a fitted critic, would otherwise
     get a unit-strength push from noise (measured on the 3-stage replay, docs/results/hiper_replay_3stage.md)."""
-    _batch, raw = _hiper_targets(scale, switch_norm="raw")
-    _batch, own = _hiper_targets(scale)
+    _batch, raw = _hiper_targets(scale)  # the return form's default
+    _batch, own = _hiper_targets(scale, switch_norm="own")
     np.testing.assert_allclose(raw.token_adv[1:, SW], [[0.198 * scale] * 2, [0.4 * scale] * 2], rtol=1e-4)
     assert (raw.token_adv[0, SW] == 0).all()
     np.testing.assert_allclose(own.token_adv[1:, SW], [[-1.0] * 2, [1.0] * 2], atol=1e-3)
