@@ -22,7 +22,8 @@ A variant is ``name=key=value key=value ...`` (overrides on the run's config, as
 * the change of log P(expert decision) on a fixed teacher-forced probe: the env expert's demonstrations on the first
   eval tasks (sorted ids) until ``--probe-states`` states, each split by the expert's decision (turn 0, KEEP,
   SWITCH) and segment (final or not): Δ log P of the ``<switch>`` block, of the new subgoal (SWITCH states) and of
-  the action, in nats, mean over states.
+  the action, in nats, mean over states; for a protocol with several roles, also per role (each row read under its
+  role's adapter: STEP-HRL's high / low / progress, Multi2's planner and executor), a second table.
 """
 
 from __future__ import annotations
@@ -149,7 +150,7 @@ def replay(args: argparse.Namespace) -> int:
                 ref_adapters=refs,
                 behaviour_is_cap=0.0,
             )
-            rows_all = {None: np.arange(len(probe_turns))}
+            rows_all = updater.adapter_rows(probe, probe_turns)
             lp_before = block_logprobs(probe_turns, updater.policy_logprobs(probe_seqs, rows_all))
             before = before or lp_before
             trajs = list(read_jsonl(traj_path))
@@ -229,6 +230,16 @@ def table(out: dict[str, Any]) -> str:
         cells.append(f"{m.get('optimizer_steps', 0):.0f}")
         cells += [f"{p.get(c, float('nan')):+.3f}" for c in TABLE_PROBE]
         lines.append("| " + " | ".join(cells) + " |")
+    role_cols = sorted({c for row in out["rows"] for c in row["probe"] if "." in c.split("/")[0]})
+    if role_cols:  # several roles: Δ log P of each role's blocks, every state of that role
+        lines += [
+            "",
+            "| variant | " + " | ".join(f"dlogP {c.removesuffix('/all')}" for c in role_cols) + " |",
+        ]
+        lines.append("|" + "---|" * (len(role_cols) + 1))
+        for row in out["rows"]:
+            cells = [row["variant"], *(f"{row['probe'].get(c, float('nan')):+.3f}" for c in role_cols)]
+            lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

@@ -98,6 +98,7 @@ class PolicyLossConfig(RLConfig):
 
 EXPECTILE_DIRECTIONS = ("iql", "authors")
 ACTOR_LOSSES = ("awr", "advantage")
+ADVANTAGE_QS = ("online", "target")
 
 
 def value_expectile(tau: float, direction: str) -> float:
@@ -128,6 +129,10 @@ class OfflineRLConfig(RLConfig):
     warmup_steps: int = 0
     """Critic-only optimizer steps before the actor joins, rounded up to whole passes."""
     max_weight: float = 100.0
+    advantage_q: str = "online"
+    """Which Q the advantage reads: online, A = Q(s, u) − V(s) (STEP-HRL Eq. 13, Multi2's A = Q − V, both authors'
+    code); target, A = Q_target(s, u) − V(s), IQL's form (the soft-updated copy V was fitted to), so that A is not
+    the online Q's drift from its target copy (Multi2's one-signed advantages: docs/methods/multi2.md)."""
     actor_loss: str = "awr"
     """awr: w(A) = min(exp(A/β), max_weight); advantage: w = A (the authors' code)."""
     data_ratio: float = 2.0
@@ -148,6 +153,7 @@ class OfflineRLConfig(RLConfig):
         check_fractions(self, "gamma")
         check_choice("expectile_direction", self.expectile_direction, EXPECTILE_DIRECTIONS)
         check_choice("actor_loss", self.actor_loss, ACTOR_LOSSES)
+        check_choice("advantage_q", self.advantage_q, ADVANTAGE_QS)
         for name, ok, allowed in (
             ("beta", self.beta > 0, POSITIVE),
             ("expectile", 0 < self.expectile < 1, "a number in (0, 1)"),

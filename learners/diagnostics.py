@@ -10,8 +10,10 @@ others (a switch-token push looks small when averaged with every action token):
 * ``other``: response tokens in no block (whitespace, EOS).
 
 A fixed probe of the env expert's decisions, teacher-forced, shows whether an update moved the policy toward them:
-``probe_splits`` tells each expert turn's decision (turn 0, KEEP, SWITCH) and segment, ``block_logprobs`` sums a
-turn's log-probs per block, ``probe_deltas`` averages the change per block and split (``bench/bench_replay.py``).
+``probe_splits`` tells each expert turn's role, decision (turn 0, KEEP, SWITCH) and segment, ``block_logprobs`` sums
+a turn's log-probs per block, ``probe_deltas`` averages the change per block and split, and per role where a
+protocol has several (STEP-HRL's high / low / progress calls, Multi2's planner and executor;
+``bench/bench_replay.py``).
 
 The KL of an update is measured on the batch it trained on: k3 = exp(d) − 1 − d, d = log π_new − log π_old per
 sampled token (Schulman's low-variance estimator of KL(π_old ‖ π_new)), averaged over each group's tokens, so two
@@ -72,42 +74,42 @@ def update_kl(
     return out
 
 
-PROBE_PARTS = ("switch", "subgoal", "action")
-"""The blocks whose log-probability the probe reads (a protocol without a block skips it)."""
-
-
 def probe_splits(trajs: Sequence[Trajectory]) -> list[dict[str, Any]]:
-    """Per expert turn: which decision the expert made there (``turn0``, ``keep``, ``switch``) and whether the turn
-    is in its episode's final segment (pure)."""
+    """Per expert turn: its ``role``, which decision the expert made there (``turn0``, ``keep``, ``switch``) and
+    whether the turn is in its episode's final segment (pure)."""
     out = []
     for traj in trajs:
         q = traj.switches()
         segment = np.cumsum(q) - 1
         last = segment[-1] if segment.size else 0
-        for t in range(len(traj.turns)):
+        for t, turn in enumerate(traj.turns):
             kind = "turn0" if t == 0 else ("switch" if q[t] else "keep")
-            out.append({"kind": kind, "final_segment": bool(segment[t] == last)})
+            out.append({"role": turn.role, "kind": kind, "final_segment": bool(segment[t] == last)})
     return out
 
 
 def block_logprobs(turns: TurnBatch, logprobs: np.ndarray) -> dict[str, np.ndarray]:
-    """{block: float[B]}: the sum of each row's log-probs over that block's tokens (0 where a row has none)."""
-    resp = turns.response_mask.numpy()
-    out = {}
-    for part in PROBE_PARTS:
-        mask = turns.masks.get(f"{part}_mask")
-        if mask is not None:
-            out[part] = np.where(mask.numpy() & resp, logprobs, 0.0).sum(axis=1)
+    """{block: float[B]}: the sum of each row's log-probs over that block's tokens, NaN where a row has none (a
+    STEP-HRL high-level call writes no action); ``response``: over the whole response."""
+    resp = turns.response_mask.numpy().astype(bool)
+    out = {"response": np.where(resp, logprobs, 0.0).sum(axis=1)}
+    for name in sorted(turns.masks):
+        mask = turns.masks[name].numpy().astype(bool) & resp
+        out[name.removesuffix("_mask")] = np.where(
+            mask.any(axis=1), np.where(mask, logprobs, 0.0).sum(axis=1), np.nan
+        )
     return out
 
 
 def probe_deltas(
     splits: list[dict[str, Any]], before: dict[str, np.ndarray], after: dict[str, np.ndarray]
 ) -> dict[str, float]:
-    """Mean Δ log P per block over the probe states of each split (``<block>/<split>``); the subgoal only where
-    the expert writes a new one (turn 0 and SWITCH states). Pure."""
+    """Mean Δ log P per block over the probe states of each split that have the block (``<block>/<split>``); the
+    subgoal only where the expert writes a new one (turn 0 and SWITCH states). With roles other than the
+    single-call ``agent``, also per role over all its states (``<role>.<block>/all``). Pure."""
     kinds = np.array([s["kind"] for s in splits])
     final = np.array([s["final_segment"] for s in splits])
+    roles = np.array([s.get("role", "agent") for s in splits])
     groups = {
         "all": np.ones(len(splits), bool),
         "keep": kinds == "keep",
@@ -115,12 +117,17 @@ def probe_deltas(
         "final": final,
         "nonfinal": ~final,
     }
+    per_role = {f"{r}.": roles == r for r in sorted(set(roles.tolist()) - {"agent"})}
     out: dict[str, float] = {}
     for part in before:
         d = after[part] - before[part]
+        has = ~np.isnan(d)
+        if part == "subgoal":
+            has &= kinds != "keep"
         for g, rows in groups.items():
-            if part == "subgoal":
-                rows = rows & (kinds != "keep")
-            if rows.any():
-                out[f"{part}/{g}"] = float(d[rows].mean())
+            if (rows & has).any():
+                out[f"{part}/{g}"] = float(d[rows & has].mean())
+        for prefix, rows in per_role.items():
+            if (rows & has).any():
+                out[f"{prefix}{part}/all"] = float(d[rows & has].mean())
     return out

@@ -125,7 +125,7 @@ def compute_targets(
 
     * planner turn of an expert trajectory: weight 1 (SFT); any other planner turn: no loss;
     * executor turn of the data: Q target r + γ(1 − done) V_target(s'), V target Q_target(s, a); weight w(A) with
-      A = Q(s, a) − V(s);
+      A = Q(s, a) − V(s) (``advantage_q="target"``: Q_target(s, a) − V(s));
     * anchor row (``is_anchor``): no critic target; weight λ · (Q_target(s, a') − V(s)).
     """
     assert values is not None, "Multi2 needs critic values"
@@ -156,7 +156,7 @@ def compute_targets(
         target[r, Q] = tr.reward[j] + cfg.gamma * v_next
         target[r, V] = values[r, Q_TARGET]
         valid[r, [Q, V]] = True
-        adv[r] = values[r, Q] - values[r, V]
+        adv[r] = values[r, Q if cfg.advantage_q == "online" else Q_TARGET] - values[r, V]
     data, anchor = kind == 1, kind == 2
     if cfg.actor_loss == "awr":
         weight[data] = awr_weights(torch.from_numpy(adv[data]), cfg.beta, cfg.max_weight).numpy()

@@ -106,7 +106,8 @@ def compute_targets(
     trajectories: Sequence[Trajectory], batch: TurnBatch, values: np.ndarray | None, cfg: Config
 ) -> Targets:
     """Per row (one turn of role r): Q-slot target r + γ(1 − done) V_target(s'), V-slot target Q_target(s, u),
-    both valid only on r's slots; every response token gets A = Q(s, u) − V(s). ``values`` float[B, 12] in
+    both valid only on r's slots; every response token gets A = Q(s, u) − V(s) (``advantage_q="target"``:
+    Q_target(s, u) − V(s)). ``values`` float[B, 12] in
     ``VALUE_SLOTS`` order."""
     assert values is not None, "STEP-HRL needs critic values"
     b = len(batch)
@@ -125,7 +126,7 @@ def compute_targets(
         target[r, q] = tr.reward[j] + cfg.gamma * v_next
         target[r, v] = values[r, N_CURRENT + q]
         valid[r, [q, v]] = True
-        adv[r] = values[r, q] - values[r, v]
+        adv[r] = values[r, q if cfg.advantage_q == "online" else N_CURRENT + q] - values[r, v]
     resp = batch.response_mask.numpy()
     return Targets(
         token_adv=broadcast_turn_values(adv, resp),

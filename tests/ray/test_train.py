@@ -159,6 +159,33 @@ def test_critic_warmup_saved_rollouts_and_the_update_replay(ray_local, tmp_path)
     assert abs(still["probe"]["action/all"]) < 1e-3 * max(1e-9, abs(same["probe"]["action/all"])) + 1e-6
 
 
+@pytest.mark.slow
+def test_the_update_replay_reads_each_role_under_its_own_adapter(ray_local, tmp_path):
+    """Role adapters (Multi2's planner and executor): the replay reads each probe row under its role's adapter, so it
+    reproduces the run's own update and reports Δ log P per role; reading every row under one adapter (the replay
+    before roles) fails here, since the run has no ``default`` adapter to read."""
+    import subprocess
+    import sys
+
+    run = tmp_path / "run"
+    roles = [
+        "algo=ppo",
+        "rollout.agent=multi2",
+        'model.role_adapters={"planner": "planner", "executor": "executor"}',
+    ]
+    common = [*roles, "iterations=1", "eval_every=0", "bc.enabled=false", "learner.actor_lr=1e-1"]
+    rows = _run(run, [*common, "save_trajectories=true", "checkpoint_keep_last=0"])
+    rl = next(r for r in rows if r.get("phase") == "rl")
+    out = tmp_path / "replay.json"
+    bench = Path(__file__).resolve().parents[2] / "bench" / "bench_replay.py"
+    args = ["--run", str(run), "--repeats", "1", "--variant", "run", "--probe-states", "4", "--out", str(out)]
+    subprocess.run([sys.executable, str(bench), *args], check=True, timeout=900)
+    (same,) = json.loads(out.read_text())["rows"]
+    assert same["metrics"]["kl_update"] == pytest.approx(rl["kl_update"], rel=1e-3)
+    assert {"planner.response/all", "executor.response/all", "executor.action/all"} <= set(same["probe"])
+    assert all(math.isfinite(v) for v in same["probe"].values())
+
+
 def test_eval_and_training_build_the_same_rollout_config():
     """`hierarl eval` reuses the training rollout config; only what it overrides differs (it once lost the
     compact-prompt agent options, evaluating a model in a prompt format it was never trained on)."""

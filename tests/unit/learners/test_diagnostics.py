@@ -128,3 +128,52 @@ def test_the_probe_reads_each_expert_decision_and_averages_its_change_per_split(
     assert d["switch/all"] == pytest.approx(0.2) and d["action/keep"] == pytest.approx(0.4)
     assert d["subgoal/all"] == 0.0 and "subgoal/keep" not in d
     assert set(d) >= {"action/final", "action/nonfinal", "switch/switch", "switch/keep"}
+
+
+def _role_turn(role, block, *, switch=None):
+    """A 3-token response whose first two tokens are ``block`` (a STEP-HRL call writes one block per role)."""
+    return Turn(
+        prompt_ids=[1, 2, 3],
+        response_ids=[10, 11, 2],
+        logprobs=[-1.0, -1.0, -1.0],
+        masks={f"{block}_mask": np.array([1, 1, 0], bool)},
+        decision=Decision(action="a" if block == "action" else "", valid=True, switch=switch),
+        role=role,
+    )
+
+
+def test_the_probe_splits_by_role_and_skips_rows_without_a_block():
+    """A STEP-HRL-shaped episode: high (subgoal), low (action), low (action), high (subgoal), low (action). After
+    the update the subgoal tokens gain 0.1 each (+0.2 per high call) and the action tokens lose 0.05 (-0.1 per low
+    call). A row without a block is left out of that block's mean (NaN), not counted as 0: action/all = -0.1 (the
+    3 low calls), not 3 * -0.1 / 5 = -0.06; per role: high.subgoal/all = +0.2, low.action/all = -0.1, and the whole
+    response moves +0.2 on high calls and -0.1 on low ones (high.response/all, low.response/all)."""
+    turns = [
+        _role_turn("high", "subgoal", switch=True),
+        _role_turn("low", "action"),
+        _role_turn("low", "action"),
+        _role_turn("high", "subgoal", switch=True),
+        _role_turn("low", "action"),
+    ]
+    traj = Trajectory(
+        traj_id="x", group_id="g", task_id="t", env_name="synthetic", turns=turns, status="finished"
+    )
+    splits = probe_splits([traj])
+    assert [s["role"] for s in splits] == ["high", "low", "low", "high", "low"]
+    batch = _batch([traj])
+    resp = batch.response_mask.numpy().astype(bool)
+    before = np.where(resp, -1.0, 0.0)
+    after = before.copy()
+    sub, act = (
+        batch.masks["subgoal_mask"].numpy().astype(bool),
+        batch.masks["action_mask"].numpy().astype(bool),
+    )
+    after[sub & resp] += 0.1
+    after[act & resp] -= 0.05
+    b, a = block_logprobs(batch, before), block_logprobs(batch, after)
+    assert np.isnan(b["action"][[0, 3]]).all() and b["action"][1] == pytest.approx(-2.0)
+    d = probe_deltas(splits, b, a)
+    assert d["action/all"] == pytest.approx(-0.1) and d["subgoal/all"] == pytest.approx(0.2)
+    assert d["high.subgoal/all"] == pytest.approx(0.2) and d["low.action/all"] == pytest.approx(-0.1)
+    assert d["high.response/all"] == pytest.approx(0.2) and d["low.response/all"] == pytest.approx(-0.1)
+    assert "low.subgoal/all" not in d and "high.action/all" not in d

@@ -88,6 +88,21 @@ def test_iql_targets_and_row_weights_golden():
     assert t.stats["adv_mean"] == pytest.approx(-1.0) and t.stats["sft_rows"] == 2
 
 
+def test_the_iql_form_reads_the_advantage_from_the_target_q():
+    """``advantage_q="target"``: A = Q_target(s, a) − V(s) = (10 r + 4 + 1) − (10 r + 1 + 1) = 3 on every executor
+    row (the online form's −1 above), w = exp(3 / 2); reading Q (slot 0) or V_target (slot 3) instead gives −1 or
+    8. The critic's targets do not change."""
+    traj = _won()
+    turns = build_turn_batch([traj], max_len=64, pad_id=0)
+    cfg = multi2.Config(gamma=0.5, beta=2.0, advantage_q="target")
+    t = multi2.compute_targets([traj], turns, _values(5), cfg)
+    online = multi2.compute_targets([traj], turns, _values(5), multi2.Config(gamma=0.5, beta=2.0))
+    resp = turns.response_mask.numpy()
+    assert t.stats["adv_mean"] == pytest.approx(3.0)
+    assert t.token_adv[2][resp[2]] == pytest.approx(math.exp(1.5))
+    assert t.value_target.tolist() == online.value_target.tolist()
+
+
 def test_planner_turns_of_collected_episodes_train_nothing():
     """Catches: SFT on the BC policy's own (partly failed) sub-goals; Eq. 3 clones the expert's."""
     traj = _won(source="collected")

@@ -109,6 +109,22 @@ def test_iql_targets_golden():
     assert t.stats["transitions_low"] == 3 and t.stats["transitions_high"] == 2
 
 
+def test_the_iql_form_reads_the_advantage_from_the_target_q():
+    """``advantage_q="target"``: A = Q_target(s, u) − V(s) = values[r, 6 + q] − values[r, v]: high (6² − 1²) = 35,
+    low (8² − 3²) = 55, progress (10² − 5²) = 75 (the 10 r cancels); the online form gives −1, −5, −9 above."""
+    from launch.config import ConfigError, resolve_algo_config
+
+    traj = _won()
+    turns = build_turn_batch([traj], max_len=64, pad_id=0)
+    t = step_hrl.compute_targets([traj], turns, _values(7), step_hrl.Config(advantage_q="target"))
+    resp = turns.response_mask.numpy()
+    adv = {"high": 35.0, "low": 55.0, "progress": 75.0}
+    for r, role in enumerate(["high", "low", "progress", "low", "progress", "high", "low"]):
+        assert np.all(t.token_adv[r][resp[r]] == adv[role]), r
+    with pytest.raises(ConfigError, match=r"^algo.advantage_q: unknown value 'q'; allowed: online, target$"):
+        resolve_algo_config(step_hrl.Config, {"advantage_q": "q"})
+
+
 def test_truncated_row_bootstraps_from_its_own_target_value():
     turns_ = [turn("high"), turn("low", completion=False, score=0.0, truncated=True)]
     traj = Trajectory("c", "g", "t", "synthetic", turns_, status="truncated")
