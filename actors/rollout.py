@@ -641,7 +641,9 @@ class RolloutWorker:
                 before_generate=self._apply_staged,
             ):
                 self.stats["episodes"] += 1
-                steps += len(traj.turns)
+                steps += traj.info.get(
+                    "env_steps", len(traj.turns)
+                )  # not model calls: STEP-HRL makes 2-3 a step
                 ticker.advance(1, f"{steps} env steps in finished episodes")
                 with self._lock:
                     g = groups.pending[traj.group_id]
