@@ -11,7 +11,8 @@ from the same state and trains on the same rollouts:
   ``iter_0``'s policy, as in the run (the policy RL started from);
 * critic: fresh (every value 0, as RL iteration 1 finds it) and then the variant's ``learner.critic_warmup_passes``
   critic-only passes (``Updater.warm_up_critic``), so each algorithm's critic is fitted by its own targets on the
-  same data; or, with ``--critic-from-run`` and a variant of the run's algorithm, the run's critic at ``iter_<k-1>``;
+  same data; or, with ``--critic-from-run`` and a variant of the run's algorithm, the run's critic at ``iter_<k-1>``
+  (with its target copy: STEP-HRL's and Multi2's IQL critics, whose warm-up the run did);
 * trajectories: ``RUN/trajectories/iter_<k>.jsonl`` (collected by that policy), shaped afresh per variant;
 * one update: the run's ``Updater`` (the driver's code), seed ``seed + k`` for the mini-batch order; the first
   variant is repeated with other seeds (``--repeats``) to measure the noise floor.
@@ -137,7 +138,8 @@ def replay(args: argparse.Namespace) -> int:
         )
         try:
             own_critic = args.critic_from_run and cfg.algo == base.algo and algo.value_slots
-            learner.load_checkpoint(str(state), only=["default", *([CRITIC_ADAPTER] if own_critic else [])])
+            policy = sorted(set(cfg.model.role_adapters.values())) or ["default"]
+            learner.load_checkpoint(str(state), only=[*policy, *([CRITIC_ADAPTER] if own_critic else [])])
             refs = reference_adapters(cfg, algo, algo_cfg)
             for ref in refs:
                 learner.load_adapter_weights(ref_weights, adapter=ref)

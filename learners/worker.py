@@ -719,7 +719,7 @@ class LearnerWorker:
         np.random.set_state(state["rng"]["numpy"])
         random.setstate(state["rng"]["python"])
         self.step_count = state["step_count"]
-        if self.critic_target is not None and only is None:
+        if self.critic_target is not None and (only is None or CRITIC_ADAPTER in only):  # part of the critic
             saved = state.get("critic_target")
             if saved is None:
                 raise ValueError(f"checkpoint {path} has no target critic to restore")

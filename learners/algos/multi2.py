@@ -172,6 +172,8 @@ def compute_targets(
         stats={
             "adv_mean": float(adv[data].mean()) if data.any() else 0.0,
             "adv_abs_mean": float(np.abs(adv[data]).mean()) if data.any() else 0.0,
+            "adv_std": float(adv[data].std()) if data.any() else 0.0,
+            "adv_pos_share": float((adv[data] > 0).mean()) if data.any() else 0.0,
             "awr_weight": float(weight[data].mean()) if data.any() else 0.0,
             "anchor_adv_mean": float(adv[anchor].mean()) if anchor.any() else 0.0,
             "anchor_rows": float(anchor.sum()),

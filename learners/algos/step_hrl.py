@@ -136,6 +136,8 @@ def compute_targets(
         stats={
             "adv_mean": float(adv.mean()) if b else 0.0,
             "adv_abs_mean": float(np.abs(adv).mean()) if b else 0.0,
+            "adv_std": float(adv.std()) if b else 0.0,
+            "adv_pos_share": float((adv > 0).mean()) if b else 0.0,
             **{f"transitions_{role}": float(roles.count(role)) for role in ROLES},
         },
     )

@@ -160,28 +160,36 @@ def test_critic_warmup_saved_rollouts_and_the_update_replay(ray_local, tmp_path)
 
 
 @pytest.mark.slow
-def test_the_update_replay_reads_each_role_under_its_own_adapter(ray_local, tmp_path):
-    """Role adapters (Multi2's planner and executor): the replay reads each probe row under its role's adapter, so it
-    reproduces the run's own update and reports Δ log P per role; reading every row under one adapter (the replay
-    before roles) fails here, since the run has no ``default`` adapter to read."""
+def test_the_update_replay_of_multi2_reads_each_role_under_its_own_adapter(ray_local, tmp_path):
+    """Multi2's offline iteration (planner and executor adapters, the IQL critic with its target copy, policy-anchored
+    samples) replayed from the run's state with the run's critic reproduces the run's own update, and the probe reads
+    each row under its role's adapter (Δ log P per role). Loading only a ``default`` adapter, or the critic without
+    its target copy, fails here."""
     import subprocess
     import sys
 
     run = tmp_path / "run"
-    roles = [
-        "algo=ppo",
-        "rollout.agent=multi2",
-        'model.role_adapters={"planner": "planner", "executor": "executor"}',
-    ]
-    common = [*roles, "iterations=1", "eval_every=0", "bc.enabled=false", "learner.actor_lr=1e-1"]
+    common = [*MULTI2_TINY, "iterations=1", "eval_every=0", "learner.actor_lr=1e-1"]
     rows = _run(run, [*common, "save_trajectories=true", "checkpoint_keep_last=0"])
     rl = next(r for r in rows if r.get("phase") == "rl")
+    assert rl["anchor_rows"] > 0
     out = tmp_path / "replay.json"
     bench = Path(__file__).resolve().parents[2] / "bench" / "bench_replay.py"
-    args = ["--run", str(run), "--repeats", "1", "--variant", "run", "--probe-states", "4", "--out", str(out)]
-    subprocess.run([sys.executable, str(bench), *args], check=True, timeout=900)
+    args = [
+        "--run",
+        str(run),
+        "--repeats",
+        "1",
+        "--variant",
+        "run",
+        "--critic-from-run",
+        "--probe-states",
+        "4",
+    ]
+    subprocess.run([sys.executable, str(bench), *args, "--out", str(out)], check=True, timeout=900)
     (same,) = json.loads(out.read_text())["rows"]
-    assert same["metrics"]["kl_update"] == pytest.approx(rl["kl_update"], rel=1e-3)
+    for key in ("kl_update", "value_loss", "awr_weight", "adv_mean"):
+        assert same["metrics"][key] == pytest.approx(rl[key], rel=1e-3, abs=1e-9), key
     assert {"planner.response/all", "executor.response/all", "executor.action/all"} <= set(same["probe"])
     assert all(math.isfinite(v) for v in same["probe"].values())
 

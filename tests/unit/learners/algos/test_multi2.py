@@ -98,7 +98,8 @@ def test_the_iql_form_reads_the_advantage_from_the_target_q():
     t = multi2.compute_targets([traj], turns, _values(5), cfg)
     online = multi2.compute_targets([traj], turns, _values(5), multi2.Config(gamma=0.5, beta=2.0))
     resp = turns.response_mask.numpy()
-    assert t.stats["adv_mean"] == pytest.approx(3.0)
+    assert t.stats["adv_mean"] == pytest.approx(3.0) and t.stats["adv_std"] == 0.0
+    assert t.stats["adv_pos_share"] == 1.0 and online.stats["adv_pos_share"] == 0.0  # the sign of every A
     assert t.token_adv[2][resp[2]] == pytest.approx(math.exp(1.5))
     assert t.value_target.tolist() == online.value_target.tolist()
 

@@ -119,8 +119,12 @@ def test_the_iql_form_reads_the_advantage_from_the_target_q():
     t = step_hrl.compute_targets([traj], turns, _values(7), step_hrl.Config(advantage_q="target"))
     resp = turns.response_mask.numpy()
     adv = {"high": 35.0, "low": 55.0, "progress": 75.0}
-    for r, role in enumerate(["high", "low", "progress", "low", "progress", "high", "low"]):
+    roles = ["high", "low", "progress", "low", "progress", "high", "low"]
+    for r, role in enumerate(roles):
         assert np.all(t.token_adv[r][resp[r]] == adv[role]), r
+    # sign and spread over the 7 rows: all > 0; 35 (x2), 55 (x3), 75 (x2): mean 385 / 7 = 55, deviations ±20 on
+    # four rows, std = sqrt(4 * 400 / 7) = 15.119
+    assert t.stats["adv_pos_share"] == 1.0 and t.stats["adv_std"] == pytest.approx(15.119, abs=1e-3)
     with pytest.raises(ConfigError, match=r"^algo.advantage_q: unknown value 'q'; allowed: online, target$"):
         resolve_algo_config(step_hrl.Config, {"advantage_q": "q"})
 
