@@ -200,7 +200,13 @@ def _line(row: dict[str, Any]) -> str:
     return (
         f"[replay] {row['variant']:<16} kl {m.get('kl_update', 0):.5f} switch {m.get('kl_update/switch', 0):.5f} "
         f"action {m.get('kl_update/action', 0):.5f} | dlogP action {p.get('action/all', 0):+.4f} switch "
-        f"{p.get('switch/all', 0):+.4f} ({row['wall_s']:.0f}s)"
+        f"{p.get('switch/all', 0):+.4f}"
+        + (
+            f" | A mean {m['adv_mean']:+.4f} sd {m['adv_std']:.4f} >0 {m['adv_pos_share']:.2f}"
+            if "adv_std" in m
+            else ""
+        )
+        + f" ({row['wall_s']:.0f}s)"
     )
 
 
