@@ -7,8 +7,9 @@ trajectories, in minutes instead of a multi-hour learning run.
 
 RUN is a finished ``hierarl train ... save_trajectories=true checkpoint_keep_last=0`` run. Every variant starts
 from the same state and trains on the same rollouts:
-* policy: ``RUN/checkpoints/iter_<k-1>`` (the adapter with its optimizer state); the KL term's reference is
-  ``iter_0``'s policy, as in the run (the policy RL started from);
+* policy: ``RUN/checkpoints/iter_<k-1>`` (each policy adapter with its optimizer state); the KL term's reference is
+  the frozen copy saved with that state, as in the run (the policy RL started from; Multi2's online phase: π_off),
+  or ``iter_0``'s policy for a variant that keeps one the run did not;
 * critic: fresh (every value 0, as RL iteration 1 finds it) and then the variant's ``learner.critic_warmup_passes``
   critic-only passes (``Updater.warm_up_critic``), so each algorithm's critic is fitted by its own targets on the
   same data; or, with ``--critic-from-run`` and a variant of the run's algorithm, the run's critic at ``iter_<k-1>``
@@ -61,6 +62,19 @@ def _run_config(run: Path, overrides: list[str]) -> Any:
     return resolve_config(f.name, overrides)
 
 
+def _reference_weights(state: Path, start: Path, ref: str) -> dict[str, Any]:
+    """The KL reference ``ref`` (``ref_<adapter>``) the run's update used: the frozen copy saved with the state
+    (an online run: the policy RL began with; Multi2's online phase: π_off), else the start's policy adapter (a
+    variant that keeps a reference the run did not)."""
+    from actors.rollout import read_peft_adapter
+
+    name = ref.removeprefix("ref_")
+    for folder in (state / "adapter" / ref, start / "adapter" / name, start / "adapter"):
+        if (folder / "adapter_config.json").exists():
+            return read_peft_adapter(folder)[0]
+    raise SystemExit(f"bench_replay: no weights for the reference {ref!r} under {state} or {start}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--run", required=True, type=Path)
@@ -80,7 +94,6 @@ def replay(args: argparse.Namespace) -> int:
     from transformers import AutoTokenizer
 
     from actors.models import resolve_model_path
-    from actors.rollout import read_peft_adapter
     from actors.trajectory import read_jsonl
     from cluster.ray_cluster import WorkerResources, init_ray
     from envs import success_reward
@@ -120,7 +133,6 @@ def replay(args: argparse.Namespace) -> int:
     probe_turns = build_turn_batch(probe, max_len=base.learner.max_seq_len, pad_id=pad)
     probe_seqs = sequences(probe_turns, ())
     splits = probe_splits(probe)
-    ref_weights, _ = read_peft_adapter(start / "adapter")
 
     variants = [parse_variant(v) for v in args.variant] or [("run", [])]
     plan = [(variants[0][0] + (f"#{r}" if r else ""), variants[0][1], r) for r in range(args.repeats)]
@@ -138,11 +150,11 @@ def replay(args: argparse.Namespace) -> int:
         )
         try:
             own_critic = args.critic_from_run and cfg.algo == base.algo and algo.value_slots
-            policy = sorted(set(cfg.model.role_adapters.values())) or ["default"]
+            policy = list(cfg.model.adapter_names) or ["default"]
             learner.load_checkpoint(str(state), only=[*policy, *([CRITIC_ADAPTER] if own_critic else [])])
             refs = reference_adapters(cfg, algo, algo_cfg)
             for ref in refs:
-                learner.load_adapter_weights(ref_weights, adapter=ref)
+                learner.load_adapter_weights(_reference_weights(state, start, ref), adapter=ref)
             updater = Updater(
                 learner,
                 cfg.learner,
