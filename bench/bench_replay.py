@@ -62,6 +62,18 @@ def _run_config(run: Path, overrides: list[str]) -> Any:
     return resolve_config(f.name, overrides)
 
 
+def _offline_phase(algo: Any, algo_cfg: Any, run: Path, k: int) -> dict[str, Any]:
+    """What the driver passes an offline algorithm's update at iteration ``k`` (``Trainer.update``): the KL
+    reference only in the online phase, and the critic-only steps still owed after the run's earlier updates."""
+    if not algo.offline:
+        return {}
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    taken = sum(
+        int(r.get("optimizer_steps", 0)) for r in rows if r.get("phase") == "rl" and r["iteration"] < k
+    )
+    return {"reference": algo_cfg.online(k), "warmup_left": algo_cfg.warmup_left(taken)}
+
+
 def _reference_weights(state: Path, start: Path, ref: str) -> dict[str, Any]:
     """The KL reference ``ref`` (``ref_<adapter>``) the run's update used: the frozen copy saved with the state
     (an online run: the policy RL began with; Multi2's online phase: π_off), else the start's policy adapter (a
@@ -173,7 +185,12 @@ def replay(args: argparse.Namespace) -> int:
                     turn.shaped.clear()
             warmup = 0 if own_critic else cfg.learner.critic_warmup_passes
             metrics, timings = updater.update(
-                trajs, algo, algo_cfg, seed=cfg.seed + k + 1000 * repeat, critic_warmup=warmup
+                trajs,
+                algo,
+                algo_cfg,
+                seed=cfg.seed + k + 1000 * repeat,
+                critic_warmup=warmup,
+                **_offline_phase(algo, algo_cfg, run, k),
             )
             lp_after = block_logprobs(probe_turns, updater.policy_logprobs(probe_seqs, rows_all))
         finally:

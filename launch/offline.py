@@ -178,8 +178,7 @@ class OfflineData:
         return list(self.dataset), []
 
     def online(self, it: int) -> bool:
-        """Whether iteration ``it`` belongs to the online phase (collects and, with a KL term, has a reference)."""
-        return self.acfg.online_groups > 0 and it > self.acfg.offline_iterations
+        return self.acfg.online(it)
 
     def first_online(self) -> int:
         return self.acfg.offline_iterations + 1
@@ -207,7 +206,7 @@ class OfflineData:
         return out
 
     def warmup_left(self) -> int:
-        return max(0, self.acfg.warmup_steps - self.critic_steps)
+        return self.acfg.warmup_left(self.critic_steps)
 
 
 def anchor_trajectory(source: Trajectory, turn: Turn, response: GenerationResult, traj_id: str) -> Trajectory:

@@ -167,3 +167,11 @@ class OfflineRLConfig(RLConfig):
             ("env_reward_scale", self.env_reward_scale > 0, POSITIVE),
         ):
             check(name, ok, getattr(self, name), allowed)
+
+    def online(self, it: int) -> bool:
+        """Whether iteration ``it`` belongs to the online phase (collects and, with a KL term, has a reference)."""
+        return self.online_groups > 0 and it > self.offline_iterations
+
+    def warmup_left(self, critic_steps: int) -> int:
+        """Critic-only steps still owed once ``critic_steps`` optimizer steps were taken."""
+        return max(0, self.warmup_steps - critic_steps)
