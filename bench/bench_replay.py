@@ -208,7 +208,9 @@ def replay(args: argparse.Namespace) -> int:
         }
         rows.append(row)
         print(_line(row), flush=True)
-        assert all(np.allclose(before[p], lp_before[p], atol=1e-4) for p in before), "the start state differs"
+        assert all(np.allclose(before[p], lp_before[p], atol=1e-4, equal_nan=True) for p in before), (
+            "the start state differs"
+        )
     out = {
         "run": str(run),
         "iteration": k,
