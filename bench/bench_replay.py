@@ -97,6 +97,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--probe-states", type=int, default=50)
     ap.add_argument("--critic-from-run", action="store_true")
+    ap.add_argument(
+        "--critic-passes",
+        type=int,
+        default=None,
+        help="critic-only passes before the update (default: a fresh critic's learner.critic_warmup_passes; none "
+        "for the run's critic, which the run already fitted)",
+    )
     ap.add_argument("--out", type=Path, default=Path("bench/results/replay.json"))
     args = ap.parse_args(argv)
     return replay(args)
@@ -183,7 +190,9 @@ def replay(args: argparse.Namespace) -> int:
             for t in trajs:
                 for turn in t.turns:
                     turn.shaped.clear()
-            warmup = 0 if own_critic else cfg.learner.critic_warmup_passes
+            warmup = args.critic_passes
+            if warmup is None:
+                warmup = 0 if own_critic else cfg.learner.critic_warmup_passes
             metrics, timings = updater.update(
                 trajs,
                 algo,
