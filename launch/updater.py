@@ -106,12 +106,15 @@ class Updater:
         annotate: Annotate | None = None,
         warmup_left: int = 0,
         critic_warmup: int = 0,
+        measure: bool = True,
     ) -> tuple[dict[str, Any], dict[str, float]]:
         """Returns (metrics, timings). ``reference``: the KL term's reference is read when the algorithm has one
         (an offline phase has none); ``annotate``: HISR's model rewards; ``warmup_left``: critic steps still owed to a
         target-critic algorithm's warm-up (STEP-HRL: the update trains the critic alone); ``critic_warmup``
         critic-only passes come first
-        (``warm_up_critic``); ``lr``: this update's policy learning rate (BC), restored after."""
+        (``warm_up_critic``); ``lr``: this update's policy learning rate (BC), restored after; ``measure`` (and
+        ``learner.measure_update``): log the update's KL per token group (``kl_update/<group>``), which costs an
+        algorithm without π_old (STEP-HRL, Multi2) a log-prob pass before the update as well as the one after."""
         timings: dict[str, float] = {}
         with timed(timings, "advantage"):
             turns = shaped_turns(
@@ -131,6 +134,11 @@ class Updater:
             ref = None
             if algo.uses_reference(algo_cfg) and reference:
                 ref = self.reference_logprobs(seqs, rows_of)
+        measure = measure and self.cfg.measure_update
+        before = logprobs
+        if measure and not algo.uses_old_logprobs:
+            with timed(timings, "measure"):
+                before = self.policy_logprobs(seqs, rows_of)
         model_stats: dict[str, float] = {}
         if annotate is not None:
             with timed(timings, "reward_models"):
@@ -176,10 +184,10 @@ class Updater:
                     self.learner.set_lr(self.cfg.actor_lr)
             else:
                 metrics.update(self._update_adapters(batch, algo, rows_of, lr, common))
-        if algo.uses_old_logprobs and self.cfg.measure_update:
+        if measure:
             with timed(timings, "measure"):  # what the update did to the policy, per token group
                 after = self.policy_logprobs(seqs, rows_of)
-                metrics.update(update_kl(logprobs, after, token_groups(trajs, turns)))
+                metrics.update(update_kl(before, after, token_groups(trajs, turns)))
         return metrics, timings
 
     def policy_logprobs(self, seqs: Sequences, rows_of: dict[str | None, np.ndarray]) -> np.ndarray:

@@ -39,6 +39,7 @@ def behaviour_cloning(
             seed=seed + epoch,
             lr=bc_cfg.lr,
             mini_batch_size=bc_cfg.mini_batch_size,
+            measure=False,
         )
         out[f"nll_epoch{epoch}"] = m.get("nll", float("nan"))
         print(

@@ -17,7 +17,9 @@ protocol has several (STEP-HRL's high / low / progress calls, Multi2's planner a
 
 The KL of an update is measured on the batch it trained on: k3 = exp(d) − 1 − d, d = log π_new − log π_old per
 sampled token (Schulman's low-variance estimator of KL(π_old ‖ π_new)), averaged over each group's tokens, so two
-algorithms' updates compare on the same tokens whatever their loss masks cover.
+algorithms' updates compare on the same tokens whatever their loss masks cover. On an offline algorithm's stored
+data (expert and older policies' tokens, not π_old's samples) it is a size of the change on those tokens, not a KL
+estimate.
 """
 
 from __future__ import annotations
