@@ -131,8 +131,8 @@ class OfflineRLConfig(RLConfig):
     max_weight: float = 100.0
     advantage_q: str = "online"
     """Which Q the advantage reads: online, A = Q(s, u) − V(s) (STEP-HRL Eq. 13, Multi2's A = Q − V, both authors'
-    code); target, A = Q_target(s, u) − V(s), IQL's form (the soft-updated copy V was fitted to), so that A is not
-    the online Q's drift from its target copy (Multi2's one-signed advantages: docs/methods/multi2.md)."""
+    code); target, A = Q_target(s, u) − V(s), IQL's form (the soft-updated copy V was fitted to). On Multi2's
+    synthetic preset both make the same update (docs/results/multi2_replay.md)."""
     actor_loss: str = "awr"
     """awr: w(A) = min(exp(A/β), max_weight); advantage: w = A (the authors' code)."""
     data_ratio: float = 2.0
