@@ -101,7 +101,7 @@ class OfflineData:
         stats = {**trajectory_stats(new or episodes), "buffer_trajectories": float(len(episodes))}
         if not new:
             stats["success"] = float("nan")
-        return IterationData(trajs, stats)
+        return IterationData(trajs, stats, played=new)
 
     def before_push(self) -> bool:
         return False

@@ -26,6 +26,15 @@ class IterationData:
 
     trajectories: list[Trajectory]
     stats: dict[str, float] = field(default_factory=dict)
+    played: list[Trajectory] | None = None
+    """The episodes the policy played in this iteration, where they are not all of ``trajectories`` (stored data:
+    only these have a policy lag)."""
+
+    def policy_lag(self, version: int) -> int | None:
+        """How many versions the oldest played turn lags ``version``; None when the policy played nothing."""
+        played = self.trajectories if self.played is None else self.played
+        versions = [turn.policy_version for t in played for turn in t.turns]
+        return version - min(versions) if versions else None
 
 
 class IterationSource(Protocol):

@@ -145,8 +145,9 @@ class Trainer:
                 self.log.log(self.empty.empty(it, data.stats))
                 continue
             self.empty.sampled()
-            versions = [turn.policy_version for t in data.trajectories for turn in t.turns]
-            data.stats["policy_lag"] = self.pool.version - min(versions, default=self.pool.version)
+            lag = data.policy_lag(self.pool.version)
+            if lag is not None:
+                data.stats["policy_lag"] = lag
             if cfg.save_trajectories:  # before the update writes its shaping into the turns
                 to_jsonl(data.trajectories, self.run_dir / "trajectories" / f"iter_{it}.jsonl")
             metrics, update_timings = self.update_recovering(data.trajectories, it)

@@ -173,6 +173,7 @@ def test_the_update_replay_of_multi2_reads_each_role_under_its_own_adapter(ray_l
     rows = _run(run, [*common, "save_trajectories=true", "checkpoint_keep_last=0"])
     rl = next(r for r in rows if r.get("phase") == "rl")
     assert rl["anchor_rows"] > 0
+    assert "policy_lag" not in rl  # an offline iteration plays no episode: stored data has no policy lag
     out = tmp_path / "replay.json"
     bench = Path(__file__).resolve().parents[2] / "bench" / "bench_replay.py"
     args = [

@@ -156,6 +156,19 @@ def test_a_groups_staleness_is_its_oldest_turns_lag():
     assert staleness(_group([], []), 6) == 0  # no turns: nothing stale
 
 
+def test_the_policy_lag_counts_only_the_episodes_played_in_the_iteration():
+    """Learner at version 4: played turns of versions 3 and 4 lag 4 - 3 = 1; an offline iteration's stored data
+    (expert turns of version 0) has no lag (None, not 4), and its fresh online episodes are the only ones that count."""
+    from launch.sources import IterationData
+
+    played = _group([3, 4], [4]).trajectories
+    stored = _group([0, 0]).trajectories
+    assert IterationData(played).policy_lag(4) == 1
+    assert IterationData(stored + played, played=played).policy_lag(4) == 1
+    assert IterationData(stored, played=[]).policy_lag(4) is None
+    assert IterationData(stored).policy_lag(4) == 4  # without ``played`` every trajectory counts
+
+
 def test_asynchronous_batches_draw_the_synchronous_iterations_tasks():
     """Batch b of the asynchronous queue plays what iteration b plays in the synchronous loop: same tasks, same env
     seed (``SyncRollouts`` uses the same function); batches differ from each other."""
