@@ -48,7 +48,8 @@ def run(
     from actors.models import resolve_model_path
     from common.lora import LoraSpec
     from learners.algos import grpo
-    from learners.worker import LearnerSpec, LearnerWorker
+    from learners.learner_spec import LearnerSpec
+    from learners.worker import LearnerWorker
 
     path = resolve_model_path(model)
     lora = LoraSpec(8, 16, ("q_proj", "v_proj"))

@@ -108,7 +108,7 @@ def bare_policy_steps(path: str, spec: Any, batch: Any, steps: int, device: str)
     from transformers import AutoModelForCausalLM
 
     from common.dtypes import pick_dtype
-    from learners.worker import _ds_config
+    from learners.engines import ds_config
 
     torch.manual_seed(0)
     net = get_peft_model(
@@ -120,7 +120,7 @@ def bare_policy_steps(path: str, spec: Any, batch: Any, steps: int, device: str)
     params = [p for p in net.parameters() if p.requires_grad]
     bf16 = pick_dtype(spec.dtype, device) == torch.bfloat16
     engine, _, _, _ = deepspeed.initialize(
-        model=net, optimizer=torch.optim.AdamW(params, lr=spec.actor_lr), config=_ds_config(spec, 1, bf16)
+        model=net, optimizer=torch.optim.AdamW(params, lr=spec.actor_lr), config=ds_config(spec, 1, bf16)
     )
     lm = net.get_base_model()
     dev = engine.device
@@ -156,8 +156,9 @@ def learner_child(out: Path, quick: bool) -> None:
     from cluster.ray_cluster import WorkerResources
     from common.lora import LoraSpec
     from learners.algos import grpo
+    from learners.engines import init_dist
     from learners.group import LearnerGroup
-    from learners.worker import LearnerSpec, _init_dist
+    from learners.learner_spec import LearnerSpec
 
     model = "tiny" if quick else "smollm2"
     rows, width, steps = (8, 128, 4) if quick else (16, 256, 4)
@@ -166,7 +167,7 @@ def learner_child(out: Path, quick: bool) -> None:
     spec = LearnerSpec(path, lora, "float32", 0, 1e-5, 1e-5, 1.0, 4, False, seed=0, master_port=_free_port())
     batch = synthetic_batch(rows, width)
 
-    _init_dist(0, 1, spec.master_port, "cpu")
+    init_dist(0, 1, spec.master_port, "cpu")
     raw = bare_policy_steps(path, spec, batch, steps + 1, "cpu")
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)

@@ -233,7 +233,8 @@ def main() -> None:
     import transformers
 
     from common.lora import LoraSpec
-    from learners.worker import LearnerSpec, _init_dist
+    from learners.engines import init_dist
+    from learners.learner_spec import LearnerSpec
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tokenizer", required=True, help="a folder with the SmolLM2 tokenizer files")
@@ -257,7 +258,7 @@ def main() -> None:
 
     lora = LoraSpec(8, 16, ("q_proj", "k_proj", "v_proj", "o_proj"))
     port = _free_port()
-    _init_dist(0, 1, port, args.device)
+    init_dist(0, 1, port, args.device)
     batch = synthetic_batch(args.rows, args.width, slots=2)
     # HiPER's slots: V_high and V_low(s, o_{t-1}) at the last prompt token (heads 0 and 1)
     seqs = dataclasses.replace(batch.seqs, value_head=np.array([0, 1]))

@@ -123,8 +123,8 @@ def replay(args: argparse.Namespace) -> int:
     from learners.batch import build_turn_batch
     from learners.diagnostics import block_logprobs, probe_deltas, probe_splits
     from learners.group import LearnerGroup
+    from learners.learner_spec import CRITIC_ADAPTER
     from learners.targets import sequences
-    from learners.worker import CRITIC_ADAPTER
 
     run, k = args.run, args.iteration
     state, start = run / "checkpoints" / f"iter_{k - 1}", run / "checkpoints" / "iter_0"

@@ -185,7 +185,8 @@ def swap(dtype: str, device: str, model: str) -> dict[str, Any]:
     from actors.models import resolve_model_path
     from actors.rollout import zero_lora_weights
     from learners.algos import grpo
-    from learners.worker import LearnerSpec, LearnerWorker
+    from learners.learner_spec import LearnerSpec
+    from learners.worker import LearnerWorker
 
     path = resolve_model_path(model)
     lora = lora_spec()

@@ -37,6 +37,7 @@ from actors.trajectory import Trajectory, read_jsonl, to_jsonl
 from learners.algos import hisr, sft
 from learners.batch import LearnerBatch, TurnBatch, build_turn_batch
 from learners.group import LearnerGroup
+from learners.learner_spec import CriticSpec
 from learners.prepare import learner_batch
 from learners.reward_models import (
     SprmBatch,
@@ -48,7 +49,6 @@ from learners.reward_models import (
     write_segment_rewards,
 )
 from learners.targets import sequences
-from learners.worker import CriticSpec
 from reward.segments import (
     entropy_segments,
     subgoal_segments,

@@ -36,7 +36,7 @@ from launch.stream import AsyncRollouts
 from launch.updater import Updater
 from learners.algorithm import Algorithm
 from learners.group import LearnerGroup
-from learners.worker import LearnerSpec
+from learners.learner_spec import LearnerSpec
 
 
 def rollout_pool(cfg: TrainConfig, model_path: str, device: str) -> RolloutPool:

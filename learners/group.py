@@ -21,8 +21,9 @@ from cluster.ray_cluster import WorkerResources, place_workers
 from common.progress import Ticker
 from learners.algorithm import PolicyLossFn, ValueLossFn
 from learners.batch import LearnerBatch, Sequences, micro_batches, row_lengths
+from learners.learner_spec import LearnerSpec
 from learners.prepare import minibatch
-from learners.worker import LearnerSpec, LearnerWorker
+from learners.worker import LearnerWorker
 
 
 def _shards(n: int, parts: int) -> list[np.ndarray]:

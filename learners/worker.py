@@ -19,18 +19,16 @@ reads V_high(s_t) and V_low(s_t, o_{t-1}) at the last prompt token (the prompt h
 current subgoal o_{t-1}), and V_low(s_t, o_t) at the last token of the new subgoal in the response.
 
 The worker knows no algorithm: it receives typed batches (``learners.batch.Sequences`` for forward passes,
-``LearnerBatch`` for updates) and the algorithm's pure policy and critic losses (``learners.algorithm``).
+``LearnerBatch`` for updates) and the algorithm's pure policy and critic losses (``learners.algorithm``). Its
+spec is ``learners.learner_spec``; the value model and adapter switching ``learners.value_model``; the process
+group, engine config and engine checkpoints ``learners.engines``.
 """
 
 from __future__ import annotations
 
-import datetime
-import os
 import random
-import socket
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -39,207 +37,19 @@ import torch
 from torch import nn
 
 from common.dtypes import pick_dtype
-from common.lora import LoraSpec
 from learners.algorithm import PolicyLossFn, ValueLossFn
 from learners.batch import LearnerBatch, Sequences, micro_batches
+from learners.engines import drop_tied_frozen_weights, ds_config, init_dist, load_engine
+from learners.learner_spec import CRITIC_ADAPTER, CriticSpec, LearnerSpec
 from learners.losses import entropy_from_logprobs
 from learners.targets import CriticInputs, PolicyInputs
+from learners.value_model import ValueModel, adapter_of, polyak_update_, using_adapter
 
 _Rows = TypeVar("_Rows", Sequences, LearnerBatch)
 
 
-@dataclass(frozen=True)
-class CriticSpec:
-    """A value model beside the critic: LoRA adapter ``name`` on the policy's base, a head of ``heads`` outputs
-    (``mlp_hidden`` > 0: W₂·SiLU(W₁h) with W₁ of that width, HISR Eq. 2), its own AdamW at ``lr``."""
-
-    name: str
-    heads: int
-    mlp_hidden: int
-    lr: float
-
-
-@dataclass(frozen=True)
-class LearnerSpec:
-    """What one learner worker needs. Built from a run config (``launch.config.LearnerConfig``) by the driver: the
-    fields the run config holds have no default here; only the worker-specific ones do."""
-
-    model_path: str
-    lora: LoraSpec
-    dtype: str
-    zero_stage: int
-    actor_lr: float
-    critic_lr: float
-    max_grad_norm: float
-    micro_batch_size: int
-    """Rows per forward/backward (memory bound); gradients accumulate over a whole mini-batch before a step."""
-    gradient_checkpointing: bool
-    """Recompute each decoder layer's activations in backward instead of keeping them (training passes only)."""
-    seed: int
-    device: str = "cpu"
-    value_heads: int = 0
-    """0: no critic; 1: V(s); 2: HiPER [V_high, V_low]."""
-    value_head_hidden: int = 0
-    """0: a linear value head; > 0: W₂·SiLU(W₁h) with W₁ of this width (HISR Eq. 2's SPRM head)."""
-    adapters: tuple[tuple[str, float], ...] = ()
-    """Policy LoRA adapters on the one base, (name, learning rate) each, every one with its own DeepSpeed engine and
-    AdamW state (Multi2's planner and executor); empty: one adapter ``default`` at ``actor_lr``."""
-    frozen_adapters: tuple[str, ...] = ()
-    """LoRA adapters on the same base that are never trained (no engine, no optimizer): the KL terms' reference
-    policies. Written by ``load_adapter_weights`` (a copy of a policy adapter), kept in checkpoints."""
-    extra_critics: tuple[CriticSpec, ...] = ()
-    """Value models beside the critic, on the same base (zero_stage 0-2; HISR's SPRM); checkpointed with it."""
-    target_critic: bool = False
-    """Keep a soft-updated copy of the critic's trainable tensors (IQL's target networks, STEP-HRL Eq. 11-12);
-    value slots with ``value_from_target`` read it."""
-    master_port: int = 0
-    """torch.distributed rendezvous port; 0: ``LearnerGroup`` picks a free one."""
-    torch_threads: int = 0
-    """Torch threads of the worker process (``cpu_threads``, resolved by the driver); 0: as the process started."""
-
-
 ENTROPY_SAMPLE = 64
 """Response positions per training micro-batch whose entropy the ``entropy`` metric averages."""
-
-CRITIC_ADAPTER = "critic"
-"""The critic's LoRA adapter on the policy's base (a policy adapter may not take this name)."""
-
-
-@torch.no_grad()
-def polyak_update_(targets: Sequence[torch.Tensor], sources: Sequence[torch.Tensor], tau: float) -> None:
-    """θ̄ ← (1 − τ) θ̄ + τ θ in place, tensor by tensor (Haarnoja et al. 2018; STEP-HRL App. B: τ₁ = 0.2): a small τ
-    moves the target a little towards the critic. Pure tensor arithmetic, unit-tested without a learner."""
-    for t, p in zip(targets, sources, strict=True):
-        t.mul_(1.0 - tau).add_(p.detach(), alpha=tau)
-
-
-@contextmanager
-def _using_adapter(model: nn.Module, adapter: str | None) -> Iterator[None]:
-    """Forward passes of ``model`` (a peft model) inside use LoRA adapter ``adapter`` (None: unchanged). Sets each
-    LoRA layer's active adapter directly: peft's ``set_adapter`` would also flip ``requires_grad``, which the
-    engines' optimizers and checkpoints key on."""
-    from peft.tuners.tuners_utils import BaseTunerLayer
-
-    if adapter is None:
-        yield
-        return
-    layers = [m for m in model.modules() if isinstance(m, BaseTunerLayer)]
-    before = [m._active_adapter for m in layers]
-    for m in layers:
-        m._active_adapter = [adapter]
-    try:
-        yield
-    finally:
-        for m, b in zip(layers, before, strict=True):
-            m._active_adapter = b
-
-
-class ValueModel(nn.Module):
-    """Base LM with its active LoRA adapter + a head on the last hidden state: values float[B, L, H]. The head is
-    linear, or with ``mlp_hidden`` > 0 the two-layer W₂·SiLU(W₁h) of HISR Eq. 2. The output layer starts at 0
-    (every value 0)."""
-
-    def __init__(self, backbone: nn.Module, hidden: int, heads: int, mlp_hidden: int = 0) -> None:
-        super().__init__()
-        self.backbone = backbone
-        out = nn.Linear(mlp_hidden or hidden, heads)
-        nn.init.zeros_(out.weight)
-        nn.init.zeros_(out.bias)
-        self.head = nn.Sequential(nn.Linear(hidden, mlp_hidden), nn.SiLU(), out) if mlp_hidden else out
-
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        # the decoder alone: the LM head's B × L × vocab logits are never needed for values
-        decoder = self.backbone.get_base_model().get_decoder()
-        hidden = decoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-        dtype = next(self.head.parameters()).dtype
-        return self.head(hidden.to(dtype)).float()
-
-
-def _adapter_of(param_name: str) -> str | None:
-    """The adapter a PEFT parameter belongs to (``...q_proj.lora_A.<adapter>.weight``), None for base weights."""
-    parts = param_name.split(".")
-    for i, part in enumerate(parts[:-1]):
-        if part in ("lora_A", "lora_B"):
-            return parts[i + 1]
-    return None
-
-
-_STORE: list[Any] = []
-"""(TCPStore, its listening socket) of this process: alive as long as the process group."""
-
-
-def _init_dist(rank: int, world_size: int, port: int, device: str) -> None:
-    import deepspeed
-    import torch.distributed as dist
-
-    if dist.is_initialized():
-        return
-    # Explicit, not setdefault: Ray workers inherit the driver's environment, and an inherited MASTER_PORT would
-    # make every learner group rendezvous on one port.
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
-    os.environ["RANK"] = str(rank)
-    os.environ["LOCAL_RANK"] = (
-        "0" if not device.startswith("cuda") else str(rank % max(1, torch.cuda.device_count()))
-    )
-    os.environ["WORLD_SIZE"] = str(world_size)
-    backend = "nccl" if device.startswith("cuda") else "gloo"
-    # The group is one node (MASTER_ADDR is loopback): keep its sockets there. torch's TCPStore server listens on
-    # every interface, so rank 0 hands it a socket bound to 127.0.0.1 (tests/ray/test_local_cluster.py). gloo's
-    # pairs bind the address the hostname resolves to unless an interface is named; here the hostname resolves to
-    # 127.0.0.1 so the test cannot tell, but on a host whose name resolves to a public address it would.
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    listener = None
-    if rank == 0:
-        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind(("127.0.0.1", port))
-        listener.listen(128)
-    store = dist.TCPStore(
-        "127.0.0.1",
-        port,
-        world_size,
-        is_master=rank == 0,
-        timeout=datetime.timedelta(minutes=10),
-        master_listen_fd=None if listener is None else listener.fileno(),
-        wait_for_workers=False,
-    )
-    dist.init_process_group(backend, store=store, rank=rank, world_size=world_size)
-    _STORE.append((store, listener))  # the store serves the group for the process's lifetime
-    deepspeed.init_distributed(dist_backend=backend)  # adopts the process group above
-
-
-def _ds_config(spec: LearnerSpec, world_size: int, bf16: bool) -> dict[str, Any]:
-    # The caller owns the accumulation boundary: any number of micro-batch backward() calls, then one step() per
-    # mini-batch (DeepSpeed's unmanaged gradient accumulation), so micro_batch_size only bounds memory.
-    return {
-        "train_micro_batch_size_per_gpu": spec.micro_batch_size,
-        "gradient_accumulation_steps": 1,
-        "train_batch_size": spec.micro_batch_size * world_size,
-        "managed_gradient_accumulation": False,
-        "gradient_clipping": spec.max_grad_norm,
-        "zero_optimization": {"stage": spec.zero_stage},
-        "bf16": {"enabled": bf16},
-        "steps_per_print": 10**9,
-        "wall_clock_breakdown": False,
-    }
-
-
-def _drop_tied_frozen_weights(engine: Any) -> None:
-    """DeepSpeed's ``exclude_frozen_parameters`` walks ``named_parameters()``, which skips tied duplicates, so a
-    frozen ``lm_head`` tied to the embeddings (SmolLM2, the tiny model) stayed in every checkpoint (measured:
-    25 MB of a 25 MB tiny-model checkpoint). Wrap the engine's ``module_state_dict`` to drop every frozen name."""
-    original = engine.module_state_dict
-
-    def module_state_dict(*args: Any, **kwargs: Any) -> dict[str, Any]:
-        sd = original(*args, **kwargs)
-        if kwargs.get("exclude_frozen_parameters"):
-            for name, p in engine.module.named_parameters(remove_duplicate=False):
-                if not p.requires_grad:
-                    sd.pop(name, None)
-        return sd
-
-    engine.module_state_dict = module_state_dict
 
 
 class LearnerWorker:
@@ -253,7 +63,7 @@ class LearnerWorker:
         if spec.torch_threads:
             torch.set_num_threads(spec.torch_threads)
         torch.manual_seed(spec.seed + rank)
-        _init_dist(rank, world_size, spec.master_port, spec.device)
+        init_dist(rank, world_size, spec.master_port, spec.device)
         dtype = pick_dtype(spec.dtype, spec.device)
         bf16 = dtype == torch.bfloat16
         lora_cfg = LoraConfig(
@@ -294,12 +104,12 @@ class LearnerWorker:
         self.lrs = {**dict(adapters), **{c.name: c.lr for c in critics}}
         self.engines: dict[str, Any] = {}
         for name, lr in adapters:
-            params = [p for n, p in policy.named_parameters() if _adapter_of(n) == name]
+            params = [p for n, p in policy.named_parameters() if adapter_of(n) == name]
             opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
             engine, _, _, _ = deepspeed.initialize(
-                model=policy, optimizer=opt, config=_ds_config(spec, world_size, bf16)
+                model=policy, optimizer=opt, config=ds_config(spec, world_size, bf16)
             )
-            _drop_tied_frozen_weights(engine)
+            drop_tied_frozen_weights(engine)
             self.engines[name] = engine
         self.policy = self.engines[self.adapter_names[0]]
         self.critics: dict[str, Any] = {}
@@ -314,9 +124,9 @@ class LearnerWorker:
             self._critic_modules[c.name] = cmodel
             copt = torch.optim.AdamW(self._critic_params(c.name), lr=c.lr, weight_decay=0.0)
             engine, _, _, _ = deepspeed.initialize(
-                model=cmodel, optimizer=copt, config=_ds_config(spec, world_size, bf16)
+                model=cmodel, optimizer=copt, config=ds_config(spec, world_size, bf16)
             )
-            _drop_tied_frozen_weights(engine)
+            drop_tied_frozen_weights(engine)
             self.critics[c.name] = engine
         self.critic = self.critics.get(CRITIC_ADAPTER)
         """The critic's engine (None: no critic); the other value models are in ``critics``."""
@@ -343,7 +153,7 @@ class LearnerWorker:
     def _trainable(self, param_name: str) -> bool:
         """Whether a parameter belongs to a trained adapter (a policy adapter or the critic's), not the base or a
         frozen copy."""
-        return _adapter_of(param_name) not in (None, *self.frozen)
+        return adapter_of(param_name) not in (None, *self.frozen)
 
     def _policy_or_frozen(self, adapter: str | None) -> str:
         """``adapter`` (None: the first policy adapter), checked to be a policy adapter or a frozen one."""
@@ -361,13 +171,13 @@ class LearnerWorker:
     @contextmanager
     def _active(self, adapter: str | None) -> Iterator[None]:
         """Forward passes inside use adapter ``adapter`` (None: the first policy adapter; a frozen one allowed)."""
-        with _using_adapter(self.policy.module, self._policy_or_frozen(adapter)):
+        with using_adapter(self.policy.module, self._policy_or_frozen(adapter)):
             yield
 
     def _critic_active(self, name: str) -> AbstractContextManager[None]:
         """Passes of critic ``name`` inside use its adapter on the shared base. Backward passes too: with gradient
         checkpointing they recompute the forward, which must see the same adapter."""
-        return _using_adapter(self.policy.module, name if self.shared_base else None)
+        return using_adapter(self.policy.module, name if self.shared_base else None)
 
     def _critic(self, name: str | None) -> tuple[str, Any]:
         """(name, engine) of critic ``name`` (None: the critic)."""
@@ -471,7 +281,7 @@ class LearnerWorker:
         return [
             p
             for n, p in self._critic_modules[name].named_parameters()
-            if p.requires_grad and _adapter_of(n) in own
+            if p.requires_grad and adapter_of(n) in own
         ]
 
     @contextmanager
@@ -700,7 +510,7 @@ class LearnerWorker:
         for name in engines if only is None else only:
             engine, folder = engines[name]
             with self._own_tensors(name):
-                self._load_engine(engine, root / folder)
+                load_engine(engine, root / folder)
             # the optimizer state carries the saving run's learning rate; the run's config decides it (a resume
             # under the same config is unchanged; an update replay with another lr gets that lr)
             for group in engine.optimizer.param_groups:
@@ -734,7 +544,7 @@ class LearnerWorker:
         others = [
             p
             for n, p in self.policy.module.named_parameters()
-            if self._trainable(n) and _adapter_of(n) != name
+            if self._trainable(n) and adapter_of(n) != name
         ]
         for p in others:
             p.requires_grad_(False)
@@ -743,20 +553,6 @@ class LearnerWorker:
         finally:
             for p in others:
                 p.requires_grad_(True)
-
-    @staticmethod
-    def _load_engine(engine: Any, folder: Path) -> None:
-        """Load a trainable-only engine checkpoint; every trainable tensor must be in it (the frozen ones are not)."""
-        from deepspeed.checkpoint.constants import MODEL_FILE_PREFIX
-
-        engine.load_checkpoint(str(folder), tag="ckpt", load_module_strict=False)
-        files = sorted((folder / "ckpt").glob(f"{MODEL_FILE_PREFIX}*"))
-        saved = torch.load(files[0], map_location="cpu", weights_only=False)["module"] if files else {}
-        missing = [n for n, p in engine.module.named_parameters() if p.requires_grad and n not in saved]
-        if missing:
-            raise ValueError(
-                f"checkpoint {folder} lacks {len(missing)} trainable tensors (e.g. {missing[0]})"
-            )
 
     def load_adapter_weights(self, weights: dict[str, np.ndarray], adapter: str | None = None) -> None:
         """Set adapter ``adapter``'s LoRA tensors (None: the first policy adapter; a frozen one allowed; PEFT key
@@ -773,7 +569,7 @@ class LearnerWorker:
             {k: torch.from_numpy(np.array(v)) for k, v in weights.items()},
             adapter_name=name,
         )
-        missing = [k for k in result.missing_keys if _adapter_of(k) == name]
+        missing = [k for k in result.missing_keys if adapter_of(k) == name]
         if missing or result.unexpected_keys:
             raise ValueError(
                 f"adapter does not fit the policy: {len(missing)} missing, "

@@ -76,12 +76,12 @@ def _free_port() -> int:
 
 
 IN_PROCESS_PORT = _free_port()
-"""All in-process workers share one world-size-1 gloo group (``_init_dist`` initialises once per process)."""
+"""All in-process workers share one world-size-1 gloo group (``learners.engines.init_dist`` initialises once per process)."""
 
 
 @pytest.fixture(scope="module")
 def model_path(ray_local) -> str:
-    """Ray starts before any in-process learner: ``_init_dist`` writes MASTER_PORT into ``os.environ`` and Ray's
+    """Ray starts before any in-process learner: ``learners.engines.init_dist`` writes MASTER_PORT into ``os.environ`` and Ray's
     workers inherit the driver's environment at ``ray.init``, where MASTER_PORT would override
     ``LearnerSpec.master_port`` (``test_spec_master_port_beats_inherited_env``)."""
     from actors.models import resolve_model_path
@@ -90,7 +90,7 @@ def model_path(ray_local) -> str:
 
 
 def _spec(model_path: str, **kw):
-    from learners.worker import LearnerSpec
+    from learners.learner_spec import LearnerSpec
 
     base = {
         "model_path": model_path,
@@ -800,7 +800,7 @@ def test_a_value_model_beside_the_critic_trains_alone_and_each_engine_loads_by_n
     checkpoint holds only its own tensors; ``only`` restores just the named engines."""
     import torch
 
-    from learners.worker import CriticSpec
+    from learners.learner_spec import CriticSpec
 
     batch = _batch(13)
     seqs, resp = batch.seqs, batch.seqs.response_mask

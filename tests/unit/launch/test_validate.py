@@ -452,7 +452,7 @@ def test_worker_configs_restate_no_run_config_default():
     import dataclasses
 
     from actors.rollout import WorkerConfig
-    from learners.worker import LearnerSpec
+    from learners.learner_spec import LearnerSpec
 
     def defaulted(cls):
         return {

@@ -223,7 +223,7 @@ def test_learner_batch_carries_the_iql_targets_and_flips_the_advantage_sign():
 def test_polyak_update_moves_the_target_a_tau_step_towards_the_critic():
     """θ̄ ← (1 − τ) θ̄ + τ θ: target 10, critic 0, τ 0.2 -> 0.8 · 10 + 0.2 · 0 = 8; target 0, critic 5 -> 1.
     Catches: the update the wrong way round ((τ θ̄ + (1 − τ) θ) would give 2 and 4), the critic changed."""
-    from learners.worker import polyak_update_
+    from learners.value_model import polyak_update_
 
     target = [torch.tensor([10.0, 0.0])]
     critic = [torch.tensor([0.0, 5.0], requires_grad=True)]
