@@ -45,7 +45,7 @@ PROTOCOLS: tuple[str, ...] = tuple(AGENTS)
 
 def register_agent(spec: AgentSpec) -> AgentSpec:
     """Add a protocol to this process's ``AGENTS``: validation, ``make_agent`` and the rollout loop run here
-    (``actors.rollout.iter_episodes``, BC demonstrations) find it. A training run's rollout workers import
+    (``actors.episodes.iter_episodes``, BC demonstrations) find it. A training run's rollout workers import
     this module afresh, so a protocol they play is a line of ``AGENTS`` above. A taken name is refused."""
     expected = "an AgentSpec (a protocol module's SPEC)"
     return register(

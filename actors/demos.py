@@ -6,7 +6,7 @@ HISR and Multi2 do. A demonstration is the environment's expert plan — ``env.e
 (``actors/agents/<name>.py``, its ``AgentSpec``), e.g. Plan–Execute SWITCHes on a subgoal's first action and KEEPs
 after (HiPER: subgoal boundaries = expert plan boundaries).
 
-The episodes are played by the real rollout loop (``actors.rollout.iter_episodes``) with ``ExpertEngine`` standing in
+The episodes are played by the real rollout loop (``actors.episodes.iter_episodes``) with ``ExpertEngine`` standing in
 for the model, so demonstration turns are built by the same code as RL turns (prompt token ids, masks, roles) —
 only the response comes from the expert (tokenised text + EOS, logprobs 0).
 """
@@ -90,7 +90,7 @@ def collect_demonstrations(
     demonstration (the expert has no plan for it, e.g. ALFWorld's expert gave up: ``env.expert_failure``) or whose
     replay did not win are skipped and counted in one printed line."""
     import envs
-    from actors.rollout import EpisodeRequest, iter_episodes
+    from actors.episodes import EpisodeRequest, iter_episodes
 
     env = envs.make(env_name, **(env_options or {}))
     # the planner's own step limit is the run's: an expert that needs more steps gives no plan (ALFWorld)

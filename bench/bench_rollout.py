@@ -130,7 +130,8 @@ def bench_worker_config(engine_kind: str, args: argparse.Namespace) -> Any:
 
 def make_bench_worker_class() -> type:
     """``RolloutWorker`` plus a timed ``collect``; built lazily so that part (b) never imports the worker's deps."""
-    from actors.rollout import RolloutWorker, unpack_group
+    from actors.episodes import unpack_group
+    from actors.rollout import RolloutWorker
 
     class BenchWorker(RolloutWorker):
         def __init__(self, config: Any) -> None:
@@ -373,8 +374,8 @@ def replay(env: Any, env_name: str, task_id: str, plan: list[tuple[str, list[str
     """Every protocol on the same plan through ``iter_episodes`` with ``ExpertEngine`` (the demo collector's way)."""
     from actors.agent_loop import AGENTS
     from actors.demos import ExpertEngine, flatten_plan
+    from actors.episodes import EpisodeRequest, iter_episodes
     from actors.inference import SamplingParams
-    from actors.rollout import EpisodeRequest, iter_episodes
 
     n_actions = sum(len(a) for _, a in plan)
     out: dict[str, Any] = {}

@@ -17,7 +17,8 @@ import numpy as np
 import ray
 from ray.util.placement_group import remove_placement_group
 
-from actors.rollout import RolloutWorker, WorkerConfig, unpack_group
+from actors.episodes import unpack_group
+from actors.rollout import RolloutWorker, WorkerConfig
 from actors.trajectory import Trajectory
 from cluster.ray_cluster import WORKER_LOST, WorkerResources, place_workers, spawn_in_bundle
 from launch.panels import PanelTask, shards

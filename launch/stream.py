@@ -22,7 +22,7 @@ from typing import Any
 
 import ray
 
-from actors.rollout import unpack_group
+from actors.episodes import unpack_group
 from actors.trajectory import TrajectoryGroup
 from cluster.ray_cluster import WORKER_LOST
 from launch.episode_stats import trajectory_stats

@@ -38,7 +38,7 @@ Deviations and readings, each labelled:
   ``generate`` without sampling, greedy for every role. Ours samples all three roles at one
   ``collect_temperature`` (0.7: App. B's for two of the three roles), because a rollout worker batches every
   role's prompts in one generation call with one temperature; per-role temperatures need that call split by role
-  (``actors.rollout.iter_episodes``). ``collect_temperature=0`` is the authors' code (greedy everywhere).
+  (``actors.episodes.iter_episodes``). ``collect_temperature=0`` is the authors' code (greedy everywhere).
 * **Behaviour cloning** (Sec. 3.2) is the run's shared ``bc`` phase, token-mean NLL by default (one BC start for
   every method compared); Eq. 9–10 sum log π over a response's tokens and average over responses
   (``bc.agg=seq-mean-token-sum``); the authors' code averages each response's token log-probs

@@ -29,8 +29,8 @@ from __future__ import annotations
 import pytest
 
 from actors.demos import ExpertEngine, flatten_plan
+from actors.episodes import EpisodeRequest, iter_episodes
 from actors.inference import SamplingParams
-from actors.rollout import EpisodeRequest, iter_episodes
 from launch.config import resolve_config
 from launch.train import Trainer
 from learners.batch import build_turn_batch

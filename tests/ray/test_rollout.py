@@ -87,7 +87,8 @@ def _config(path, spec, engine: str, **kw):
 def test_worker_groups_tokens_and_weight_sync(ray_local, tiny, engine):
     from transformers import AutoTokenizer
 
-    from actors.rollout import RolloutWorker, unpack_group
+    from actors.episodes import unpack_group
+    from actors.rollout import RolloutWorker
 
     if engine == "vllm":
         pytest.importorskip("vllm")

@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 
 from actors.env_pool import EnvPool
+from actors.episodes import EpisodeRequest, iter_episodes
 from actors.inference import GenerationRequest, GenerationResult, InferenceEngine, SamplingParams
-from actors.rollout import EpisodeRequest, iter_episodes
 from actors.trajectory import Trajectory
 
 

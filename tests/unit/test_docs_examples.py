@@ -33,8 +33,8 @@ import envs
 import envs.base
 from actors.agent_loop import AGENTS
 from actors.demos import collect_demonstrations
+from actors.episodes import EpisodeRequest
 from actors.inference import SamplingParams
-from actors.rollout import EpisodeRequest
 from actors.trajectory import Trajectory, Turn
 from envs.random_policy import random_policy_wins
 from envs.synthetic import SyntheticHierEnv

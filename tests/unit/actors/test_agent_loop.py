@@ -16,8 +16,9 @@ import pytest
 
 from actors.agent_loop import make_agent
 from actors.agents.parsing import TAG_TO_MASK
+from actors.episodes import EpisodeRequest, response_pieces
 from actors.inference import SamplingParams
-from actors.rollout import EpisodeRequest, RolloutWorker, WorkerConfig, response_pieces
+from actors.rollout import RolloutWorker, WorkerConfig
 from actors.trajectory import Trajectory, Turn, from_numpy_dict
 from common.lora import LoraSpec
 from envs.synthetic import SyntheticHierEnv, parse_task_id
