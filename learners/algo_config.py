@@ -99,6 +99,7 @@ class PolicyLossConfig(RLConfig):
 EXPECTILE_DIRECTIONS = ("iql", "authors")
 ACTOR_LOSSES = ("awr", "advantage")
 ADVANTAGE_QS = ("online", "target")
+ADV_NORMS = ("none", "whiten")
 
 
 def value_expectile(tau: float, direction: str) -> float:
@@ -133,6 +134,11 @@ class OfflineRLConfig(RLConfig):
     """Which Q the advantage reads: online, A = Q(s, u) − V(s) (STEP-HRL Eq. 13, Multi2's A = Q − V, both authors'
     code); target, A = Q_target(s, u) − V(s), IQL's form (the soft-updated copy V was fitted to). On Multi2's
     synthetic preset both make the same update (docs/results/multi2_replay.md)."""
+    adv_norm: str = "none"
+    """none: A as the critic gives it (the papers); whiten: (A − mean) / sd over the iteration's transitions of each
+    role (Multi2: the executor's data rows and its policy-anchored rows apart) before the weight, so that AWR ranks a
+    role's actions against each other instead of reading the offset between the critic's Q and V heads, which moved
+    every A to one sign on Multi2's synthetic preset (docs/results/multi2_replay.md). Not in either paper."""
     actor_loss: str = "awr"
     """awr: w(A) = min(exp(A/β), max_weight); advantage: w = A (the authors' code)."""
     data_ratio: float = 2.0
@@ -154,6 +160,7 @@ class OfflineRLConfig(RLConfig):
         check_choice("expectile_direction", self.expectile_direction, EXPECTILE_DIRECTIONS)
         check_choice("actor_loss", self.actor_loss, ACTOR_LOSSES)
         check_choice("advantage_q", self.advantage_q, ADVANTAGE_QS)
+        check_choice("adv_norm", self.adv_norm, ADV_NORMS)
         for name, ok, allowed in (
             ("beta", self.beta > 0, POSITIVE),
             ("expectile", 0 < self.expectile < 1, "a number in (0, 1)"),

@@ -143,6 +143,15 @@ def whiten(token_adv: np.ndarray, mask: np.ndarray, eps: float = 1e-8) -> np.nda
     return np.where(mask, out, 0.0).astype(np.float32)
 
 
+def whiten_groups(adv: np.ndarray, groups: Sequence[np.ndarray]) -> np.ndarray:
+    """float[B] per-row advantages with each group of rows (bool[B] each) whitened on its own (``whiten``); rows in
+    no group as given."""
+    out = adv.astype(np.float64)
+    for rows in groups:
+        out[rows] = whiten(adv, rows)[rows]
+    return out
+
+
 def has_kl_term(cfg: Any) -> bool:
     """Whether an algorithm config with a ``kl_coef`` needs the reference policy's log-probs."""
     return cfg.kl_coef > 0

@@ -73,7 +73,14 @@ from learners.algo_config import (
 from learners.algorithm import Algorithm
 from learners.batch import TurnBatch
 from learners.losses import KL_KINDS, awr_weights, iql_slot_loss, kl_estimate
-from learners.targets import CriticInputs, PolicyInputs, Targets, ValueSlot, broadcast_turn_values
+from learners.targets import (
+    CriticInputs,
+    PolicyInputs,
+    Targets,
+    ValueSlot,
+    broadcast_turn_values,
+    whiten_groups,
+)
 from learners.transitions import multi2_transitions
 
 
@@ -158,6 +165,9 @@ def compute_targets(
         valid[r, [Q, V]] = True
         adv[r] = values[r, Q if cfg.advantage_q == "online" else Q_TARGET] - values[r, V]
     data, anchor = kind == 1, kind == 2
+    raw = adv
+    if cfg.adv_norm == "whiten":
+        adv = whiten_groups(adv, [data, anchor])
     if cfg.actor_loss == "awr":
         weight[data] = awr_weights(torch.from_numpy(adv[data]), cfg.beta, cfg.max_weight).numpy()
     else:
@@ -169,13 +179,13 @@ def compute_targets(
         loss_mask=resp,
         value_target=target,
         value_valid=valid,
-        stats={
-            "adv_mean": float(adv[data].mean()) if data.any() else 0.0,
-            "adv_abs_mean": float(np.abs(adv[data]).mean()) if data.any() else 0.0,
-            "adv_std": float(adv[data].std()) if data.any() else 0.0,
-            "adv_pos_share": float((adv[data] > 0).mean()) if data.any() else 0.0,
+        stats={  # the critic's A, before any whitening
+            "adv_mean": float(raw[data].mean()) if data.any() else 0.0,
+            "adv_abs_mean": float(np.abs(raw[data]).mean()) if data.any() else 0.0,
+            "adv_std": float(raw[data].std()) if data.any() else 0.0,
+            "adv_pos_share": float((raw[data] > 0).mean()) if data.any() else 0.0,
             "awr_weight": float(weight[data].mean()) if data.any() else 0.0,
-            "anchor_adv_mean": float(adv[anchor].mean()) if anchor.any() else 0.0,
+            "anchor_adv_mean": float(raw[anchor].mean()) if anchor.any() else 0.0,
             "anchor_rows": float(anchor.sum()),
             "sft_rows": float((trains & (kind == 0)).sum()),
         },

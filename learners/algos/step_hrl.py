@@ -64,6 +64,7 @@ from learners.targets import (
     Targets,
     ValueSlot,
     broadcast_turn_values,
+    whiten_groups,
 )
 from learners.transitions import ROLES, step_hrl_transitions
 
@@ -128,12 +129,15 @@ def compute_targets(
         valid[r, [q, v]] = True
         adv[r] = values[r, q if cfg.advantage_q == "online" else N_CURRENT + q] - values[r, v]
     resp = batch.response_mask.numpy()
+    weighted = adv
+    if cfg.adv_norm == "whiten":
+        weighted = whiten_groups(adv, [np.array(roles) == role for role in ROLES])
     return Targets(
-        token_adv=broadcast_turn_values(adv, resp),
+        token_adv=broadcast_turn_values(weighted, resp),
         loss_mask=resp,
         value_target=target,
         value_valid=valid,
-        stats={
+        stats={  # the critic's A, before any whitening
             "adv_mean": float(adv.mean()) if b else 0.0,
             "adv_abs_mean": float(np.abs(adv).mean()) if b else 0.0,
             "adv_std": float(adv.std()) if b else 0.0,

@@ -104,6 +104,24 @@ def test_the_iql_form_reads_the_advantage_from_the_target_q():
     assert t.value_target.tolist() == online.value_target.tolist()
 
 
+def test_whitened_advantages_rank_the_executor_rows_against_each_other():
+    """``adv_norm="whiten"``: Q of executor row 2 raised by 3 gives A = Q − V = (−1, 2, −1) on rows 1, 2, 4; mean 0,
+    sd √((1 + 4 + 1) / 3) = √2, so Â = (−1/√2, 2/√2, −1/√2) = (−0.7071, 1.4142, −0.7071) and w = exp(Â / 2) =
+    (0.7022, 2.0281, 0.7022); the planner's SFT rows keep weight 1; the logged A is the critic's (mean 0, sd √2).
+    Catches: whitening skipped, the planner rows whitened with the executor's, the stats read after whitening."""
+    traj = _won()
+    turns = build_turn_batch([traj], max_len=64, pad_id=0)
+    values = _values(5)
+    values[2, 0] += 3
+    t = multi2.compute_targets([traj], turns, values, multi2.Config(gamma=0.5, beta=2.0, adv_norm="whiten"))
+    resp = turns.response_mask.numpy()
+    for r, want in enumerate([1.0, 0.70219, 2.02811, 1.0, 0.70219]):
+        assert t.token_adv[r][resp[r]] == pytest.approx(want, abs=1e-4), r
+    assert t.stats["adv_mean"] == pytest.approx(0.0, abs=1e-6) and t.stats["adv_std"] == pytest.approx(2**0.5)
+    plain = multi2.compute_targets([traj], turns, values, multi2.Config(gamma=0.5, beta=2.0))
+    assert plain.token_adv[2][resp[2]] == pytest.approx(math.exp(1.0))  # w = exp(2 / 2) without whitening
+
+
 def test_planner_turns_of_collected_episodes_train_nothing():
     """Catches: SFT on the BC policy's own (partly failed) sub-goals; Eq. 3 clones the expert's."""
     traj = _won(source="collected")

@@ -129,6 +129,23 @@ def test_the_iql_form_reads_the_advantage_from_the_target_q():
         resolve_algo_config(step_hrl.Config, {"advantage_q": "q"})
 
 
+def test_whitened_advantages_are_whitened_per_role():
+    """``adv_norm="whiten"``: Q_low of row 3 raised by 6 gives the low rows 1, 3, 6 A = (−5, 1, −5): mean −3, sd
+    √((4 + 16 + 4) / 3) = √8, Â = (−2, 4, −2) / √8 = (−0.7071, 1.4142, −0.7071); the high rows (−1, −1) and the
+    progress rows (−9, −9) have no spread, so Â = 0. Whitening the seven rows together would give the low row 3
+    (1 + 29/7) / 3.44 instead. The logged A is the critic's: mean (−1 − 5 − 9 + 1 − 9 − 1 − 5) / 7 = −29/7."""
+    traj = _won()
+    turns = build_turn_batch([traj], max_len=64, pad_id=0)
+    values = _values(7)
+    values[3, step_hrl.q_slot("low")] += 6
+    t = step_hrl.compute_targets([traj], turns, values, step_hrl.Config(adv_norm="whiten"))
+    resp = turns.response_mask.numpy()
+    want = [0.0, -0.70711, 0.0, 1.41421, 0.0, 0.0, -0.70711]
+    for r, a in enumerate(want):
+        assert t.token_adv[r][resp[r]] == pytest.approx(a, abs=1e-4), r
+    assert t.stats["adv_mean"] == pytest.approx(-29 / 7)
+
+
 def test_truncated_row_bootstraps_from_its_own_target_value():
     turns_ = [turn("high"), turn("low", completion=False, score=0.0, truncated=True)]
     traj = Trajectory("c", "g", "t", "synthetic", turns_, status="truncated")
