@@ -44,6 +44,7 @@ from learners.reward_models import (
     hindsight_intro,
     hindsight_rows,
     keep_for_reward_models,
+    one_outcome_warning,
     ranking_auc,
     sprm_sequences,
     write_segment_rewards,
@@ -57,6 +58,8 @@ from reward.segments import (
 )
 
 SEGMENTS_KEY = "hisr_segments"
+
+
 """``Trajectory.info`` key of a collected trajectory's segment ids (saved with it)."""
 HINDSIGHT = "hindsight"
 """The hindsight model's LoRA adapter on the policy's base (Eq. 4)."""
@@ -221,6 +224,9 @@ class RewardModels:
             f"segmented by {self.segmentation}",
             flush=True,
         )
+        warning = one_outcome_warning(won, len(kept))
+        if warning:
+            print(f"[hierarl] HISR warning: {warning}", flush=True)
         return kept
 
     def _train_sprm(self, trajs: Sequence[Trajectory], seed: int) -> dict[str, float]:

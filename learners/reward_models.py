@@ -90,6 +90,18 @@ def keep_for_reward_models(traj: Trajectory, max_repeats: int = 3) -> bool:
     return True
 
 
+def one_outcome_warning(won: int, kept: int) -> str | None:
+    """What to tell the user when the SPRM's training trajectories (trained to predict each one's outcome, HISR Eq. 3) all share
+    one outcome: it then learns a constant and its segment rewards carry no signal."""
+    if 0 < won < kept:
+        return None
+    which = "lost" if won == 0 else "won"
+    return (
+        f"all {kept} kept trajectories {which}, so the SPRM has no outcome to tell apart and its segment rewards "
+        "carry no signal; collect more (algo.collect_tasks, algo.collect_per_task) or warm-start a stronger π_ref"
+    )
+
+
 def _observation_text(traj: Trajectory, k: int) -> str:
     obs = traj.turns[k].observation
     if k == 0 and traj.task and traj.task not in obs:

@@ -18,6 +18,7 @@ from learners.reward_models import (
     hindsight_prompt,
     hindsight_rows,
     keep_for_reward_models,
+    one_outcome_warning,
     outcome,
     ranking_auc,
     segment_turn_rewards,
@@ -516,3 +517,11 @@ def test_ranking_auc_counts_pairs_and_half_ties():
     assert ranking_auc(scores, won) == 0.625
     assert ranking_auc(scores, ~won) == 0.375
     assert ranking_auc(scores, np.ones(4, bool)) != ranking_auc(scores, np.ones(4, bool))
+
+
+def test_reward_models_trained_on_one_outcome_are_flagged():
+    """hisr_alfworld_cpu kept 1 of 8 π_ref trajectories, none won: the SPRM then learns a constant. Both one-outcome
+    cases warn, naming the count; a mix does not."""
+    assert one_outcome_warning(0, 1).startswith("all 1 kept trajectories lost")
+    assert one_outcome_warning(3, 3).startswith("all 3 kept trajectories won")
+    assert one_outcome_warning(1, 3) is None and one_outcome_warning(2, 3) is None
