@@ -152,6 +152,19 @@ def whiten_groups(adv: np.ndarray, groups: Sequence[np.ndarray]) -> np.ndarray:
     return out
 
 
+def advantage_stats(adv: np.ndarray) -> dict[str, float]:
+    """Mean, mean |A|, sd and share > 0 of per-row advantages (all 0 for none): whether A ranks rows or only carries
+    an offset shows in the sign share and the spread."""
+    if not adv.size:
+        return {"adv_mean": 0.0, "adv_abs_mean": 0.0, "adv_std": 0.0, "adv_pos_share": 0.0}
+    return {
+        "adv_mean": float(adv.mean()),
+        "adv_abs_mean": float(np.abs(adv).mean()),
+        "adv_std": float(adv.std()),
+        "adv_pos_share": float((adv > 0).mean()),
+    }
+
+
 def has_kl_term(cfg: Any) -> bool:
     """Whether an algorithm config with a ``kl_coef`` needs the reference policy's log-probs."""
     return cfg.kl_coef > 0

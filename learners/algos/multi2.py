@@ -78,6 +78,7 @@ from learners.targets import (
     PolicyInputs,
     Targets,
     ValueSlot,
+    advantage_stats,
     broadcast_turn_values,
     whiten_groups,
 )
@@ -180,10 +181,7 @@ def compute_targets(
         value_target=target,
         value_valid=valid,
         stats={  # the critic's A, before any whitening
-            "adv_mean": float(raw[data].mean()) if data.any() else 0.0,
-            "adv_abs_mean": float(np.abs(raw[data]).mean()) if data.any() else 0.0,
-            "adv_std": float(raw[data].std()) if data.any() else 0.0,
-            "adv_pos_share": float((raw[data] > 0).mean()) if data.any() else 0.0,
+            **advantage_stats(raw[data]),
             "awr_weight": float(weight[data].mean()) if data.any() else 0.0,
             "anchor_adv_mean": float(raw[anchor].mean()) if anchor.any() else 0.0,
             "anchor_rows": float(anchor.sum()),

@@ -63,6 +63,7 @@ from learners.targets import (
     PolicyInputs,
     Targets,
     ValueSlot,
+    advantage_stats,
     broadcast_turn_values,
     whiten_groups,
 )
@@ -138,10 +139,7 @@ def compute_targets(
         value_target=target,
         value_valid=valid,
         stats={  # the critic's A, before any whitening
-            "adv_mean": float(adv.mean()) if b else 0.0,
-            "adv_abs_mean": float(np.abs(adv).mean()) if b else 0.0,
-            "adv_std": float(adv.std()) if b else 0.0,
-            "adv_pos_share": float((adv > 0).mean()) if b else 0.0,
+            **advantage_stats(adv),
             **{f"transitions_{role}": float(roles.count(role)) for role in ROLES},
         },
     )
