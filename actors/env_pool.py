@@ -38,19 +38,25 @@ exit) kills whatever is left, so no process outlives the pool.
 from __future__ import annotations
 
 import atexit
-import contextlib
-import importlib
 import multiprocessing as mp
-import os
-import signal
 import time
-import traceback
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from typing import Any, Literal
+
+from actors.env_process import (
+    alive,
+    exit_text,
+    kill_all,
+    kill_group,
+    last_line,
+    send_quiet,
+    tree_rss_mb,
+    worker_main,
+)
 
 StartMethod = Literal["spawn", "forkserver"]
 
@@ -168,7 +174,7 @@ class EnvPool:
             "crashes": 0,
             "exceptions": 0,
         }
-        self._finalizer = weakref.finalize(self, _kill_all, self._live)
+        self._finalizer = weakref.finalize(self, kill_all, self._live)
         self._finalizer.atexit = False  # _at_exit runs it, before multiprocessing joins its children
         _POOLS.add(self)
         try:
@@ -192,7 +198,7 @@ class EnvPool:
     def worker_rss_mb(self, slot: int) -> float:
         """Resident memory of slot's worker and its descendants in MiB (0.0 if it has none)."""
         w = self._workers[slot]
-        return _tree_rss_mb(w.proc.pid) if w is not None and w.proc.pid is not None else 0.0
+        return tree_rss_mb(w.proc.pid) if w is not None and w.proc.pid is not None else 0.0
 
     def busy_slots(self) -> list[int]:
         """Slots with a command in flight."""
@@ -201,7 +207,7 @@ class EnvPool:
     def submit_reset(self, slot: int, task_id: str | None = None, seed: int | None = None) -> None:
         """Start a new episode on ``slot`` (abandoning a running one); the result comes from ``poll``."""
         w = self._idle_worker(slot)
-        if w is not None and not _alive(w.proc):
+        if w is not None and not alive(w.proc):
             self._replace(slot)  # died while idle: a new episode loses nothing, so just start fresh
         elif w is not None and self._recycle_reason(w):
             self._recycle(slot)
@@ -214,9 +220,9 @@ class EnvPool:
         w = self._idle_worker(slot)
         if w is None or not w.in_episode:
             raise RuntimeError(f"slot {slot} has no running episode: reset it first")
-        if not _alive(w.proc):
+        if not alive(w.proc):
             self.stats["crashes"] += 1
-            self._stash.append(self._fail(slot, "step", f"worker died ({_exit_text(w.proc)}) between steps"))
+            self._stash.append(self._fail(slot, "step", f"worker died ({exit_text(w.proc)}) between steps"))
             return
         self._send(slot, ("step", action), "step", self.step_timeout_s)
 
@@ -281,7 +287,7 @@ class EnvPool:
         procs: list[BaseProcess] = []
         for w in self._workers:
             if w is not None and w.pending is None:  # a busy worker may be hung: the finalizer kills it
-                _send_quiet(w.conn, ("close",))
+                send_quiet(w.conn, ("close",))
                 procs.append(w.proc)
         procs += [p for p, _, _ in self._retiring]
         end = time.monotonic() + _CLOSE_GRACE_S
@@ -308,7 +314,7 @@ class EnvPool:
     def _spawn(self) -> _Worker:
         parent_conn, child_conn = self._ctx.Pipe(duplex=True)
         proc = self._ctx.Process(
-            target=_worker_main,
+            target=worker_main,
             args=(child_conn, self.env_name, self.env_options, self._worker_env),
             name="hierarl-env-worker",
         )
@@ -335,11 +341,9 @@ class EnvPool:
                     w = self._workers[slot]
                     assert w is not None
                     w.proc.join(timeout=1.0)
-                    raise RuntimeError(
-                        f"env worker {slot} died during start ({_exit_text(w.proc)})"
-                    ) from None
+                    raise RuntimeError(f"env worker {slot} died during start ({exit_text(w.proc)})") from None
                 if msg[0] != "ready":
-                    raise RuntimeError(f"env {self.env_name!r} could not be built: {_last_line(msg[2])}")
+                    raise RuntimeError(f"env {self.env_name!r} could not be built: {last_line(msg[2])}")
                 self._workers[slot].ready = True  # type: ignore[union-attr]
 
     def _idle_worker(self, slot: int) -> _Worker | None:
@@ -362,7 +366,7 @@ class EnvPool:
         except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
             w.proc.join(timeout=1.0)
             self.stats["crashes"] += 1
-            self._stash.append(self._fail(slot, op, f"worker died ({_exit_text(w.proc)}) before {op}"))
+            self._stash.append(self._fail(slot, op, f"worker died ({exit_text(w.proc)}) before {op}"))
             return
         w.pending = _Pending(op=op, timeout_s=timeout_s, deadline=now + start_left + timeout_s)
 
@@ -385,16 +389,16 @@ class EnvPool:
                 out.append(self._complete(slot, msg[1]))
             elif msg[1] == "construct":
                 out.append(
-                    self._fail(slot, op, f"env construction failed: {_last_line(msg[2])}", respawn=False)
+                    self._fail(slot, op, f"env construction failed: {last_line(msg[2])}", respawn=False)
                 )
             else:
                 self.stats["exceptions"] += 1
-                out.append(self._fail(slot, op, f"exception in {op}: {_last_line(msg[2])}", tb=msg[2]))
+                out.append(self._fail(slot, op, f"exception in {op}: {last_line(msg[2])}", tb=msg[2]))
             return
-        if not _alive(w.proc) or w.conn.closed:
+        if not alive(w.proc) or w.conn.closed:
             w.proc.join(timeout=1.0)
             self.stats["crashes"] += 1
-            out.append(self._fail(slot, op, f"worker died ({_exit_text(w.proc)}) in {op}"))
+            out.append(self._fail(slot, op, f"worker died ({exit_text(w.proc)}) in {op}"))
 
     def _complete(self, slot: int, payload: tuple[Any, ...]) -> EnvResult:
         w = self._workers[slot]
@@ -425,7 +429,7 @@ class EnvPool:
     def _replace(self, slot: int, *, respawn: bool = True) -> None:
         w = self._workers[slot]
         if w is not None:
-            _kill_group(w.proc)
+            kill_group(w.proc)
             w.conn.close()
             self._live.discard(w.proc)
         self._workers[slot] = self._spawn() if respawn else None
@@ -436,7 +440,7 @@ class EnvPool:
         if self.max_episodes_per_worker is not None and w.episodes >= self.max_episodes_per_worker:
             return f"{w.episodes} episodes"
         if self.max_rss_mb is not None and w.proc.pid is not None:
-            rss = _tree_rss_mb(w.proc.pid)
+            rss = tree_rss_mb(w.proc.pid)
             if rss > self.max_rss_mb:
                 return f"RSS {rss:.0f} MB > {self.max_rss_mb} MB"
         return ""
@@ -445,7 +449,7 @@ class EnvPool:
         """Retire slot's worker gracefully (it closes its env while the pool goes on); the caller respawns."""
         w = self._workers[slot]
         assert w is not None
-        _send_quiet(w.conn, ("close",))
+        send_quiet(w.conn, ("close",))
         self._retiring.append((w.proc, w.conn, time.monotonic() + _CLOSE_GRACE_S))
         self._workers[slot] = None
         self.stats["recycles"] += 1
@@ -453,10 +457,10 @@ class EnvPool:
     def _reap_retiring(self) -> None:
         keep = []
         for proc, conn, deadline in self._retiring:
-            if _alive(proc) and time.monotonic() < deadline:
+            if alive(proc) and time.monotonic() < deadline:
                 keep.append((proc, conn, deadline))
                 continue
-            _kill_group(proc)  # also takes down anything the env left running
+            kill_group(proc)  # also takes down anything the env left running
             conn.close()
             self._live.discard(proc)
         self._retiring = keep
@@ -473,124 +477,3 @@ class EnvPool:
                     others.append(r)
         self._stash = others + self._stash
         return got
-
-
-# ---------------------------------------------------------------------- process helpers
-
-
-def _worker_main(
-    conn: Connection, env_name: str, env_options: dict[str, Any], worker_env: dict[str, str]
-) -> None:
-    """Worker loop: build the env, then answer ``reset``/``step`` commands until ``close`` or EOF."""
-    with contextlib.suppress(OSError):
-        os.setsid()  # own process group: the pool kills the env's children (JVMs) together with the worker
-    os.environ.update(worker_env)
-    try:
-        env = _build_env(env_name, env_options)
-    except BaseException:
-        _send_quiet(conn, ("error", "construct", traceback.format_exc()))
-        return
-    conn.send(("ready", os.getpid()))
-    try:
-        while True:
-            try:
-                msg = conn.recv()
-            except (EOFError, OSError):
-                return  # the pool is gone
-            if msg[0] == "close":
-                return
-            try:
-                if msg[0] == "reset":
-                    out: Any = env.reset(task_id=msg[1], seed=msg[2])
-                else:
-                    out = env.step(msg[1])
-                conn.send(("ok", out))
-            except Exception:
-                conn.send(("error", msg[0], traceback.format_exc()))
-    finally:
-        with contextlib.suppress(Exception):
-            env.close()
-
-
-def _build_env(env_name: str, options: dict[str, Any]) -> Any:
-    if ":" in env_name:
-        module_name, attr = env_name.split(":", 1)
-        return getattr(importlib.import_module(module_name), attr)(**options)
-    from envs.base import make
-
-    return make(env_name, **options)
-
-
-def _send_quiet(conn: Connection, msg: tuple[Any, ...]) -> None:
-    with contextlib.suppress(OSError, ValueError):
-        conn.send(msg)
-
-
-def _alive(proc: BaseProcess) -> bool:
-    return proc.pid is not None and proc.is_alive()
-
-
-def _kill_group(proc: BaseProcess) -> None:
-    """SIGKILL the worker's process group (the worker leads it, see setsid), then reap the worker."""
-    if proc.pid is None:
-        return
-    with contextlib.suppress(ProcessLookupError, PermissionError):  # died before setsid, or group gone
-        os.killpg(proc.pid, signal.SIGKILL)
-    if proc.is_alive():
-        proc.kill()
-    proc.join(timeout=5.0)
-
-
-def _kill_all(procs: set[BaseProcess]) -> None:
-    for proc in list(procs):
-        _kill_group(proc)
-    procs.clear()
-
-
-def _exit_text(proc: BaseProcess) -> str:
-    code = proc.exitcode
-    if code is None:
-        return "exit code unknown"
-    if code < 0:
-        return f"signal {-code}"
-    return f"exit code {code}"
-
-
-def _last_line(text: str) -> str:
-    lines = [line for line in text.strip().splitlines() if line.strip()]
-    return lines[-1].strip() if lines else "unknown error"
-
-
-def _vmrss_kb(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
-
-
-def _children(pid: int) -> list[int]:
-    kids: list[int] = []
-    try:
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{tid}/children") as f:
-                kids += [int(k) for k in f.read().split()]
-    except (OSError, ValueError):
-        pass
-    return kids
-
-
-def _tree_rss_mb(pid: int) -> float:
-    """VmRSS of ``pid`` plus its descendants, in MiB (from /proc; no psutil)."""
-    total_kb, stack, seen = 0, [pid], set()
-    while stack:
-        p = stack.pop()
-        if p in seen:
-            continue
-        seen.add(p)
-        total_kb += _vmrss_kb(p)
-        stack += _children(p)
-    return total_kb / 1024.0

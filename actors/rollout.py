@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 
 from actors.agents.base import adapter_for
-from actors.env_pool import EnvPool, _build_env
+from actors.env_pool import EnvPool
+from actors.env_process import build_env
 from actors.episodes import EpisodeRequest, iter_episodes, pack_group
 from actors.inference import GenerationRequest, GenerationResult, InferenceEngine, SamplingParams
 from actors.trajectory import Trajectory, TrajectoryGroup
@@ -199,9 +200,7 @@ class RolloutWorker:
                 step_timeout_s=config.step_timeout_s,
             )
         else:
-            self.envs = [
-                _build_env(config.env_name, dict(config.env_options)) for _ in range(config.num_envs)
-            ]
+            self.envs = [build_env(config.env_name, dict(config.env_options)) for _ in range(config.num_envs)]
         self.params = SamplingParams(config.temperature, config.top_p, config.max_new_tokens, seed=None)
         self._version = 0
         self._lock = threading.Condition()

@@ -35,9 +35,9 @@ FALLBACK_ACTION = "look"
 
 
 def _build(name: str, options: dict[str, Any]) -> Any:
-    from actors.env_pool import _build_env
+    from actors.env_process import build_env
 
-    return _build_env(name, options)
+    return build_env(name, options)
 
 
 def _pick(info: dict[str, Any], rng: random.Random) -> str:

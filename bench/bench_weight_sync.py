@@ -59,7 +59,7 @@ class Receiver:
         """``refs`` is wrapped in a list so Ray hands over the ref, not the value: the fetch is timed here."""
         import ray
 
-        from actors.inference import write_peft_adapter
+        from actors.lora_weights import write_peft_adapter
 
         start = time.monotonic()
         weights = ray.get(refs[0])

@@ -342,9 +342,9 @@ def merged_copy(path: str, weights: dict[str, Any], lora: Any, dest: Path) -> st
     """A copy of the model folder with the adapter merged into its projections (W + α/r·B·A, ``merge_lora``)."""
     from safetensors.torch import load_file, save_file
 
-    from actors.inference import _projection_weights, merge_lora
+    from actors.lora_weights import merge_lora, projection_weights
 
-    merged = merge_lora(_projection_weights(path), weights, lora.alpha / lora.rank)
+    merged = merge_lora(projection_weights(path), weights, lora.alpha / lora.rank)
     dest.mkdir(parents=True)
     for f in Path(path).iterdir():
         if f.suffix != ".safetensors" and f.is_file():

@@ -561,7 +561,7 @@ def test_adapter_files_load_in_peft(model_path, trained, tmp_path):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    from actors.inference import write_peft_adapter
+    from actors.lora_weights import write_peft_adapter
 
     worker, weights = trained
     folder = write_peft_adapter(tmp_path / "adapter", weights, LORA)

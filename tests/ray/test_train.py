@@ -795,7 +795,7 @@ def test_role_adapters_train_apart_and_a_resume_reproduces_the_losses(ray_local,
     assert set(planner) == set(executor)
     assert max(float(abs(planner[k] - executor[k]).max()) for k in planner) > 1e-4  # two different adapters
     # hierarl eval serves each adapter from its own checkpoint folder (adapter/<name>)
-    from launch.cli import cmd_eval
+    from launch.eval_cli import cmd_eval
 
     assert cmd_eval([str(tmp_path / "full"), "--episodes", "2", "--no-random"]) == 0
     table = next((tmp_path / "full").glob("eval_*.md")).read_text()

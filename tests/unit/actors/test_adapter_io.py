@@ -6,7 +6,7 @@ import numpy as np
 import torch
 from safetensors.torch import save_file
 
-from actors.inference import write_peft_adapter
+from actors.lora_weights import write_peft_adapter
 from actors.rollout import read_peft_adapter
 from common.lora import LoraSpec
 
@@ -67,7 +67,7 @@ def test_init_adapter_of_another_rank_is_refused_before_loading(tmp_path):
 
 def test_merge_lora_golden_and_fused_layers_take_untouched_parts_from_the_base():
     """W + scale·B·A per module; vLLM's stacked qkv_proj = [q; k; v] rows with k (not a LoRA target) from the base."""
-    from actors.inference import fused_linears, merge_lora
+    from actors.lora_weights import fused_linears, merge_lora
 
     pre = "model.layers.0.self_attn"
     base = {f"{pre}.{p}_proj.weight": np.full((2, 3), float(i), np.float32) for i, p in enumerate("qkvo")}
