@@ -9,6 +9,12 @@ from __future__ import annotations
 import time
 
 
+def small_text(x: float, decimals: int = 3) -> str:
+    """``x`` with ``decimals`` decimals, or two significant digits below ``10**-decimals``: a KL of a small update
+    prints ``9.9e-06``, not ``0.0000``, which reads as an update that moved nothing."""
+    return f"{x:.{decimals}f}" if x == 0 or abs(x) >= 10.0**-decimals else f"{x:.1e}"
+
+
 class Ticker:
     """Live progress of a long learner phase: a line at most every ``every`` seconds (so no phase is silent for
     longer), and a closing line if any was printed."""

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from cluster.metrics import RunMetrics
+from common.progress import small_text
 
 BACKENDS = ("tensorboard", "wandb")
 
@@ -150,8 +151,8 @@ def iteration_line(r: dict[str, Any]) -> str:
         f"success {r['success']:.2f}",
         f"return {r['return']:+.2f}",
         f"valid {r['valid_format']:.2f}",
-        f"kl {r.get('kl', 0.0):.4f}",
-        f"update kl {r.get('kl_update', 0.0):.4f}",
+        f"kl {small_text(r.get('kl', 0.0), 4)}",
+        f"update kl {small_text(r.get('kl_update', 0.0), 4)}",
         f"entropy {r.get('entropy', 0.0):.2f}",
         f"switch {r['switch_rate']:.2f}",
         f"seglen {r['segment_len']:.1f}",

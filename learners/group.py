@@ -18,7 +18,7 @@ from ray.exceptions import RayActorError
 from ray.util.placement_group import remove_placement_group
 
 from cluster.ray_cluster import WorkerResources, place_workers
-from common.progress import Ticker
+from common.progress import Ticker, small_text
 from learners.algorithm import PolicyLossFn, ValueLossFn
 from learners.batch import LearnerBatch, Sequences, micro_batches, row_lengths
 from learners.learner_spec import LearnerSpec
@@ -53,7 +53,7 @@ def _loss_note(sums: dict[str, float], counts: dict[str, int]) -> str:
     """A running mean for a progress line: NLL for behaviour cloning, the approx. KL of the ratio, else the
     critic loss."""
     key = next((k for k in ("nll", "approx_kl", "value_loss") if k in sums), "")
-    return f"{key} {sums[key] / counts[key]:.3f}" if key else ""
+    return f"{key} {small_text(sums[key] / counts[key])}" if key else ""
 
 
 PORT_TRIES = 3

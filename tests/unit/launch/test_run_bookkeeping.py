@@ -68,6 +68,24 @@ def test_progress_lines_for_long_learner_phases(capsys):
     assert capsys.readouterr().out == ""
 
 
+def test_a_small_kl_prints_its_digits_not_zero():
+    """The main job's update KL is ~1e-5 (docs/results/main_job_seeds.md): printed with 4 decimals it read as
+    ``0.0000``, an update that moved nothing. Below 10^-decimals two significant digits are printed instead."""
+    from common.progress import small_text
+    from launch.run_log import iteration_line
+    from learners.group import _loss_note
+
+    assert small_text(0.0123) == "0.012" and small_text(0.0) == "0.000" and small_text(0.001) == "0.001"
+    assert small_text(9.94e-6) == "9.9e-06" and small_text(-2e-4) == "-2.0e-04"
+    assert small_text(0.00042, 4) == "0.0004" and small_text(4.2e-5, 4) == "4.2e-05"
+    # 2 optimizer steps with approx. KL 1e-6 and 3e-6: mean 2e-6
+    assert _loss_note({"approx_kl": 4e-6}, {"approx_kl": 2}) == "approx_kl 2.0e-06"
+    row = {"iteration": 1, "success": 0.25, "return": 0.25, "valid_format": 1.0, "switch_rate": 0.0}
+    row |= {"segment_len": 1.0, "prompt_tokens": 10.0, "response_tokens": 5.0, "kl": 0.0, "kl_update": 9.9e-6}
+    line = iteration_line(row)
+    assert "| kl 0.0000 |" in line and "| update kl 9.9e-06 |" in line
+
+
 def test_bc_from_run_must_have_done_the_same_bc(tmp_path):
     from launch.algos import get_algo
     from launch.config import ConfigError, check_bc_source, resolved_text
