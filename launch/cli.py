@@ -28,6 +28,7 @@ from launch.config import (
     ConfigError,
     check_bc_source,
     check_run_dir,
+    one_line,
     preset_chain,
     resolve_config,
 )
@@ -40,10 +41,6 @@ def _split_preset(args: Sequence[str]) -> tuple[str | None, list[str]]:
     if args and "=" not in args[0]:
         return args[0], list(args[1:])
     return None, list(args)
-
-
-def _one_line(e: BaseException) -> str:
-    return " ".join(str(e).split())
 
 
 def _describe_preset(preset: str, named: bool) -> str:
@@ -94,7 +91,7 @@ def cmd_train(args: Sequence[str]) -> int:
 
         panel = run_panel(cfg)  # builds the env: an unknown or mismatched panel fails here, before Ray
     except (ConfigError, ValueError) as e:
-        print(f"hierarl train: {_one_line(e)}", file=sys.stderr)
+        print(f"hierarl train: {one_line(e)}", file=sys.stderr)
         return 2
     print(f"[hierarl] {described}; eval panel {panel.label} ({len(panel.tasks)} tasks)", flush=True)
     if dry_run:
@@ -193,7 +190,7 @@ def cmd_panel(args: Sequence[str]) -> int:
                 print(f"note: {note}")
             print(f"{pa.label}: all {len(pa.tasks)} tasks match the installed data")
     except ConfigError as e:
-        print(f"hierarl panel: {_one_line(e)}", file=sys.stderr)
+        print(f"hierarl panel: {one_line(e)}", file=sys.stderr)
         return 2
     return 0
 
@@ -217,7 +214,7 @@ def cmd_download_alfworld(args: Sequence[str]) -> int:
     try:
         download_alfworld(Path(dest).expanduser())
     except OSError as e:
-        print(f"hierarl download-alfworld: {_one_line(e)}", file=sys.stderr)
+        print(f"hierarl download-alfworld: {one_line(e)}", file=sys.stderr)
         return 1
     return 0
 
@@ -245,7 +242,7 @@ def cmd_sweep(args: Sequence[str]) -> int:
         spec = load_spec(rest[0])
         grid = cells(spec)
     except (ConfigError, ValueError) as e:
-        print(f"hierarl sweep: {_one_line(e)}", file=sys.stderr)
+        print(f"hierarl sweep: {one_line(e)}", file=sys.stderr)
         return 2
     print(f"[hierarl] sweep {rest[0]}: {len(grid)} cells in {spec.out}", flush=True)
     if dry_run:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from launch.config import ConfigError, read_run_config
+from launch.config import ConfigError, one_line, read_run_config
 
 
 def cmd_eval(args: Sequence[str]) -> int:
@@ -70,7 +70,7 @@ def cmd_eval(args: Sequence[str]) -> int:
             env_cfg = dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, options=options))
             panels.append((resolve_panel(cfg.env.name, options, split, name, a.episodes), env_cfg))
     except ConfigError as e:
-        print("hierarl eval: " + " ".join(str(e).split()), file=sys.stderr)
+        print(f"hierarl eval: {one_line(e)}", file=sys.stderr)
         return 2
 
     import torch

@@ -37,7 +37,7 @@ from typing import Any
 
 import yaml
 
-from launch.config import ConfigError, TrainConfig, parse_cli_overrides, resolve_config, validate
+from launch.config import ConfigError, TrainConfig, one_line, parse_cli_overrides, resolve_config, validate
 from launch.panels import run_panel
 from launch.stats import seed_mean
 
@@ -69,7 +69,7 @@ def load_spec(path: str | Path) -> SweepSpec:
     try:
         data = yaml.safe_load(Path(path).read_text())
     except (OSError, yaml.YAMLError) as e:
-        raise ConfigError(f"sweep spec {path}: {' '.join(str(e).split())}") from e
+        raise ConfigError(f"sweep spec {path}: {one_line(e)}") from e
     if not isinstance(data, dict):
         raise ConfigError(f"sweep spec {path}: expected a mapping with out, grid (and preset, set)")
     unknown = sorted(set(data) - {"out", "grid", "preset", "set"})
@@ -376,7 +376,7 @@ def run_sweep(spec: SweepSpec, grid: Sequence[Cell], ray_address: str = "") -> i
                 print(f"[hierarl] sweep: {cell.name} done", flush=True)
             except Exception as e:  # one cell's failure must not end the others
                 failures.append(cell.name)
-                print(f"[hierarl] sweep: {cell.name} FAILED: {' '.join(str(e).split())[:500]}", flush=True)
+                print(f"[hierarl] sweep: {cell.name} FAILED: {one_line(e)[:500]}", flush=True)
     results = [(cell, read_history(Path(cell.cfg.run_dir))) for cell in grid]
     table = write_table(summarize(results), out)
     plot(results, out / "curves.png")

@@ -20,7 +20,7 @@ import yaml
 if TYPE_CHECKING:
     pass
 
-from launch.config.schema import PRESET_DIR, ConfigError, TrainConfig, behaviour_is_cap
+from launch.config.schema import PRESET_DIR, ConfigError, TrainConfig, behaviour_is_cap, one_line
 
 
 def _coerce(value: Any, tp: Any, key: str) -> Any:
@@ -304,7 +304,7 @@ def resolve_algo_config(algo_config_cls: type, overrides: dict[str, Any]) -> Any
             raise ConfigError(f"{e}; {name} has: {keys}") from e
         raise
     except ValueError as e:  # the Config's own __post_init__ checks
-        msg = " ".join(str(e).split())
+        msg = one_line(e)
         raise ConfigError(msg if msg.startswith("algo.") else f"algo: {msg}") from e
 
 

