@@ -13,12 +13,9 @@ import json
 import types
 import typing
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
-
-if TYPE_CHECKING:
-    pass
 
 from launch.config.schema import PRESET_DIR, ConfigError, TrainConfig, behaviour_is_cap, one_line
 

@@ -3,7 +3,7 @@
 import pytest
 
 from launch.config import ConfigError
-from launch.sweep import SweepSpec, cells, summarize
+from launch.sweep import SweepSpec, cells, load_spec, summarize
 
 
 def test_grid_cells_and_groups(tmp_path):
@@ -21,6 +21,17 @@ def test_grid_cells_and_groups(tmp_path):
     assert grid[3].cfg.run_dir == str(tmp_path / "algo-ppo_seed-1") and grid[3].group == "algo=ppo"
     with pytest.raises(ConfigError, match="sweep cell algo-nope: algo"):
         cells(SweepSpec(out=str(tmp_path), grid={"algo": ["nope"]}))
+
+
+def test_a_malformed_spec_fails_in_one_line(tmp_path):
+    # PyYAML's own message spans several lines ("while parsing ... in <file>, line 1, column 1" and a caret line);
+    # the error every hierarl command prints must be one line: launch.config.one_line collapses the whitespace
+    bad = tmp_path / "sweep.yaml"
+    bad.write_text("out: [unclosed\ngrid: {}\n")
+    with pytest.raises(ConfigError) as e:
+        load_spec(bad)
+    msg = str(e.value)
+    assert msg.startswith(f"sweep spec {bad}: ") and "\n" not in msg and "  " not in msg
 
 
 def test_table_over_seeds_with_and_without_eval(tmp_path):
