@@ -14,7 +14,8 @@ from the same state and trains on the same rollouts:
   critic-only passes (``Updater.warm_up_critic``), so each algorithm's critic is fitted by its own targets on the
   same data; or, with ``--critic-from-run`` and a variant of the run's algorithm, the run's critic at ``iter_<k-1>``
   (with its target copy: STEP-HRL's and Multi2's IQL critics, whose warm-up the run did);
-* trajectories: ``RUN/trajectories/iter_<k>.jsonl`` (collected by that policy), shaped afresh per variant;
+* trajectories: ``RUN/trajectories/iter_<k>.jsonl`` (collected by that policy), shaped afresh per variant (HISR:
+  scored by the run's reward models as the run had them, the online hindsight model trained as the run did);
 * one update: the run's ``Updater`` (the driver's code), seed ``seed + k`` for the mini-batch order; the first
   variant is repeated with other seeds (``--repeats``) to measure the noise floor.
 A variant is ``name=key=value key=value ...`` (overrides on the run's config, as ``hierarl train`` takes them;
@@ -85,6 +86,33 @@ def _reference_weights(state: Path, start: Path, ref: str) -> dict[str, Any]:
         if (folder / "adapter_config.json").exists():
             return read_peft_adapter(folder)[0]
     raise SystemExit(f"bench_replay: no weights for the reference {ref!r} under {state} or {start}")
+
+
+def _reward_models(cfg: Any, algo_cfg: Any, tok: Any, pad: int, learner: Any, run: Path, k: int) -> Any:
+    """HISR's reward models as the run scored iteration ``k`` with them (``annotate``, the driver's call): an RL
+    checkpoint holds them; ``iter_0`` predates the stages, so for ``k`` = 1 they come from the stage cache."""
+    from launch.hisr import REWARD_MODELS, RewardModels
+
+    source = run / "checkpoints" / f"iter_{k - 1}" if k > 1 else run / "hisr" / "models"
+    learner.load_checkpoint(str(source), only=REWARD_MODELS)
+
+    def no_collect(*_: Any, **__: Any) -> list[Any]:
+        raise RuntimeError("bench_replay: the reward models' stages are not re-run")
+
+    return RewardModels(
+        algo_cfg,
+        run / "hisr",
+        tok,
+        agent=cfg.rollout.agent,
+        env_name=cfg.env.name,
+        max_seq_len=cfg.learner.max_seq_len,
+        pad_id=pad,
+        seed=cfg.seed,
+        learner=lambda: learner,
+        collect=no_collect,
+        train_ids=(),
+        log=lambda _row: None,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -193,12 +221,14 @@ def replay(args: argparse.Namespace) -> int:
             warmup = args.critic_passes
             if warmup is None:
                 warmup = 0 if own_critic else cfg.learner.critic_warmup_passes
+            models = _reward_models(cfg, algo_cfg, tok, pad, learner, run, k) if algo.reward_models else None
             metrics, timings = updater.update(
                 trajs,
                 algo,
                 algo_cfg,
                 seed=cfg.seed + k + 1000 * repeat,
                 critic_warmup=warmup,
+                annotate=models.annotate if models else None,
                 **_offline_phase(algo, algo_cfg, run, k),
             )
             lp_after = block_logprobs(probe_turns, updater.policy_logprobs(probe_seqs, rows_all))

@@ -195,6 +195,27 @@ def test_the_update_replay_of_multi2_reads_each_role_under_its_own_adapter(ray_l
     assert all(math.isfinite(v) for v in same["probe"].values())
 
 
+@pytest.mark.slow
+def test_the_update_replay_of_hisr_scores_with_the_runs_reward_models(ray_local, tmp_path):
+    """HISR's RL iteration 1 replayed from the run's state reproduces the run's own update, the reward models'
+    scores included (loaded from the stage cache, as the run had them); a replay without them has no HISR reward."""
+    import subprocess
+    import sys
+
+    run = tmp_path / "run"
+    rows = _run(
+        run, [*HISR_TINY, "iterations=1", "eval_every=0", "save_trajectories=true", "checkpoint_keep_last=0"]
+    )
+    rl = next(r for r in rows if r.get("phase") == "rl")
+    out = tmp_path / "replay.json"
+    bench = Path(__file__).resolve().parents[2] / "bench" / "bench_replay.py"
+    args = ["--run", str(run), "--repeats", "1", "--variant", "run", "--probe-states", "4", "--out", str(out)]
+    subprocess.run([sys.executable, str(bench), *args], check=True, timeout=900)
+    (same,) = json.loads(out.read_text())["rows"]
+    for key in ("hisr_segments", "hisr_importance", "hisr_segment_reward", "value_loss", "kl_update"):
+        assert same["metrics"][key] == pytest.approx(rl[key], rel=1e-3, abs=1e-9), key
+
+
 def test_eval_and_training_build_the_same_rollout_config():
     """`hierarl eval` reuses the training rollout config; only what it overrides differs (it once lost the
     compact-prompt agent options, evaluating a model in a prompt format it was never trained on)."""
