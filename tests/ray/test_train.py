@@ -198,14 +198,15 @@ def test_the_update_replay_of_multi2_reads_each_role_under_its_own_adapter(ray_l
 @pytest.mark.slow
 def test_the_update_replay_of_hisr_scores_with_the_runs_reward_models(ray_local, tmp_path):
     """HISR's RL iteration 1 replayed from the run's state reproduces the run's own update, the reward models'
-    scores included (loaded from the stage cache, as the run had them); a replay without them has no HISR reward."""
+    scores included (loaded from the stage cache, as the run had them). The reward models learn at lr 1e-1 here so
+    that a replay scoring with fresh ones instead (the tiny run's defaults barely move them) reads other importances."""
     import subprocess
     import sys
 
     run = tmp_path / "run"
-    rows = _run(
-        run, [*HISR_TINY, "iterations=1", "eval_every=0", "save_trajectories=true", "checkpoint_keep_last=0"]
-    )
+    models = ["algo.hindsight_lr=1e-1", "algo.sprm_lr=1e-1"]
+    extra = ["iterations=1", "eval_every=0", "save_trajectories=true", "checkpoint_keep_last=0"]
+    rows = _run(run, [*HISR_TINY, *models, *extra])
     rl = next(r for r in rows if r.get("phase") == "rl")
     out = tmp_path / "replay.json"
     bench = Path(__file__).resolve().parents[2] / "bench" / "bench_replay.py"
