@@ -58,6 +58,15 @@ def update_arguments(
     }
 
 
+def warmup_arguments(algo: Algorithm, algo_cfg: Any, learner_cfg: Any, *, seed: int) -> dict[str, Any]:
+    """The learner group's ``update`` arguments of one critic-only warm-up pass (``Updater.warm_up_critic``, pure):
+    one epoch, with an update's Polyak rate. Without ``target_tau`` STEP-HRL's and Multi2's target copy would stay
+    at its zero start through the warm-up: V's targets (Q_target) all 0, so V is never fitted, and Q's TD targets
+    read V_target = 0."""
+    common = update_arguments(algo, algo_cfg, learner_cfg, seed=seed, mini_batch_size=None, warmup_left=0)
+    return {**common, "epochs": 1}
+
+
 @contextmanager
 def timed(timings: dict[str, float], name: str) -> Iterator[None]:
     t0 = time.perf_counter()
@@ -237,11 +246,7 @@ class Updater:
                 batch,
                 policy_loss=None,
                 value_loss=algo.value_loss,
-                loss_cfg=algo_cfg,
-                agg=algo_cfg.agg,
-                mini_batch_size=self.cfg.mini_batch_size,
-                epochs=1,
-                seed=seed + 7919 * (k + 1),
+                **warmup_arguments(algo, algo_cfg, self.cfg, seed=seed + 7919 * (k + 1)),
             )
             losses.append(m["value_loss"])
         return {"critic_warmup_loss_first": losses[0], "critic_warmup_loss_last": losses[-1]}

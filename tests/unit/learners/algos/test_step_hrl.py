@@ -275,6 +275,22 @@ def test_the_driver_passes_target_tau_and_the_warm_up_to_the_learner():
     )
 
 
+def test_a_critic_warm_up_pass_moves_the_target_copy():
+    """``learner.critic_warmup_passes``' arguments (``launch.updater.warmup_arguments``): one critic epoch with the
+    config's τ₁ (0.3). Catches the warm-up leaving the target copy at its zero start (V's targets then all 0: V never
+    fitted), and a target τ sent for an algorithm without a target critic."""
+    from launch.config import TrainConfig
+    from launch.updater import warmup_arguments
+    from learners.algos import ppo
+
+    algo, cfg = get_algo("step_hrl"), step_hrl.Config(target_tau=0.3)
+    run = TrainConfig(algo="step_hrl").learner
+    w = warmup_arguments(algo, cfg, run, seed=11)
+    assert w["target_tau"] == 0.3 and w["epochs"] == 1 and w["seed"] == 11 and w["critic_only_steps"] == 0
+    assert w["loss_cfg"] is cfg and w["mini_batch_size"] == run.mini_batch_size
+    assert warmup_arguments(get_algo("ppo"), ppo.Config(), run, seed=0)["target_tau"] == 0.0
+
+
 def test_env_reward_scale_applies_to_the_high_levels_return_only():
     """ScienceWorld: the paper's 0-1 reward from the adapter's 0-100 increments (R_1 = 0.01 · 10 = 0.1)."""
     tr = step_hrl_transitions(_won(), env_reward_scale=0.01)
