@@ -89,30 +89,21 @@ def _reference_weights(state: Path, start: Path, ref: str) -> dict[str, Any]:
 
 
 def _reward_models(cfg: Any, algo_cfg: Any, tok: Any, pad: int, learner: Any, run: Path, k: int) -> Any:
-    """HISR's reward models as the run scored iteration ``k`` with them (``annotate``, the driver's call): an RL
-    checkpoint holds them; ``iter_0`` predates the stages, so for ``k`` = 1 they come from the stage cache."""
-    from launch.hisr import REWARD_MODELS, RewardModels
-
-    source = run / "checkpoints" / f"iter_{k - 1}" if k > 1 else run / "hisr" / "models"
-    learner.load_checkpoint(str(source), only=REWARD_MODELS)
+    """HISR's reward models as the run scored iteration ``k`` with them (``annotate``, the driver's call), or None
+    for an algorithm without: an RL checkpoint holds them; ``iter_0`` predates the stages, so for ``k`` = 1 they
+    come from the stage cache."""
+    from launch.hisr import REWARD_MODELS
+    from launch.specs import reward_models
 
     def no_collect(*_: Any, **__: Any) -> list[Any]:
         raise RuntimeError("bench_replay: the reward models' stages are not re-run")
 
-    return RewardModels(
-        algo_cfg,
-        run / "hisr",
-        tok,
-        agent=cfg.rollout.agent,
-        env_name=cfg.env.name,
-        max_seq_len=cfg.learner.max_seq_len,
-        pad_id=pad,
-        seed=cfg.seed,
-        learner=lambda: learner,
-        collect=no_collect,
-        train_ids=(),
-        log=lambda _row: None,
-    )
+    here = replace(cfg, run_dir=str(run))
+    models = reward_models(here, algo_cfg, tok, pad, no_collect, (), lambda: learner, lambda _row: None)
+    if models is not None:
+        source = run / "checkpoints" / f"iter_{k - 1}" if k > 1 else run / "hisr" / "models"
+        learner.load_checkpoint(str(source), only=REWARD_MODELS)
+    return models
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -221,7 +212,7 @@ def replay(args: argparse.Namespace) -> int:
             warmup = args.critic_passes
             if warmup is None:
                 warmup = 0 if own_critic else cfg.learner.critic_warmup_passes
-            models = _reward_models(cfg, algo_cfg, tok, pad, learner, run, k) if algo.reward_models else None
+            models = _reward_models(cfg, algo_cfg, tok, pad, learner, run, k)
             metrics, timings = updater.update(
                 trajs,
                 algo,

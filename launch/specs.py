@@ -28,7 +28,7 @@ from launch.config import (
     reference_adapters,
     torch_threads,
 )
-from launch.hisr import RewardModels, reward_model_learners
+from launch.hisr import Collect, RewardModels, reward_model_learners
 from launch.offline import OfflineData
 from launch.rollout_pool import RolloutPool
 from launch.sources import IterationSource, SyncRollouts
@@ -172,13 +172,14 @@ def reward_models(
     algo_cfg: Any,
     tokenizer: Any,
     pad_id: int,
-    pool: RolloutPool,
+    collect: Collect,
     train_ids: Sequence[str],
     learner: Callable[[], LearnerGroup],
     log: Callable[[dict[str, Any]], None],
 ) -> RewardModels | None:
     """HISR's reward models for a run whose algorithm trains them (else None), on the learner group ``learner()``
-    returns (asked at every call: a rebuilt group replaces it), logging through ``log``."""
+    returns (asked at every call: a rebuilt group replaces it), playing π_ref through ``collect`` (the rollout
+    pool's), logging through ``log``."""
     if not get_algo(cfg.algo).reward_models:
         return None
     return RewardModels(
@@ -191,7 +192,7 @@ def reward_models(
         pad_id=pad_id,
         seed=cfg.seed,
         learner=learner,
-        collect=pool.collect,
+        collect=collect,
         train_ids=train_ids,
         log=log,
     )

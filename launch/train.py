@@ -112,7 +112,7 @@ class Trainer:
             self.algo_cfg,
             self.tokenizer,
             pad_id,
-            self.pool,
+            self.pool.collect,
             self.train_ids,
             lambda: self.learner,
             self.log.log,
