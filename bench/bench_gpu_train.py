@@ -74,21 +74,30 @@ def _rows(run_dir: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
-def train(preset: str, model: str, run_dir: Path, share: float, overrides: list[str]) -> dict[str, Any]:
+def train(
+    preset: str, model: str, run_dir: Path, share: float, overrides: list[str], deadline: float | None = None
+) -> dict[str, Any]:
     """One ``hierarl train`` run in a child process, its output streamed to ``<run_dir>.log`` (readable while it
-    runs, and kept when the call is cut); its metrics.jsonl summarised."""
+    runs, and kept when the call is cut); its metrics.jsonl summarised. A run still going at ``deadline`` (a
+    ``time.time()``) is killed with the Ray cluster it started and marked ``cut``: its rows so far are kept, since a
+    call that outlives the lent machine's limit returns nothing."""
     log = run_dir.parent / f"{run_dir.name}.log"
     t0 = time.perf_counter()
+    cut = False
     with log.open("a") as f:
-        rc = subprocess.run(
-            _command(preset, model, run_dir, share, overrides), cwd=ROOT, stdout=f, stderr=subprocess.STDOUT
-        ).returncode
+        cmd = _command(preset, model, run_dir, share, overrides)
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            rc = proc.wait(None if deadline is None else max(0.0, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            rc, cut = proc.wait(), True
     wall = time.perf_counter() - t0
     out: dict[str, Any] = {
         "label": run_dir.name, "preset": preset, "overrides": overrides, "rc": rc, "wall_s": round(wall, 1),
-        "rows": _rows(run_dir),
+        "cut": cut, "rows": _rows(run_dir),
     }  # fmt: skip
-    if rc:
+    if rc and not cut:
         out["log_tail"] = log.read_text()[-3000:]
     return out
 
@@ -99,7 +108,7 @@ first four on the CPU)."""
 
 
 def kill_and_resume(
-    preset: str, model: str, run_dir: Path, share: float, overrides: list[str]
+    preset: str, model: str, run_dir: Path, share: float, overrides: list[str], deadline: float | None = None
 ) -> dict[str, Any]:
     """``kill -9`` of ``hierarl train`` (and the cluster it started) once its first RL iteration is logged, then
     ``resume=true`` to iteration 2, as the CPU chaos test does."""
@@ -116,7 +125,7 @@ def kill_and_resume(
     driver.wait()
     latest = run_dir / "checkpoints" / "latest"
     resumed_from = latest.read_text() if latest.exists() else None
-    out = train(preset, model, run_dir, share, [*overrides, "iterations=2", "resume=true"])
+    out = train(preset, model, run_dir, share, [*overrides, "iterations=2", "resume=true"], deadline)
     out.update(killed=killed, resumed_from=resumed_from)
     return out
 
@@ -151,7 +160,7 @@ def summary(run: dict[str, Any]) -> str:
         if "eval_success" in r
     )
     return (
-        f"{run['label']:<26} rc {run['rc']} wall {run['wall_s']:6.0f} s  BC {bc.get('wall_s', 0):5.1f} s  "
+        f"{run['label']:<26} rc {run['rc']}{' (cut)' if run.get('cut') else ''} wall {run['wall_s']:6.0f} s  BC {bc.get('wall_s', 0):5.1f} s  "
         f"RL iters {len(rl)}  per iteration (s): {phases}  "
         f"gap {rl[-1].get('logprob_gap', float('nan')) if rl else 0:.2g}  eval {evals or '-'}"
     )
@@ -199,6 +208,13 @@ def main() -> None:
     ap.add_argument(
         "--share", type=float, default=0.25, help="GPU share of each worker (HISR runs three groups)"
     )
+    ap.add_argument(
+        "--deadline", type=float, metavar="S",
+        help="kill the runs still going S seconds after the start and keep their rows so far (marked cut)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--work", metavar="DIR", help="the runs' folders and logs (default: a new temporary folder)"
+    )
     ap.add_argument("--shape", default="smollm2-135m")
     ap.add_argument(
         "--loops", action="store_true",
@@ -220,7 +236,8 @@ def main() -> None:
 
     import torch
 
-    work = Path(tempfile.mkdtemp(prefix="gpu_train_"))
+    work = Path(a.work) if a.work else Path(tempfile.mkdtemp(prefix="gpu_train_"))
+    work.mkdir(parents=True, exist_ok=True)
     if a.model == "random":
         from bench_gpu import build_model
 
@@ -242,9 +259,10 @@ def main() -> None:
             jobs.append((kill_and_resume, f"{label}_resumed", preset, overrides))
             overrides = [*overrides, "iterations=2"]  # the straight run the resumed one must match
         jobs.append((train, label, preset, overrides))
+    deadline = None if a.deadline is None else time.time() + a.deadline
     with ThreadPoolExecutor(len(jobs) if a.parallel else 1) as pool:
         futures = {
-            pool.submit(fn, preset, model, work / label, a.share, overrides): label
+            pool.submit(fn, preset, model, work / label, a.share, overrides, deadline): label
             for fn, label, preset, overrides in jobs
         }
         for future in as_completed(futures):
@@ -252,7 +270,7 @@ def main() -> None:
             run = {**future.result(), "run_dir": str(work / label)}  # train() labels it by its folder
             runs.append(run)
             print(summary(run), flush=True)
-            if run["rc"]:
+            if "log_tail" in run:
                 print(run["log_tail"], flush=True)
             # after every run: a call cut at the lent machine's time limit keeps the finished runs
             write_json(Path(a.out), result)
