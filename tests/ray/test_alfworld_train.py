@@ -10,7 +10,7 @@ import pytest
 from envs.data import shared_alfworld_tarball
 from launch.config import resolve_config
 from launch.train import Trainer
-from tests.ray.test_train import TINY
+from tests.ray.tiny_runs import TINY
 
 pytest.importorskip("alfworld", reason="needs `pip install 'hierarl[alfworld]'`")
 pytestmark = pytest.mark.skipif(

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.ray.test_train import TINY
+from tests.ray.tiny_runs import TINY
 
 RUN = [
     *TINY,

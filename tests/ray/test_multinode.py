@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.ray.test_job_submit import _free_port, _stop_head
-from tests.ray.test_train import TINY
+from tests.ray.tiny_runs import TINY
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -3,48 +3,13 @@
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from launch.config import resolve_config
 from launch.train import Trainer
-
-# A tiny random model on the synthetic env: exercises every phase (zero-shot eval, BC, rollout, advantages,
-# DeepSpeed updates of policy and critic, weight push, eval, checkpoint) in about a minute.
-TINY = [
-    "model.path=tiny",
-    "model.dtype=float32",
-    "model.lora_rank=4",
-    "model.lora_alpha=8",
-    "model.max_model_len=512",
-    "env.name=synthetic",
-    "env.max_steps=3",
-    "env.workers_per_rollout=4",
-    'env.options={"stages": [2], "actions_per_stage": 1, "distractors": 1}',
-    "rollout.engine=hf",
-    "rollout.group_size=2",
-    "rollout.groups_per_iter=2",
-    "rollout.max_new_tokens=12",
-    "learner.dtype=float32",
-    "learner.micro_batch_size=8",
-    "learner.mini_batch_size=8",
-    "bc.episodes=4",
-    "bc.epochs=1",
-    "eval_episodes=2",
-    "eval_every=2",
-]
-
-
-def _run(tmp_path: Path, extra: list[str]) -> list[dict]:
-    cfg = resolve_config(None, [*TINY, f"run_dir={tmp_path}", *extra])
-    trainer = Trainer(cfg)
-    try:
-        return trainer.run()
-    finally:
-        trainer.close()
+from tests.ray.tiny_runs import TINY, run_tiny
 
 
 @pytest.mark.slow
@@ -56,7 +21,7 @@ def test_run_writes_everything_and_resume_reproduces_the_losses(ray_local, tmp_p
     before it) are regenerated from the checkpoint's behaviour adapter, so the resumed losses match too."""
     agent = {"hiper": "plan_execute", "hipif": "hipif"}.get(algo, "react")
     common = [f"algo={algo}", f"rollout.agent={agent}", "iterations=2", f"one_step_off={one_step_off}"]
-    full = _run(tmp_path / "full", common)
+    full = run_tiny(tmp_path / "full", common)
 
     run = tmp_path / "full"
     assert (run / "config.yaml").exists() and (run / "metrics.jsonl").exists()
@@ -94,8 +59,8 @@ def test_run_writes_everything_and_resume_reproduces_the_losses(ray_local, tmp_p
 
     # kill after iteration 1 (simulated by a run that stops there), then resume to iteration 2
     part = tmp_path / "part"
-    _run(part, [*common, "iterations=1"])
-    resumed = _run(part, [*common, "iterations=2", "resume=true"])
+    run_tiny(part, [*common, "iterations=1"])
+    resumed = run_tiny(part, [*common, "iterations=2", "resume=true"])
     again = next(r for r in resumed if r.get("phase") == "rl" and r["iteration"] == 2)
     for key in ("success", "return", "loss_tokens", "kl", "entropy", *critic, "approx_kl"):
         assert again[key] == pytest.approx(rl[1][key], rel=1e-5, abs=1e-7), key
@@ -112,7 +77,7 @@ def test_asynchronous_rollouts_train_within_their_staleness_bound_and_resume(ray
         "max_staleness=2",
         "eval_every=2",
     ]
-    history = _run(tmp_path / "run", [*common, "iterations=3"])
+    history = run_tiny(tmp_path / "run", [*common, "iterations=3"])
     rl = [r for r in history if r.get("phase") == "rl"]
     assert [r["iteration"] for r in rl] == [1, 2, 3]
     for r in rl:
@@ -120,101 +85,8 @@ def test_asynchronous_rollouts_train_within_their_staleness_bound_and_resume(ray
         assert r["is_weight_mean"] > 0  # the correction's default where the loop lags
     assert "eval_success" in rl[1] and "time_rollout_pause" in rl[1]
     assert any(r["policy_lag"] >= 1 for r in rl[1:])  # the queue runs ahead of the learner
-    resumed = _run(tmp_path / "run", [*common, "iterations=4", "resume=true"])
+    resumed = run_tiny(tmp_path / "run", [*common, "iterations=4", "resume=true"])
     assert [r["iteration"] for r in resumed if r.get("phase") == "rl"] == [1, 2, 3, 4]
-
-
-@pytest.mark.slow
-def test_critic_warmup_saved_rollouts_and_the_update_replay(ray_local, tmp_path):
-    """``learner.critic_warmup_passes`` fits the critic before RL iteration 1's update (its value loss falls over the
-    passes); the update's KL per token group and the advantages' rms per group are logged; ``save_trajectories``
-    writes the rollouts; and the update replay, from the run's start state on those rollouts, reproduces the run's own
-    update exactly, while a variant with a vanishing learning rate barely moves the policy."""
-    import subprocess
-    import sys
-
-    run = tmp_path / "run"
-    # PPO: the tiny random model's outputs parse into no block ("other"), which HiPER leaves out of its loss (its
-    # update would be empty) and PPO's covers. The tiny model is near-deterministic (entropy ~0.01 nats/token), so
-    # a step moves it measurably only at lr 1e-1 (measured kl_update: 4e-8 at 1e-2, 10 at 1e-1); no BC, whose
-    # 4 demos make it more deterministic still (kl_update 1e-9 at 1e-2)
-    common = ["algo=ppo", "rollout.agent=plan_execute", "iterations=1", "eval_every=0", "bc.enabled=false"]
-    extra = ["learner.critic_warmup_passes=3", "save_trajectories=true", "checkpoint_keep_last=0"]
-    rows = _run(run, [*common, *extra, "learner.actor_lr=1e-1"])
-    rl = next(r for r in rows if r.get("phase") == "rl")
-    assert rl["critic_warmup_loss_last"] < rl["critic_warmup_loss_first"]
-    assert rl["kl_update"] > 1e-6 and {"kl_update/other", "adv_rms/other"} <= set(rl)
-    assert (run / "trajectories" / "iter_1.jsonl").exists()
-    out = tmp_path / "replay.json"
-    bench = Path(__file__).resolve().parents[2] / "bench" / "bench_replay.py"
-    variants = ["--variant", "run", "--variant", "still=learner.actor_lr=1e-12"]
-    args = ["--run", str(run), "--repeats", "1", *variants, "--probe-states", "4", "--out", str(out)]
-    subprocess.run([sys.executable, str(bench), *args], check=True, timeout=900)
-    same, still = json.loads(out.read_text())["rows"]
-    assert same["metrics"]["kl_update"] == pytest.approx(rl["kl_update"], rel=1e-3)
-    assert same["metrics"]["critic_warmup_loss_last"] == pytest.approx(
-        rl["critic_warmup_loss_last"], rel=1e-3
-    )
-    assert still["metrics"]["kl_update"] < 1e-3 * same["metrics"]["kl_update"]
-    assert abs(still["probe"]["action/all"]) < 1e-3 * max(1e-9, abs(same["probe"]["action/all"])) + 1e-6
-
-
-@pytest.mark.slow
-def test_the_update_replay_of_multi2_reads_each_role_under_its_own_adapter(ray_local, tmp_path):
-    """Multi2's offline iteration (planner and executor adapters, the IQL critic with its target copy, policy-anchored
-    samples) replayed from the run's state with the run's critic reproduces the run's own update, and the probe reads
-    each row under its role's adapter (Δ log P per role). Loading only a ``default`` adapter, or the critic without
-    its target copy, fails here."""
-    import subprocess
-    import sys
-
-    run = tmp_path / "run"
-    common = [*MULTI2_TINY, "iterations=1", "eval_every=0", "learner.actor_lr=1e-1"]
-    rows = _run(run, [*common, "save_trajectories=true", "checkpoint_keep_last=0"])
-    rl = next(r for r in rows if r.get("phase") == "rl")
-    assert rl["anchor_rows"] > 0
-    assert "policy_lag" not in rl  # an offline iteration plays no episode: stored data has no policy lag
-    out = tmp_path / "replay.json"
-    bench = Path(__file__).resolve().parents[2] / "bench" / "bench_replay.py"
-    args = [
-        "--run",
-        str(run),
-        "--repeats",
-        "1",
-        "--variant",
-        "run",
-        "--critic-from-run",
-        "--probe-states",
-        "4",
-    ]
-    subprocess.run([sys.executable, str(bench), *args, "--out", str(out)], check=True, timeout=900)
-    (same,) = json.loads(out.read_text())["rows"]
-    for key in ("kl_update", "value_loss", "awr_weight", "adv_mean"):
-        assert same["metrics"][key] == pytest.approx(rl[key], rel=1e-3, abs=1e-9), key
-    assert {"planner.response/all", "executor.response/all", "executor.action/all"} <= set(same["probe"])
-    assert all(math.isfinite(v) for v in same["probe"].values())
-
-
-@pytest.mark.slow
-def test_the_update_replay_of_hisr_scores_with_the_runs_reward_models(ray_local, tmp_path):
-    """HISR's RL iteration 1 replayed from the run's state reproduces the run's own update, the reward models'
-    scores included (loaded from the stage cache, as the run had them). The reward models learn at lr 1e-1 here so
-    that a replay scoring with fresh ones instead (the tiny run's defaults barely move them) reads other importances."""
-    import subprocess
-    import sys
-
-    run = tmp_path / "run"
-    models = ["algo.hindsight_lr=1e-1", "algo.sprm_lr=1e-1"]
-    extra = ["iterations=1", "eval_every=0", "save_trajectories=true", "checkpoint_keep_last=0"]
-    rows = _run(run, [*HISR_TINY, *models, *extra])
-    rl = next(r for r in rows if r.get("phase") == "rl")
-    out = tmp_path / "replay.json"
-    bench = Path(__file__).resolve().parents[2] / "bench" / "bench_replay.py"
-    args = ["--run", str(run), "--repeats", "1", "--variant", "run", "--probe-states", "4", "--out", str(out)]
-    subprocess.run([sys.executable, str(bench), *args], check=True, timeout=900)
-    (same,) = json.loads(out.read_text())["rows"]
-    for key in ("hisr_segments", "hisr_importance", "hisr_segment_reward", "value_loss", "kl_update"):
-        assert same["metrics"][key] == pytest.approx(rl[key], rel=1e-3, abs=1e-9), key
 
 
 def test_eval_and_training_build_the_same_rollout_config():
@@ -266,7 +138,7 @@ def test_checkpoints_are_small_pruned_and_fall_back_when_corrupted(ray_local, tm
 
     common = ["algo=hiper", "rollout.agent=plan_execute", "checkpoint_keep_last=2", "eval_every=0"]
     run = tmp_path / "run"
-    first = _run(run, [*common, "iterations=2"])
+    first = run_tiny(run, [*common, "iterations=2"])
     ckpts = run / "checkpoints"
     assert sorted(p.name for p in ckpts.iterdir()) == ["iter_0", "iter_1", "iter_2", "latest"]
     base = _size(Path(resolve_model_path("tiny")))
@@ -275,7 +147,7 @@ def test_checkpoints_are_small_pruned_and_fall_back_when_corrupted(ray_local, tm
 
     states = next((ckpts / "iter_2" / "policy_ds" / "ckpt").glob("mp_rank_*"))
     states.write_bytes(states.read_bytes()[:100])  # a truncated file
-    resumed = _run(run, [*common, "iterations=3", "resume=true"])
+    resumed = run_tiny(run, [*common, "iterations=3", "resume=true"])
     assert "checkpoint " + str(ckpts / "iter_2") + " is unreadable" in capsys.readouterr().out
     rows = [r for r in resumed if r.get("phase") in ("bc", "rl")]
     assert [r["iteration"] for r in rows] == [0, 1, 2, 3]
@@ -294,7 +166,7 @@ CHAOS = ["algo=hiper", "rollout.agent=plan_execute", "eval_every=0"]
 def straight(ray_local, tmp_path_factory) -> Path:
     """The uninterrupted two-iteration run the chaos tests must end at."""
     run = tmp_path_factory.mktemp("straight")
-    _run(run, [*CHAOS, "iterations=2"])
+    run_tiny(run, [*CHAOS, "iterations=2"])
     return run
 
 
@@ -357,18 +229,18 @@ def test_a_full_disk_fails_the_checkpoint_in_one_line_and_a_resume_after_freeing
     torch/iostream error), leaves no partial folder and keeps ``latest`` at iteration 1; once space is freed,
     ``resume=true`` redoes iteration 2 to the same losses as an uninterrupted run, every metrics row once."""
     run = small_disk / "run"
-    _run(run, [*CHAOS, "iterations=1"])
+    run_tiny(run, [*CHAOS, "iterations=1"])
     filler = _fill(
         small_disk, leave=256 * 2**10
     )  # room for the metrics and logs, not for a 0.66 MB checkpoint
     with pytest.raises(RuntimeError, match=r"checkpoint .*iter_2: no space left on device \(\d+ MiB free"):
-        _run(run, [*CHAOS, "iterations=2", "resume=true"])
+        run_tiny(run, [*CHAOS, "iterations=2", "resume=true"])
     ckpts = run / "checkpoints"
     assert sorted(p.name for p in ckpts.iterdir()) == ["iter_0", "iter_1", "latest"]  # no partial iter_2
     assert (ckpts / "latest").read_text() == "iter_1"
 
     filler.unlink()
-    _assert_matches_straight(_run(run, [*CHAOS, "iterations=2", "resume=true"]), run, straight)
+    _assert_matches_straight(run_tiny(run, [*CHAOS, "iterations=2", "resume=true"]), run, straight)
 
 
 @pytest.mark.slow
@@ -409,7 +281,7 @@ def test_a_driver_killed_mid_iteration_resumes_to_the_uninterrupted_run(ray_loca
     os.killpg(driver.pid, signal.SIGKILL)
     driver.wait()
     assert (run / "checkpoints" / "latest").read_text() == "iter_1"  # killed before iteration 2's checkpoint
-    _assert_matches_straight(_run(run, [*CHAOS, "iterations=2", "resume=true"]), run, straight)
+    _assert_matches_straight(run_tiny(run, [*CHAOS, "iterations=2", "resume=true"]), run, straight)
 
 
 @pytest.mark.slow
@@ -419,8 +291,10 @@ def test_bc_from_run_reuses_another_algorithms_bc(ray_local, tmp_path):
     from safetensors.numpy import load_file
 
     common = ["eval_every=0", "rollout.agent=plan_execute"]
-    _run(tmp_path / "hiper", ["algo=hiper", "iterations=0", *common])
-    rows = _run(tmp_path / "ppo", ["algo=ppo", "iterations=1", f"bc.from_run={tmp_path / 'hiper'}", *common])
+    run_tiny(tmp_path / "hiper", ["algo=hiper", "iterations=0", *common])
+    rows = run_tiny(
+        tmp_path / "ppo", ["algo=ppo", "iterations=1", f"bc.from_run={tmp_path / 'hiper'}", *common]
+    )
     bc = next(r for r in rows if r.get("phase") == "bc")
     assert bc["bc_from_run"] == str(tmp_path / "hiper") and "nll_epoch0" in bc
     adapter = "checkpoints/iter_0/adapter/adapter_model.safetensors"
@@ -587,245 +461,3 @@ def test_a_dead_learner_worker_rebuilds_the_group_from_the_checkpoint(ray_local,
         assert set(now) == set(saved) and all(np.allclose(now[k], saved[k]) for k in saved)
     finally:
         restored.close()
-
-
-HISR_TINY = [
-    "algo=hisr",
-    "rollout.agent=react",  # segmentation=auto -> entropy change points (the policy group's entropy pass)
-    "algo.collect_tasks=2",
-    "algo.collect_per_task=2",
-    "algo.collect_filter=false",  # the tiny model does not keep the format after one BC epoch
-    "algo.sprm_batch=8",
-    "algo.hindsight_batch=8",
-]
-
-
-@pytest.mark.slow
-def test_hisr_stages_are_cached_and_a_resume_reproduces_the_losses(ray_local, tmp_path):
-    """BC -> collection with π_ref -> segmentation -> SPRM -> hindsight model -> PPO on r_fuse, through the real
-    rollout workers and both learner groups; the stages are cached in the run folder and a resumed run loads them."""
-    full = _run(tmp_path / "full", [*HISR_TINY, "iterations=2"])
-    root = tmp_path / "full" / "hisr"
-    assert (root / "collected.jsonl").exists() and (root / "models" / "learner_rank0.pt").exists()
-    stages = json.loads((root / "stages.json").read_text())
-    assert set(stages) == {"sprm", "hindsight"} and math.isfinite(stages["sprm"]["sprm_loss"])
-    row = next(r for r in full if r.get("phase") == "hisr")
-    assert row["collected"] == 4 and row["hindsight_rows"] > 0
-    rl = [r for r in full if r.get("phase") == "rl"]
-    assert [r["iteration"] for r in rl] == [1, 2]
-    # every evaluation (after BC, after RL 2) scores the same pairs: the eval panel's first eval_episodes tasks
-    evals = [r for r in full if "eval_success" in r]
-    assert [r["phase"] for r in evals] == ["bc", "rl"]
-    assert {r["eval_panel"] for r in evals} == {"synthetic_small_test@1[:2]"}
-    assert all(r["eval_success"] == r["eval_outcomes"].count("1") / 2 for r in evals)
-    for r in rl:
-        for key in (
-            "hisr_segments",
-            "hisr_importance",
-            "hisr_segment_reward",
-            "value_loss",
-            "time_reward_models",
-        ):
-            assert key in r and math.isfinite(r[key]), key
-        assert r["hisr_segments"] >= 1
-
-    part = tmp_path / "part"
-    _run(part, [*HISR_TINY, "iterations=1"])
-    stamp = (part / "hisr" / "collected.jsonl").stat().st_mtime_ns
-    resumed = _run(part, [*HISR_TINY, "iterations=2", "resume=true"])
-    assert (part / "hisr" / "collected.jsonl").stat().st_mtime_ns == stamp  # not collected again
-    assert sum(r.get("phase") == "hisr" for r in resumed) == 1  # the stages' row once, not re-run
-    again = next(r for r in resumed if r.get("phase") == "rl" and r["iteration"] == 2)
-    for key in ("success", "return", "kl", "value_loss", "hisr_segment_reward", "hisr_importance"):
-        assert again[key] == pytest.approx(rl[1][key], rel=1e-5, abs=1e-7), key
-
-    # the reward models are adapters of the policy's learner group: a group rebuilt after a worker died gets them
-    # back from an RL checkpoint, which holds them, or from the stage cache when the newest checkpoint is iter_0
-    # (written before the stages)
-    import ray
-
-    trainer = Trainer(resolve_config(None, [*TINY, *HISR_TINY, f"run_dir={part}", "resume=true"]))
-    try:
-        assert trainer.resume() == 3 and trainer.resumed_from.name == "iter_2"
-        trainer.hisr.prepare(in_learner=True)
-        trajs = trainer.hisr.collect()
-        seqs = trainer.hisr._sprm_batch(trajs, trainer.hisr.segment(trajs, trainer.hisr._turns(trajs))).seqs
-
-        def models() -> tuple[dict[str, np.ndarray], np.ndarray]:
-            return trainer.learner.adapter_weights("hindsight"), trainer.learner.values(seqs, critic="sprm")
-
-        hindsight, sprm = models()
-        # trained from π_ref (a fresh adapter's lora_B is 0); the SPRM stays at its zero start here (the tiny
-        # model's collected episodes all fail: target 0 everywhere), so the hindsight adapter is what tells
-        assert max(np.abs(w).max() for k, w in hindsight.items() if "lora_B" in k) > 0
-        for newest in ("iter_2", "iter_0"):
-            if newest == "iter_0":
-                for k in (1, 2):
-                    (part / "checkpoints" / f"iter_{k}").rename(part / f"moved_iter_{k}")
-                (part / "checkpoints" / "latest").write_text("iter_0")
-            ray.kill(trainer.learner.workers[0])
-            trainer.rebuild_learner(RuntimeError("killed"))
-            h, v = models()
-            assert all(np.array_equal(h[k], hindsight[k]) for k in hindsight), newest
-            np.testing.assert_array_equal(v, sprm)
-    finally:
-        trainer.close()
-
-
-STEP_HRL_TINY = [
-    "algo=step_hrl",
-    "rollout.agent=step_hrl",
-    "algo.warmup_steps=1",  # the first pass trains the critic alone (warm-up in whole passes), the second both
-    "algo.online_groups=1",  # and the online option: one group per iteration joins the buffer
-    "learner.ppo_epochs=1",
-]
-
-
-@pytest.mark.slow
-def test_step_hrl_offline_data_is_cached_and_a_resume_reproduces_the_losses(ray_local, tmp_path):
-    """BC -> the offline dataset (the BC demonstrations + 2x as many BC-policy rollouts) -> IQL critics with a
-    target copy and AWR on all three roles, through the real rollout workers and learner group; the data are cached
-    in the run folder, and a resumed run reads them (and the online buffer) back and repeats the losses."""
-    full = _run(tmp_path / "full", [*STEP_HRL_TINY, "iterations=2"])
-    root = tmp_path / "full" / "offline"
-    manifest = json.loads((root / "manifest.json").read_text())
-    assert manifest["expert"] == 4 and 1 <= manifest["collected"] <= 8
-    assert all(manifest["transitions"][r] > 0 for r in ("high", "low", "progress"))
-    assert (root / "online_1.jsonl").exists() and (root / "online_2.jsonl").exists()
-    assert sum(r.get("phase") == "data" for r in full) == 1
-    rl = [r for r in full if r.get("phase") == "rl"]
-    assert [r["iteration"] for r in rl] == [1, 2]
-    # every evaluation (after BC, after RL 2) scores the same pairs: the eval panel's first eval_episodes tasks
-    evals = [r for r in full if "eval_success" in r]
-    assert [r["phase"] for r in evals] == ["bc", "rl"]
-    assert {r["eval_panel"] for r in evals} == {"synthetic_small_test@1[:2]"}
-    assert all(r["eval_success"] == r["eval_outcomes"].count("1") / 2 for r in evals)
-    for r in rl:
-        for key in ("value_loss", "adv_abs_mean", "transitions_low", "buffer_trajectories"):
-            assert key in r and math.isfinite(r[key]), key
-    assert "awr_weight" not in rl[0] and math.isfinite(
-        rl[1]["awr_weight"]
-    )  # the actor joins after the warm-up
-    assert rl[1]["buffer_trajectories"] == rl[0]["buffer_trajectories"] + 2  # the online group of size 2
-
-    part = tmp_path / "part"
-    _run(part, [*STEP_HRL_TINY, "iterations=1"])
-    stamp = (part / "offline" / "dataset.jsonl").stat().st_mtime_ns
-    resumed = _run(part, [*STEP_HRL_TINY, "iterations=2", "resume=true"])
-    assert (part / "offline" / "dataset.jsonl").stat().st_mtime_ns == stamp  # not collected again
-    again = next(r for r in resumed if r.get("phase") == "rl" and r["iteration"] == 2)
-    for key in ("value_loss", "awr_weight", "adv_mean", "buffer_trajectories"):
-        assert again[key] == pytest.approx(rl[1][key], rel=1e-5, abs=1e-7), key
-
-
-MULTI2_TINY = [
-    "algo=multi2",
-    "rollout.agent=multi2",
-    'model.role_adapters={"planner": "planner", "executor": "executor"}',
-    "algo.offline_iterations=1",  # iteration 1 offline (SFT + IQL + AWR + the anchor term), iteration 2 online
-    "algo.online_groups=1",
-    "algo.anchor_fraction=0.5",
-    "algo.kl_coef=1.0",
-    "learner.ppo_epochs=1",
-]
-
-
-@pytest.mark.slow
-def test_multi2_offline_then_online_and_a_resume_reproduces_the_losses(ray_local, tmp_path):
-    """Multi2 end to end on the planner and executor adapters: the offline iteration adds policy-anchored samples
-    from the served executor and trains both adapters and the critic; the online iteration collects, freezes the
-    executor as π_off (a copy on the learner, equal to the executor the offline phase ended with) and adds the KL
-    term; a resumed run reads the cached anchors and online groups back and repeats the losses."""
-    from actors.rollout import read_peft_adapter
-
-    full = _run(tmp_path / "full", [*MULTI2_TINY, "iterations=2"])
-    root = tmp_path / "full" / "offline"
-    assert (root / "anchor_1.jsonl").exists() and not (root / "anchor_2.jsonl").exists()
-    assert (root / "online_2.jsonl").exists() and not (root / "online_1.jsonl").exists()
-    rl = [r for r in full if r.get("phase") == "rl"]
-    assert [r["iteration"] for r in rl] == [1, 2]
-    # every evaluation (after BC, after RL 2) scores the same pairs: the eval panel's first eval_episodes tasks
-    evals = [r for r in full if "eval_success" in r]
-    assert [r["phase"] for r in evals] == ["bc", "rl"]
-    assert {r["eval_panel"] for r in evals} == {"synthetic_small_test@1[:2]"}
-    assert all(r["eval_success"] == r["eval_outcomes"].count("1") / 2 for r in evals)
-    assert rl[0]["anchor_rows"] > 0 and "kl" not in rl[0]
-    assert rl[1]["anchor_rows"] == 0 and math.isfinite(rl[1]["executor/kl"]) and rl[1]["executor/kl"] >= 0
-    for r in rl:
-        for key in ("value_loss", "planner/nll", "executor/nll", "awr_weight", "sft_rows"):
-            assert key in r and math.isfinite(r[key]), key
-    ckpt = tmp_path / "full" / "checkpoints"
-    offline_end, _ = read_peft_adapter(ckpt / "iter_1" / "adapter" / "executor")
-    frozen, _ = read_peft_adapter(ckpt / "iter_2" / "adapter" / "ref_executor")
-    trained, _ = read_peft_adapter(ckpt / "iter_2" / "adapter" / "executor")
-    assert max(float(abs(offline_end[k] - frozen[k]).max()) for k in frozen) == 0.0
-    assert max(float(abs(trained[k] - frozen[k]).max()) for k in frozen) > 0.0
-
-    part = tmp_path / "part"
-    _run(part, [*MULTI2_TINY, "iterations=1"])
-    resumed = _run(part, [*MULTI2_TINY, "iterations=2", "resume=true"])
-    again = next(r for r in resumed if r.get("phase") == "rl" and r["iteration"] == 2)
-    for key in ("value_loss", "awr_weight", "executor/kl", "executor/nll", "buffer_trajectories"):
-        assert again[key] == pytest.approx(rl[1][key], rel=1e-5, abs=1e-7), key
-
-
-@pytest.mark.slow
-def test_multi2_with_one_shared_adapter_keeps_its_own_frozen_copy(ray_local, tmp_path):
-    """The paper's "Shared adapter" ablation (Fig. 6c): every role on one adapter; the online phase's π_off is a
-    frozen copy of it (``ref_default``), and the served adapter stays the trained one."""
-    shared = [a for a in MULTI2_TINY if not a.startswith("model.role_adapters")]
-    rl = [r for r in _run(tmp_path, [*shared, "iterations=2"]) if r.get("phase") == "rl"]
-    assert rl[0]["anchor_rows"] > 0 and "kl" not in rl[0]
-    assert math.isfinite(rl[1]["kl"]) and rl[1]["kl"] >= 0 and math.isfinite(rl[1]["nll"])
-
-
-ROLE_ADAPTERS = [
-    "algo=ppo",
-    "rollout.agent=multi2",
-    'model.role_adapters={"planner": "planner", "executor": "executor"}',
-    'learner.adapter_lr={"planner": 1e-4}',
-]
-
-
-@pytest.mark.slow
-def test_role_adapters_train_apart_and_a_resume_reproduces_the_losses(ray_local, tmp_path):
-    """Multi2's role-specific adapters through the whole driver: BC and PPO train the planner adapter on planner
-    turns and the executor adapter on executor turns (each its own optimizer and learning rate), both are pushed
-    to and served by the rollout workers, checkpointed apart, and a resumed run repeats the losses."""
-    from actors.rollout import read_peft_adapter
-
-    full = _run(tmp_path / "full", [*ROLE_ADAPTERS, "iterations=2"])
-    rl = [r for r in full if r.get("phase") == "rl"]
-    assert [r["iteration"] for r in rl] == [1, 2]
-    # every evaluation (after BC, after RL 2) scores the same pairs: the eval panel's first eval_episodes tasks
-    evals = [r for r in full if "eval_success" in r]
-    assert [r["phase"] for r in evals] == ["bc", "rl"]
-    assert {r["eval_panel"] for r in evals} == {"synthetic_small_test@1[:2]"}
-    assert all(r["eval_success"] == r["eval_outcomes"].count("1") / 2 for r in evals)
-    for r in rl:
-        for key in (
-            "planner/approx_kl",
-            "executor/approx_kl",
-            "approx_kl",
-            "value_loss",
-            "valid_format_planner",
-        ):
-            assert key in r and math.isfinite(r[key]), key
-    adapter = tmp_path / "full" / "checkpoints" / "iter_2" / "adapter"
-    planner, _ = read_peft_adapter(adapter / "planner")
-    executor, _ = read_peft_adapter(adapter / "executor")
-    assert set(planner) == set(executor)
-    assert max(float(abs(planner[k] - executor[k]).max()) for k in planner) > 1e-4  # two different adapters
-    # hierarl eval serves each adapter from its own checkpoint folder (adapter/<name>)
-    from launch.eval_cli import cmd_eval
-
-    assert cmd_eval([str(tmp_path / "full"), "--episodes", "2", "--no-random"]) == 0
-    table = next((tmp_path / "full").glob("eval_*.md")).read_text()
-    assert "valid executor | valid planner |" in table
-
-    part = tmp_path / "part"
-    _run(part, [*ROLE_ADAPTERS, "iterations=1"])
-    resumed = _run(part, [*ROLE_ADAPTERS, "iterations=2", "resume=true"])
-    again = next(r for r in resumed if r.get("phase") == "rl" and r["iteration"] == 2)
-    for key in ("success", "return", "planner/approx_kl", "executor/approx_kl", "value_loss"):
-        assert again[key] == pytest.approx(rl[1][key], rel=1e-5, abs=1e-7), key

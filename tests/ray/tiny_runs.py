@@ -1,0 +1,75 @@
+"""The tiny runs the Ray tests of the training driver share: the config, and a run through the real driver."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from launch.config import resolve_config
+from launch.train import Trainer
+
+# A tiny random model on the synthetic env: exercises every phase (zero-shot eval, BC, rollout, advantages,
+# DeepSpeed updates of policy and critic, weight push, eval, checkpoint) in about a minute.
+TINY = [
+    "model.path=tiny",
+    "model.dtype=float32",
+    "model.lora_rank=4",
+    "model.lora_alpha=8",
+    "model.max_model_len=512",
+    "env.name=synthetic",
+    "env.max_steps=3",
+    "env.workers_per_rollout=4",
+    'env.options={"stages": [2], "actions_per_stage": 1, "distractors": 1}',
+    "rollout.engine=hf",
+    "rollout.group_size=2",
+    "rollout.groups_per_iter=2",
+    "rollout.max_new_tokens=12",
+    "learner.dtype=float32",
+    "learner.micro_batch_size=8",
+    "learner.mini_batch_size=8",
+    "bc.episodes=4",
+    "bc.epochs=1",
+    "eval_episodes=2",
+    "eval_every=2",
+]
+
+HISR_TINY = [
+    "algo=hisr",
+    "rollout.agent=react",  # segmentation=auto -> entropy change points (the policy group's entropy pass)
+    "algo.collect_tasks=2",
+    "algo.collect_per_task=2",
+    "algo.collect_filter=false",  # the tiny model does not keep the format after one BC epoch
+    "algo.sprm_batch=8",
+    "algo.hindsight_batch=8",
+]
+
+MULTI2_TINY = [
+    "algo=multi2",
+    "rollout.agent=multi2",
+    'model.role_adapters={"planner": "planner", "executor": "executor"}',
+    "algo.offline_iterations=1",  # iteration 1 offline (SFT + IQL + AWR + the anchor term), iteration 2 online
+    "algo.online_groups=1",
+    "algo.anchor_fraction=0.5",
+    "algo.kl_coef=1.0",
+    "learner.ppo_epochs=1",
+]
+
+
+def run_tiny(run_dir: Path, extra: list[str]) -> list[dict]:
+    """``TINY`` plus ``extra`` through ``Trainer`` in this process (on the test's Ray): the metrics rows."""
+    cfg = resolve_config(None, [*TINY, f"run_dir={run_dir}", *extra])
+    trainer = Trainer(cfg)
+    try:
+        return trainer.run()
+    finally:
+        trainer.close()
+
+
+def replay(run: Path, out: Path, args: list[str]) -> list[dict]:
+    """``bench/bench_replay.py --run RUN --repeats 1 ARGS`` in a child process: its rows."""
+    bench = Path(__file__).resolve().parents[2] / "bench" / "bench_replay.py"
+    cmd = [sys.executable, str(bench), "--run", str(run), "--repeats", "1", *args, "--out", str(out)]
+    subprocess.run(cmd, check=True, timeout=900)
+    return json.loads(out.read_text())["rows"]
