@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+
+import pytest
 
 from launch.config import resolve_config
 from launch.train import Trainer
@@ -73,3 +77,29 @@ def replay(run: Path, out: Path, args: list[str]) -> list[dict]:
     cmd = [sys.executable, str(bench), "--run", str(run), "--repeats", "1", *args, "--out", str(out)]
     subprocess.run(cmd, check=True, timeout=900)
     return json.loads(out.read_text())["rows"]
+
+
+def two_iterations(rows: list[dict], finite: Sequence[str] = ()) -> list[dict]:
+    """The RL rows of a tiny ``iterations=2`` run, after the checks every such run shares: RL iterations 1 and 2;
+    every evaluation (after BC, after RL 2) scores the same pairs, the eval panel's first ``eval_episodes`` (2)
+    tasks, its success the share of won outcomes; each key of ``finite`` logged and finite on every RL row."""
+    rl = [r for r in rows if r.get("phase") == "rl"]
+    assert [r["iteration"] for r in rl] == [1, 2]
+    evals = [r for r in rows if "eval_success" in r]
+    assert [r["phase"] for r in evals] == ["bc", "rl"]
+    assert {r["eval_panel"] for r in evals} == {"synthetic_small_test@1[:2]"}
+    assert all(r["eval_success"] == r["eval_outcomes"].count("1") / 2 for r in evals)
+    for r in rl:
+        for key in finite:
+            assert key in r and math.isfinite(r[key]), key
+    return rl
+
+
+def resume_matches(run_dir: Path, extra: list[str], straight: dict, keys: Sequence[str]) -> None:
+    """A run stopped after iteration 1 and resumed to iteration 2 repeats ``straight`` (the uninterrupted run's
+    iteration 2) in each of ``keys``."""
+    run_tiny(run_dir, [*extra, "iterations=1"])
+    resumed = run_tiny(run_dir, [*extra, "iterations=2", "resume=true"])
+    again = next(r for r in resumed if r.get("phase") == "rl" and r["iteration"] == 2)
+    for key in keys:
+        assert again[key] == pytest.approx(straight[key], rel=1e-5, abs=1e-7), key
