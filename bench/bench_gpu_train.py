@@ -74,6 +74,19 @@ def _rows(run_dir: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
+def run_until(cmd: list[str], log: Path, deadline: float | None) -> tuple[int, bool]:
+    """``cmd`` in its own process session, its output appended to ``log``: (exit status, cut). Still going at
+    ``deadline`` (a ``time.time()``), the whole session is killed (``hierarl train`` and the Ray cluster it started),
+    so nothing it left keeps the GPU."""
+    with log.open("a") as f:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            return proc.wait(None if deadline is None else max(0.0, deadline - time.time())), False
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            return proc.wait(), True
+
+
 def train(
     preset: str, model: str, run_dir: Path, share: float, overrides: list[str], deadline: float | None = None
 ) -> dict[str, Any]:
@@ -83,15 +96,7 @@ def train(
     call that outlives the lent machine's limit returns nothing."""
     log = run_dir.parent / f"{run_dir.name}.log"
     t0 = time.perf_counter()
-    cut = False
-    with log.open("a") as f:
-        cmd = _command(preset, model, run_dir, share, overrides)
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            rc = proc.wait(None if deadline is None else max(0.0, deadline - time.time()))
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            rc, cut = proc.wait(), True
+    rc, cut = run_until(_command(preset, model, run_dir, share, overrides), log, deadline)
     wall = time.perf_counter() - t0
     out: dict[str, Any] = {
         "label": run_dir.name, "preset": preset, "overrides": overrides, "rc": rc, "wall_s": round(wall, 1),

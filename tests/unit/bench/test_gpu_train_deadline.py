@@ -1,0 +1,45 @@
+"""``bench_gpu_train.run_until``: a run still going at ``--deadline`` is killed with every process of its session
+(a ``hierarl train`` and the Ray cluster it started), its status marked cut; a run that ends in time is left alone.
+Run as a subprocess because the bench scripts set process-wide environment variables on import."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+SCRIPT = """
+import json, sys, time
+from pathlib import Path
+sys.path.insert(0, "bench")
+from bench_gpu_train import run_until
+log, pidfile = sys.argv[1], sys.argv[2]
+t0 = time.time()
+slow = run_until(["bash", "-c", f"sleep 60 & echo $! > {pidfile}; wait"], Path(log), t0 + 2)
+fast = run_until(["bash", "-c", "echo done; exit 3"], Path(log), time.time() + 30)
+print(json.dumps({"slow": slow, "fast": fast, "wall": time.time() - t0}))
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return not (stat.exists() and stat.read_text().split()[2] == "Z")
+
+
+def test_a_run_past_its_deadline_is_killed_with_its_whole_session(tmp_path):
+    log, pidfile = tmp_path / "run.log", tmp_path / "child.pid"
+    out = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(log), str(pidfile)],
+        cwd=ROOT, capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["slow"] == [-9, True]  # SIGKILL at the 2 s deadline, marked cut
+    assert got["fast"] == [3, False]  # ended in time: its own status, not cut
+    assert got["wall"] < 20  # not the 60 s the child would sleep
+    assert not _alive(int(pidfile.read_text()))  # the grandchild (a Ray process, in a real run) is gone too
+    assert log.read_text().strip().endswith("done")  # both runs' output appended to the log
