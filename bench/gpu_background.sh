@@ -2,7 +2,8 @@
 # A command longer than one call to the lent GPU machine (10 minutes), run across back-to-back calls: `start` runs it
 # in its own process session (which outlives the call while the machine stays warm, ~30 s between calls) with its
 # output in DIR/log; `wait` waits for it up to SECONDS and packs DIR (logs, JSON, each run's metrics.jsonl; no
-# checkpoints) into OUT/DIR's-name.tgz every 15 s, so a call cut at its limit still brings back what ran so far.
+# checkpoints) into OUT/DIR's-name.tgz every 15 s and once it ends, so a call cut at its limit still brings back what
+# ran so far.
 # Exit status of `wait`: 0 once the command ended (DIR/rc holds its status), 3 while it still runs.
 #   bash bench/gpu_background.sh start DIR CMD [ARG ...]
 #   bash bench/gpu_background.sh wait DIR SECONDS OUT
@@ -17,15 +18,16 @@ case $verb in
   start)
     shift 2
     mkdir -p "$dir"
-    setsid bash -c '"$@" >"$0/log" 2>&1; echo $? >"$0/rc"' "$dir" "$@" </dev/null &
+    # stdio detached too: a caller reading this script's output (a device call, a test) must not wait on the command
+    setsid bash -c '"$@" >"$0/log" 2>&1; echo $? >"$0/rc"' "$dir" "$@" </dev/null >/dev/null 2>&1 &
     echo "gpu_background: started in $dir (pid $!)"
     ;;
   wait)
     seconds=${3:?SECONDS} out=${4:?OUT}
-    SECONDS=0
-    while [ ! -f "$dir/rc" ] && [ $SECONDS -lt "$seconds" ]; do
-      pack "$out"
-      sleep 15
+    SECONDS=0 packed=-15
+    while [ ! -f "$dir/rc" ] && [ $SECONDS -lt "$seconds" ]; do  # back within a second of the end: device time
+      if [ $((SECONDS - packed)) -ge 15 ]; then pack "$out" && packed=$SECONDS; fi
+      sleep 1
     done
     pack "$out"
     tail -n 20 "$dir/log"
