@@ -116,13 +116,18 @@ def kill_and_resume(
     preset: str, model: str, run_dir: Path, share: float, overrides: list[str], deadline: float | None = None
 ) -> dict[str, Any]:
     """``kill -9`` of ``hierarl train`` (and the cluster it started) once its first RL iteration is logged, then
-    ``resume=true`` to iteration 2, as the CPU chaos test does."""
+    ``resume=true`` to iteration 2, as the CPU chaos test does. At ``deadline`` the first run is killed whatever it
+    has logged, and the resume, started past it, is cut at once: the rows so far are kept, marked ``cut``."""
     args = _command(preset, model, run_dir, share, [*overrides, "iterations=2"])
     with (run_dir.parent / f"{run_dir.name}.log").open("w") as log:
         driver = subprocess.Popen(
             args, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
-    while driver.poll() is None and not any(r.get("phase") == "rl" for r in _rows(run_dir)):
+    while (
+        driver.poll() is None
+        and not any(r.get("phase") == "rl" for r in _rows(run_dir))
+        and (deadline is None or time.time() < deadline)
+    ):
         time.sleep(0.5)
     killed = driver.poll() is None
     if killed:

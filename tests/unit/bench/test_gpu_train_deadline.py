@@ -43,3 +43,25 @@ def test_a_run_past_its_deadline_is_killed_with_its_whole_session(tmp_path):
     assert got["wall"] < 20  # not the 60 s the child would sleep
     assert not _alive(int(pidfile.read_text()))  # the grandchild (a Ray process, in a real run) is gone too
     assert log.read_text().strip().endswith("done")  # both runs' output appended to the log
+
+
+RESUME_SCRIPT = """
+import json, sys, time
+from pathlib import Path
+sys.path.insert(0, "bench")
+import bench_gpu_train as b
+b._command = lambda *a: ["bash", "-c", "sleep 60"]  # a run that never logs an RL iteration
+t0 = time.time()
+out = b.kill_and_resume("p", "m", Path(sys.argv[1]), 0.1, [], deadline=t0 + 2)
+print(json.dumps({"killed": out["killed"], "cut": out["cut"], "wall": time.time() - t0}))
+"""
+
+
+def test_kill_and_resume_stops_waiting_for_iteration_1_at_the_deadline(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-c", RESUME_SCRIPT, str(tmp_path / "run")],
+        cwd=ROOT, capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["killed"] and got["cut"]  # the first run killed at 2 s, the resume cut at once
+    assert got["wall"] < 20  # not the 60 s the first run would sleep waiting for an RL row
