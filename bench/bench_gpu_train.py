@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
@@ -74,17 +75,20 @@ def _rows(run_dir: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
-def run_until(cmd: list[str], log: Path, deadline: float | None) -> tuple[int, bool]:
+def run_until(
+    cmd: list[str], log: Path, deadline: float | None, stop: Callable[[], bool] | None = None
+) -> tuple[int, bool]:
     """``cmd`` in its own process session, its output appended to ``log``: (exit status, cut). Still going at
-    ``deadline`` (a ``time.time()``), the whole session is killed (``hierarl train`` and the Ray cluster it started),
-    so nothing it left keeps the GPU."""
+    ``deadline`` (a ``time.time()``), or once ``stop()`` holds (polled every 0.5 s), the whole session is killed
+    (``hierarl train`` and the Ray cluster it started), so nothing it left keeps the GPU."""
     with log.open("a") as f:
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            return proc.wait(None if deadline is None else max(0.0, deadline - time.time())), False
-        except subprocess.TimeoutExpired:
+    while proc.poll() is None:
+        if (deadline is not None and time.time() >= deadline) or (stop is not None and stop()):
             os.killpg(proc.pid, signal.SIGKILL)
             return proc.wait(), True
+        time.sleep(0.5)
+    return proc.returncode, False
 
 
 def train(
@@ -119,20 +123,10 @@ def kill_and_resume(
     ``resume=true`` to iteration 2, as the CPU chaos test does. At ``deadline`` the first run is killed whatever it
     has logged, and the resume, started past it, is cut at once: the rows so far are kept, marked ``cut``."""
     args = _command(preset, model, run_dir, share, [*overrides, "iterations=2"])
-    with (run_dir.parent / f"{run_dir.name}.log").open("w") as log:
-        driver = subprocess.Popen(
-            args, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
-    while (
-        driver.poll() is None
-        and not any(r.get("phase") == "rl" for r in _rows(run_dir))
-        and (deadline is None or time.time() < deadline)
-    ):
-        time.sleep(0.5)
-    killed = driver.poll() is None
-    if killed:
-        os.killpg(driver.pid, signal.SIGKILL)
-    driver.wait()
+    log = run_dir.parent / f"{run_dir.name}.log"
+    _, killed = run_until(
+        args, log, deadline, stop=lambda: any(r.get("phase") == "rl" for r in _rows(run_dir))
+    )
     latest = run_dir / "checkpoints" / "latest"
     resumed_from = latest.read_text() if latest.exists() else None
     out = train(preset, model, run_dir, share, [*overrides, "iterations=2", "resume=true"], deadline)
