@@ -42,9 +42,13 @@ def behaviour_cloning(
             measure=False,
         )
         out[f"nll_epoch{epoch}"] = m.get("nll", float("nan"))
+        # several adapters (Multi2's planner and executor): each one's NLL too, since their row counts differ
+        per_adapter = {k.removesuffix("/nll"): v for k, v in sorted(m.items()) if k.endswith("/nll")}
+        out.update({f"{name}/nll_epoch{epoch}": v for name, v in per_adapter.items()})
+        each = ", ".join(f"{name} {v:.3f}" for name, v in per_adapter.items())
         print(
-            f"[hierarl] BC epoch {epoch + 1}/{bc_cfg.epochs}: nll {out[f'nll_epoch{epoch}']:.3f} "
-            f"({time.perf_counter() - t0:.0f}s)",
+            f"[hierarl] BC epoch {epoch + 1}/{bc_cfg.epochs}: nll {out[f'nll_epoch{epoch}']:.3f}"
+            f"{f' ({each})' if each else ''} ({time.perf_counter() - t0:.0f}s)",
             flush=True,
         )
     out["wall_s"] = time.perf_counter() - t0
@@ -57,7 +61,7 @@ def bc_from_run(learner: LearnerGroup, ckpt: Path, adapters: Sequence[str]) -> d
     learner.load_checkpoint(str(ckpt), only=list(adapters))
     rows = (json.loads(r) for r in (ckpt.parent.parent / "metrics.jsonl").read_text().splitlines() if r)
     bc = next((r for r in rows if r.get("phase") == "bc"), {})
-    keep = {k: v for k, v in bc.items() if k in ("demos", "turns", "wall_s") or k.startswith("nll_epoch")}
+    keep = {k: v for k, v in bc.items() if k in ("demos", "turns", "wall_s") or "nll_epoch" in k}
     print(f"[hierarl] BC warm start taken from {ckpt}", flush=True)
     return {"demos": 0, "turns": 0, "wall_s": 0.0, **keep, "bc_from_run": str(ckpt.parent.parent)}
 

@@ -1,6 +1,7 @@
 """STEP-HRL's pure half: step-level transitions per role, IQL targets and the AWR / critic losses, against
 hand-computed values (the arithmetic is in the comments). Each test names the mutation it is there to catch."""
 
+import dataclasses
 import math
 
 import numpy as np
@@ -326,3 +327,48 @@ def test_expectile_direction(direction, v_loss):
         ConfigError, match=r"^algo.expectile_direction: unknown value 'upper'; allowed: iql, authors$"
     ):
         resolve_algo_config(step_hrl.Config, {"expectile_direction": "upper"})
+
+
+class _CriticLearner:
+    """Stands in for the learner group in ``Updater.warm_up_critic``: each pass reads its values (the critic as the
+    previous pass left it: 10 r + k² + 100 · passes so far) and records the ``update`` call."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict] = []
+
+    def values(self, seqs):
+        return _values(len(seqs.input_ids)) + 100.0 * len(self.calls)
+
+    def update(self, batch, **kw):
+        self.calls.append({"batch": batch, **kw})
+        return {"value_loss": 5.0 - len(self.calls)}
+
+
+def test_the_updaters_critic_warm_up_sends_each_pass_the_polyak_rate_and_fresh_targets():
+    """``Updater.warm_up_critic``, the call site of ``warmup_arguments``: every pass trains the critic alone (no
+    policy loss) for one epoch with the config's τ (0.3), a seed per pass, on targets recomputed from the values
+    the previous pass left. Catches the warm-up sending the RL update's arguments (τ 0 for a target critic read
+    from the wrong place, the run's epochs), reusing one pass's targets, or one seed for every pass."""
+    from launch.config import TrainConfig
+    from launch.updater import Updater
+
+    algo, cfg = get_algo("step_hrl"), step_hrl.Config(target_tau=0.3)
+    run = dataclasses.replace(TrainConfig(algo="step_hrl").learner, ppo_epochs=2)  # a pass is 1 epoch, not 2
+    learner = _CriticLearner()
+    up = Updater(
+        learner, run, pad_id=0, success_reward=10.0, role_adapters={}, ref_adapters=(), behaviour_is_cap=0.0
+    )
+    traj = _won()
+    turns = build_turn_batch([traj], max_len=64, pad_id=0)
+    seqs = sequences(turns, algo.value_slots)
+    zeros = np.zeros(seqs.input_ids.shape, np.float32)
+    out = up.warm_up_critic(algo, cfg, [traj], turns, seqs, (zeros, None), 2, 3)
+    assert out == {"critic_warmup_loss_first": 4.0, "critic_warmup_loss_last": 3.0}
+    first, second = learner.calls
+    for k, call in enumerate(learner.calls):
+        assert call["policy_loss"] is None and call["value_loss"] is algo.value_loss
+        assert call["target_tau"] == 0.3 and call["epochs"] == 1 and call["critic_only_steps"] == 0
+        assert call["seed"] == 3 + 7919 * (k + 1) and call["loss_cfg"] is cfg
+    # high row 0's V slot 1 ← Q_target of row 0 = values[0, 6]: 36 in pass 1, 136 after one pass (+100)
+    assert first["batch"].value_target[0, 1] == pytest.approx(36.0)
+    assert second["batch"].value_target[0, 1] == pytest.approx(136.0)
