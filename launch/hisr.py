@@ -36,6 +36,7 @@ from actors.agents.parsing import render_prompt
 from actors.trajectory import Trajectory, read_jsonl, to_jsonl
 from learners.algos import hisr, sft
 from learners.batch import LearnerBatch, TurnBatch, build_turn_batch
+from learners.diagnostics import ranking_auc
 from learners.group import LearnerGroup
 from learners.learner_spec import CriticSpec
 from learners.prepare import learner_batch
@@ -45,7 +46,6 @@ from learners.reward_models import (
     hindsight_rows,
     keep_for_reward_models,
     one_outcome_warning,
-    ranking_auc,
     sprm_sequences,
     write_segment_rewards,
 )

@@ -60,6 +60,39 @@ def group_rms(token_adv: np.ndarray, groups: dict[str, np.ndarray]) -> dict[str,
     return {f"adv_rms/{g}": float(np.sqrt(np.mean(token_adv[m] ** 2))) for g, m in groups.items()}
 
 
+def ranking_auc(scores: np.ndarray, positive: np.ndarray) -> float:
+    """P(score of a positive > score of a negative), ties counting 1/2 (the Mann-Whitney AUC): 0.5 is a reward
+    model that does not tell won from lost trajectories, below 0.5 one that prefers the lost; NaN without both."""
+    pos, neg = scores[positive], scores[~positive]
+    if not (pos.size and neg.size):
+        return float("nan")
+    diff = pos[:, None] - neg[None, :]
+    return float(((diff > 0) + 0.5 * (diff == 0)).mean())
+
+
+def outcome_advantage(
+    trajectories: Sequence[Trajectory], turns: TurnBatch, token_adv: np.ndarray, loss_mask: np.ndarray
+) -> dict[str, float]:
+    """Whether an update pushes toward winning: ``adv_mean/won`` and ``adv_mean/lost``, the mean advantage on the
+    trained tokens of won and of lost episodes, and ``adv_auc``, the probability that a won episode's mean advantage
+    exceeds a lost one's (``ranking_auc``: 0.5 when the advantages do not tell them apart, NaN without both)."""
+    episode = np.array([i for i, _ in turns.index], dtype=np.int64)
+    trained = loss_mask.astype(bool)
+    won = np.array([bool(t.won) for t in trajectories], dtype=bool)
+    out: dict[str, float] = {}
+    for name, rows in (("won", won[episode]), ("lost", ~won[episode])):
+        sel = trained & rows[:, None]
+        if sel.any():
+            out[f"adv_mean/{name}"] = float(token_adv[sel].mean())
+    rows_of = [episode == i for i in range(len(trajectories))]
+    has = np.array([trained[r].any() for r in rows_of], dtype=bool)
+    means = np.array(
+        [token_adv[r][trained[r]].mean() if h else 0.0 for r, h in zip(rows_of, has, strict=True)]
+    )
+    out["adv_auc"] = ranking_auc(means[has], won[has])
+    return out
+
+
 def update_kl(
     old_logprobs: np.ndarray, new_logprobs: np.ndarray, groups: dict[str, np.ndarray]
 ) -> dict[str, float]:

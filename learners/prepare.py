@@ -23,7 +23,7 @@ import torch
 from actors.trajectory import Trajectory
 from learners.algorithm import Algorithm
 from learners.batch import LearnerBatch, Sequences, TurnBatch, build_turn_batch
-from learners.diagnostics import group_rms, token_groups
+from learners.diagnostics import group_rms, outcome_advantage, token_groups
 from learners.losses import aggregation_weights, behaviour_weights
 from reward.shaping import apply_shaping, shaping_for
 
@@ -99,6 +99,7 @@ def learner_batch(
         old_values=(np.zeros((len(seqs), k)) if values is None else values).astype(np.float32),
         behaviour_weight=weight,
     )
+    stats.update(outcome_advantage(trajectories, turns, batch.token_adv, batch.loss_mask))
     return batch, stats
 
 

@@ -21,6 +21,7 @@ import torch
 
 from actors.trajectory import Trajectory, Turn
 from learners.batch import Sequences, TurnBatch
+from learners.diagnostics import ranking_auc
 from learners.losses import (
     hindsight_importance,
     hindsight_modulated_rewards,
@@ -284,16 +285,6 @@ def write_segment_rewards(
         # trajectories above lost ones
         "hisr_sprm_auc": ranking_auc(predicted, won),
     }
-
-
-def ranking_auc(scores: np.ndarray, positive: np.ndarray) -> float:
-    """P(score of a positive > score of a negative), ties counting 1/2 (the Mann-Whitney AUC): 0.5 is a reward
-    model that does not tell won from lost trajectories, below 0.5 one that prefers the lost; NaN without both."""
-    pos, neg = scores[positive], scores[~positive]
-    if not (pos.size and neg.size):
-        return float("nan")
-    diff = pos[:, None] - neg[None, :]
-    return float(((diff > 0) + 0.5 * (diff == 0)).mean())
 
 
 def _pad(rows: Sequence[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -13,6 +13,7 @@ from launch.episode_stats import expert_switches, hierarchy_stats, segment_lengt
 from learners.diagnostics import (
     block_logprobs,
     group_rms,
+    outcome_advantage,
     probe_deltas,
     probe_splits,
     token_groups,
@@ -56,6 +57,30 @@ def test_group_rms_and_update_kl_golden():
     assert kl["kl_update/action"] == pytest.approx(down, rel=1e-4)
     assert kl["kl_update/subgoal"] == 0.0
     assert kl["kl_update"] == pytest.approx((6 * up + 6 * down) / 21, rel=1e-4)
+
+
+def test_outcome_advantage_compares_won_and_lost_episodes_on_trained_tokens_only():
+    """Episodes a (won), b and c (lost), three turns each; A = 1 on a's tokens, −0.5 on b's, 2 on c's, except c's
+    last turn, −100 and out of the loss mask, and 100 on every prompt token (never trained). Won mean 1; lost mean
+    over b's 3 · 7 and c's 2 · 7 trained tokens: (21 · −0.5 + 14 · 2) / 35 = 0.5; per episode 1 / −0.5 / 2, so a
+    ranks above b, below c: AUC 1/2. Reading the prompt or the masked turn, or swapping won and lost, fails here."""
+    trajs = [_traj(t, HIPER_REWARDS, HIPER_SWITCHES) for t in "abc"]
+    trajs[0].won = True
+    turns = _batch(trajs)
+    resp = turns.response_mask.numpy().astype(bool)
+    adv = np.full(resp.shape, 100.0, np.float32)
+    for row, a in enumerate([1.0] * 3 + [-0.5] * 3 + [2.0, 2.0, -100.0]):
+        adv[row, resp[row]] = a
+    mask = resp.copy()
+    mask[8] = False
+    out = outcome_advantage(trajs, turns, adv, mask)
+    assert out["adv_mean/won"] == pytest.approx(1.0) and out["adv_mean/lost"] == pytest.approx(0.5)
+    assert out["adv_auc"] == 0.5
+    trajs[2].won = True  # a and c won, b lost: both rank above b
+    assert outcome_advantage(trajs, turns, adv, mask)["adv_auc"] == 1.0
+    trajs[0].won = trajs[2].won = False  # one outcome: no ranking, no won mean
+    one = outcome_advantage(trajs, turns, adv, mask)
+    assert math.isnan(one["adv_auc"]) and "adv_mean/won" not in one
 
 
 def _episode(switches, done_after):

@@ -12,6 +12,7 @@ import torch
 from actors.trajectory import Decision, Trajectory, Turn
 from learners.algos import hisr
 from learners.batch import build_turn_batch
+from learners.diagnostics import ranking_auc
 from learners.prepare import minibatch
 from learners.reward_models import (
     MASK,
@@ -20,7 +21,6 @@ from learners.reward_models import (
     keep_for_reward_models,
     one_outcome_warning,
     outcome,
-    ranking_auc,
     segment_turn_rewards,
     sprm_sequences,
     write_segment_rewards,

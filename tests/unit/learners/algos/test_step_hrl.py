@@ -234,8 +234,13 @@ def test_learner_batch_carries_the_iql_targets_and_flips_the_advantage_sign():
     np.testing.assert_array_equal(batch.token_adv, want)
     np.testing.assert_array_equal(batch.loss_mask, resp)
     assert "logprob_gap" not in stats and batch.ref_logprobs is None
-    neg, _ = learner_batch(algo, cfg, [traj], turns, seqs, zeros, None, _values(7), negate_advantages=True)
+    assert stats["adv_mean/won"] == pytest.approx(want[resp.astype(bool)].mean())  # the one episode won
+    neg, neg_stats = learner_batch(
+        algo, cfg, [traj], turns, seqs, zeros, None, _values(7), negate_advantages=True
+    )
     np.testing.assert_array_equal(neg.token_adv, -want)
+    # the diagnostic reads the advantages the loss trains on: the control's are negated
+    assert neg_stats["adv_mean/won"] == pytest.approx(-stats["adv_mean/won"]) and stats["adv_mean/won"] < 0
 
 
 def test_polyak_update_moves_the_target_a_tau_step_towards_the_critic():
