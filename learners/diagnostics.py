@@ -61,8 +61,9 @@ def group_rms(token_adv: np.ndarray, groups: dict[str, np.ndarray]) -> dict[str,
 
 
 def ranking_auc(scores: np.ndarray, positive: np.ndarray) -> float:
-    """P(score of a positive > score of a negative), ties counting 1/2 (the Mann-Whitney AUC): 0.5 is a reward
-    model that does not tell won from lost trajectories, below 0.5 one that prefers the lost; NaN without both."""
+    """P(score of a positive > score of a negative), ties counting 1/2 (the Mann-Whitney AUC): 0.5 is a score (a
+    reward model's, an advantage) that does not tell won from lost trajectories, below 0.5 one that prefers the
+    lost; NaN without both."""
     pos, neg = scores[positive], scores[~positive]
     if not (pos.size and neg.size):
         return float("nan")
@@ -79,17 +80,15 @@ def outcome_advantage(
     episode = np.array([i for i, _ in turns.index], dtype=np.int64)
     trained = loss_mask.astype(bool)
     won = np.array([bool(t.won) for t in trajectories], dtype=bool)
+    n = len(trajectories)
+    total = np.bincount(episode, np.where(trained, token_adv, 0.0).sum(1), minlength=n)  # per episode
+    count = np.bincount(episode, trained.sum(1), minlength=n)
     out: dict[str, float] = {}
-    for name, rows in (("won", won[episode]), ("lost", ~won[episode])):
-        sel = trained & rows[:, None]
-        if sel.any():
-            out[f"adv_mean/{name}"] = float(token_adv[sel].mean())
-    rows_of = [episode == i for i in range(len(trajectories))]
-    has = np.array([trained[r].any() for r in rows_of], dtype=bool)
-    means = np.array(
-        [token_adv[r][trained[r]].mean() if h else 0.0 for r, h in zip(rows_of, has, strict=True)]
-    )
-    out["adv_auc"] = ranking_auc(means[has], won[has])
+    for name, keep in (("won", won), ("lost", ~won)):
+        if count[keep].sum():
+            out[f"adv_mean/{name}"] = float(total[keep].sum() / count[keep].sum())
+    has = count > 0
+    out["adv_auc"] = ranking_auc(total[has] / count[has], won[has])
     return out
 
 
