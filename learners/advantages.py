@@ -5,7 +5,8 @@ estimator has a per-trajectory form written as a plain loop (the readable refere
 the learner needs speed, a batched form over right-padded ``[B, T]`` batches with a bool ``valid_mask``.
 
 Terminated vs truncated (kept apart on purpose): an episode that *terminated* has V(s_T) = 0; one that was
-*truncated* (step limit) bootstraps V(s_T) = ``bootstrap_value`` — the critic's estimate at the cut.
+*truncated* (step limit) bootstraps V(s_T) = ``bootstrap_value`` — the critic's estimate at the cut — unless the
+algorithm's ``truncation`` is ``"terminal"`` (``Truncation``), where the caller passes 0.
 
 Papers: GAE (Schulman et al. 2015); HiPER (seed 001, Sec. 4.3 Eq. 6-14, Alg. 1); GRPO / RLOO group baselines;
 GiGPO (Feng et al. 2025, cited by seeds 001/002); HIPIF (seed 002, Sec. 3.3 Eq. 8-9, Alg. 1 lines 27-32).
@@ -23,6 +24,11 @@ from torch import Tensor
 
 ArrayLike = Tensor | np.ndarray | Sequence[float]
 GroupMode = Literal["grpo", "rloo", "mean"]
+Truncation = Literal["bootstrap", "terminal"]
+"""What a step-limit (or context) cut means to a critic: ``bootstrap``, V(s_T) is the critic's estimate (the episode
+would have gone on; Pardo et al. 2018's time-limit bootstrap); ``terminal``, V(s_T) = 0 as after a real end (the
+limit is part of the task: an episode not won by then has failed)."""
+TRUNCATIONS: tuple[str, ...] = ("bootstrap", "terminal")
 
 
 def _f64(x: ArrayLike) -> Tensor:

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from learners.advantages import GroupMode
+from learners.advantages import TRUNCATIONS, GroupMode
 from learners.losses import AGG_MODES, KL_KINDS
 from reward.shaping import TERMS, ShapingConstants
 
@@ -96,6 +96,19 @@ class PolicyLossConfig(RLConfig):
         check_choice("kl_kind", self.kl_kind, KL_KINDS)
 
 
+@dataclass(frozen=True)
+class ActorCriticConfig(PolicyLossConfig):
+    """``PolicyLossConfig`` plus what a truncated episode's last state is worth to the critic (PPO, HISR, HiPER)."""
+
+    truncation: str = "bootstrap"
+    """bootstrap: V(s_T) ≈ V(s_{T−1}) after a step-limit cut (``learners.targets.bootstrap_value``); terminal:
+    V(s_T) = 0, as after a real end (``learners.advantages.Truncation``)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_choice("truncation", self.truncation, TRUNCATIONS)
+
+
 EXPECTILE_DIRECTIONS = ("iql", "authors")
 ACTOR_LOSSES = ("awr", "advantage")
 ADVANTAGE_QS = ("online", "target")
@@ -153,6 +166,9 @@ class OfflineRLConfig(RLConfig):
     env_reward_scale: float = 1.0
     """Multiplies the env reward in the transitions (ScienceWorld reports increments of a 0-100 score where the
     papers read 0-1: its presets set 0.01)."""
+    truncation: str = "bootstrap"
+    """A transition cut by the step limit before its s': bootstrap, V(s') ≈ V(s) (``learners.transitions``);
+    terminal, done (V(s') = 0; ``learners.advantages.Truncation``)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -161,6 +177,7 @@ class OfflineRLConfig(RLConfig):
         check_choice("actor_loss", self.actor_loss, ACTOR_LOSSES)
         check_choice("advantage_q", self.advantage_q, ADVANTAGE_QS)
         check_choice("adv_norm", self.adv_norm, ADV_NORMS)
+        check_choice("truncation", self.truncation, TRUNCATIONS)
         for name, ok, allowed in (
             ("beta", self.beta > 0, POSITIVE),
             ("expectile", 0 < self.expectile < 1, "a number in (0, 1)"),

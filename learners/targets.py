@@ -123,10 +123,13 @@ def turn_advantage_targets(
     )
 
 
-def bootstrap_value(traj: Trajectory, last_value: float) -> float:
-    """V(s_T): 0 when terminated; for a truncated episode we have no forward pass on s_T, so the value of the
-    last state the policy acted from stands in (a documented approximation)."""
-    return 0.0 if traj.terminated else float(last_value)
+def bootstrap_value(traj: Trajectory, last_value: float, truncation: str = "bootstrap") -> float:
+    """V(s_T): 0 when terminated, and for a truncated episode with ``truncation="terminal"``
+    (``learners.advantages.Truncation``); otherwise we have no forward pass on s_T, so the value of the last state
+    the policy acted from stands in (a documented approximation)."""
+    if traj.terminated or truncation == "terminal":
+        return 0.0
+    return float(last_value)
 
 
 def broadcast_turn_values(per_row: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -230,10 +233,11 @@ def turn_gae_targets(
     gamma: float,
     lam: float,
     normalize: bool,
+    truncation: str = "bootstrap",
 ) -> Targets:
-    """Turn-level GAE (PPO, HISR): ``rewards`` float[T] per trajectory, V(s_t) = ``values[:, 0]``; every response
-    token of a turn gets its advantage (whitened over the batch's response tokens when ``normalize``), the critic
-    regresses on the λ-return."""
+    """Turn-level GAE (PPO, HISR): ``rewards`` float[T] per trajectory, V(s_t) = ``values[:, 0]``, a truncated
+    episode's V(s_T) by ``bootstrap_value`` under ``truncation``; every response token of a turn gets its advantage
+    (whitened over the batch's response tokens when ``normalize``), the critic regresses on the λ-return."""
     resp = batch.response_mask.numpy()
     adv_row = np.zeros(len(batch))
     ret_row = np.zeros(len(batch))
@@ -245,7 +249,7 @@ def turn_gae_targets(
             gamma=gamma,
             lam=lam,
             terminated=traj.terminated,
-            bootstrap_value=bootstrap_value(traj, v[-1]),
+            bootstrap_value=bootstrap_value(traj, v[-1], truncation),
         )
         adv_row[rows], ret_row[rows] = adv.numpy(), ret.numpy()
     token_adv = broadcast_turn_values(adv_row, resp)

@@ -24,12 +24,13 @@ says, per turn, its reward r, the turn whose prompt is s' (``next_turn``) and wh
 
 Every turn also keeps its own shaping terms (``Turn.shaped``, e.g. a format penalty) in r. A transition with no
 s' in the data and not done (the episode was truncated mid-subtask) has ``next_turn`` = −1: V(s') is taken as
-V(s), the approximation ``learners.targets.bootstrap_value`` documents for the on-policy algorithms.
+V(s), the approximation ``learners.targets.bootstrap_value`` documents for the on-policy algorithms, unless the
+algorithm's ``truncation`` is ``"terminal"`` (``with_truncation``: such a transition is done).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -48,6 +49,14 @@ class StepTransitions:
     next_turn: np.ndarray
     done: np.ndarray
     subtask: np.ndarray
+
+
+def with_truncation(tr: StepTransitions, truncation: str) -> StepTransitions:
+    """``tr`` as given for ``"bootstrap"``; for ``"terminal"`` every cut transition (no s' and not done) is done,
+    V(s') = 0 (``learners.advantages.Truncation``)."""
+    if truncation == "bootstrap":
+        return tr
+    return replace(tr, done=tr.done | (tr.next_turn < 0))
 
 
 def _completes(traj: Trajectory, j: int, score_at_start: float) -> bool:

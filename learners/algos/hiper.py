@@ -61,7 +61,7 @@ import torch
 
 from actors.trajectory import Trajectory
 from learners.advantages import hierarchical_advantages
-from learners.algo_config import PolicyLossConfig, check_choice, check_fractions
+from learners.algo_config import ActorCriticConfig, check_choice, check_fractions
 from learners.algorithm import Algorithm
 from learners.batch import TurnBatch
 from learners.losses import decision_token_advantages
@@ -80,8 +80,8 @@ from reward.shaping import HIPER_TERMS
 
 
 @dataclass(frozen=True)
-class Config(PolicyLossConfig):
-    """HiPER's fields beside the shared ones (``learners.algo_config.PolicyLossConfig``: clip 0.2, KL 0.01, and the
+class Config(ActorCriticConfig):
+    """HiPER's fields beside the shared ones (``learners.algo_config.ActorCriticConfig``: clip 0.2, KL 0.01, and the
     shaping constants in units of the env's success reward: c_keep 0.03, format_penalty 0.01, ...);
     ``reward_terms`` adds the KEEP terms."""
 
@@ -189,7 +189,7 @@ def turn_advantages(
             lam_low=cfg.lam_low,
             lam_high=cfg.lam_high,
             terminated=traj.terminated,
-            bootstrap_value=bootstrap_value(traj, v[-1, V_HIGH]),
+            bootstrap_value=bootstrap_value(traj, v[-1, V_HIGH], cfg.truncation),
         )
         boundary = res.boundary.numpy()
         decided = np.arange(len(rows)) > 0  # turn 0 has no switch decision

@@ -23,7 +23,8 @@ Deviations, each labelled where it is made:
 * Eq. 7's norm is L1 (the case studies' numbers), and ``keep_sprm_scale`` multiplies R_him by ‖R̂‖₁;
 * the SPRM loss over a mini-batch is Σ_b (R_b − Σ_i r_bi)² / (segments in the mini-batch): every trajectory
   weighs the same; the scale is Eq. 3's mean divided by the mean segment count;
-* the value of a truncated episode's final state is approximated by V(s_{T−1}), advantages are whitened (as PPO);
+* the value of a truncated episode's final state is approximated by V(s_{T−1}) (``truncation="terminal"``: 0; the
+  paper does not say), advantages are whitened (as PPO);
 * beyond the paper, off by default: ``outcome_coef`` c adds c · R (the outcome the SPRM regresses on) to the last
   turn's r_fuse, for the case where the SPRM's segment rewards alone do not steer the policy to success;
 * **the SPRM starts from a fresh LoRA** on the base model (its adapter ``sprm`` and the Eq. 2 head), where App. B
@@ -52,7 +53,7 @@ from learners.algo_config import (
     AT_LEAST_ONE,
     NON_NEGATIVE,
     POSITIVE,
-    PolicyLossConfig,
+    ActorCriticConfig,
     check,
     check_choice,
     check_fractions,
@@ -75,8 +76,8 @@ from reward.shaping import HISR_TERMS
 
 
 @dataclass(frozen=True)
-class Config(PolicyLossConfig):
-    """HISR App. B beside the shared fields (``learners.algo_config.PolicyLossConfig``: its KL coefficient 1e-2 is
+class Config(ActorCriticConfig):
+    """HISR App. B beside the shared fields (``learners.algo_config.ActorCriticConfig``: its KL coefficient 1e-2 is
     the shared default); ``reward_terms`` is α · r^g (Eq. 8), α = ``shaping.grounding_alpha`` (0.3)."""
 
     reward_terms: tuple[str, ...] = HISR_TERMS
@@ -174,6 +175,7 @@ def compute_targets(
         gamma=cfg.gamma,
         lam=cfg.lam,
         normalize=cfg.normalize_advantages,
+        truncation=cfg.truncation,
     )
 
 

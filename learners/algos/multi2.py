@@ -82,7 +82,7 @@ from learners.targets import (
     broadcast_turn_values,
     whiten_groups,
 )
-from learners.transitions import multi2_transitions
+from learners.transitions import multi2_transitions, with_truncation
 
 
 @dataclass(frozen=True)
@@ -139,7 +139,9 @@ def compute_targets(
     assert values is not None, "Multi2 needs critic values"
     b = len(batch)
     row_of = {ij: r for r, ij in enumerate(batch.index)}
-    trans = [multi2_transitions(t, cfg.env_reward_scale) for t in trajectories]
+    trans = [
+        with_truncation(multi2_transitions(t, cfg.env_reward_scale), cfg.truncation) for t in trajectories
+    ]
     target = np.zeros((b, len(VALUE_SLOTS)), np.float32)
     valid = np.zeros((b, len(VALUE_SLOTS)), bool)
     weight = np.zeros(b)

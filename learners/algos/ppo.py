@@ -6,7 +6,8 @@ share its advantage. Loss: per-token clipped surrogate + kl_coef · KL(π‖π_r
 0.5 · (V − return)².
 
 Deviations: the value of a truncated episode's final state s_T is approximated by V(s_{T−1})
-(``learners.targets.bootstrap_value``); advantages are whitened over the batch's response tokens (verl practice).
+(``learners.targets.bootstrap_value``; ``truncation="terminal"``: 0); advantages are whitened over the batch's
+response tokens (verl practice).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import numpy as np
 import torch
 
 from actors.trajectory import Trajectory
-from learners.algo_config import NON_NEGATIVE, PolicyLossConfig, check, check_fractions
+from learners.algo_config import NON_NEGATIVE, ActorCriticConfig, check, check_fractions
 from learners.algorithm import Algorithm
 from learners.batch import TurnBatch
 from learners.targets import (
@@ -33,9 +34,9 @@ from learners.targets import (
 
 
 @dataclass(frozen=True)
-class Config(PolicyLossConfig):
-    """PPO's own fields beside the shared ones (``learners.algo_config.PolicyLossConfig``: reward terms, shaping,
-    clip, KL)."""
+class Config(ActorCriticConfig):
+    """PPO's own fields beside the shared ones (``learners.algo_config.ActorCriticConfig``: reward terms, shaping,
+    clip, KL, truncation)."""
 
     gamma: float = 0.99
     lam: float = 0.95
@@ -63,6 +64,7 @@ def compute_targets(
         gamma=cfg.gamma,
         lam=cfg.lam,
         normalize=cfg.normalize_advantages,
+        truncation=cfg.truncation,
     )
 
 

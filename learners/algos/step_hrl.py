@@ -67,7 +67,7 @@ from learners.targets import (
     broadcast_turn_values,
     whiten_groups,
 )
-from learners.transitions import ROLES, step_hrl_transitions
+from learners.transitions import ROLES, step_hrl_transitions, with_truncation
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,9 @@ def compute_targets(
     assert values is not None, "STEP-HRL needs critic values"
     b = len(batch)
     row_of = {ij: r for r, ij in enumerate(batch.index)}
-    trans = [step_hrl_transitions(t, cfg.env_reward_scale) for t in trajectories]
+    trans = [
+        with_truncation(step_hrl_transitions(t, cfg.env_reward_scale), cfg.truncation) for t in trajectories
+    ]
     target = np.zeros((b, len(VALUE_SLOTS)), np.float32)
     valid = np.zeros((b, len(VALUE_SLOTS)), bool)
     adv = np.zeros(b)

@@ -269,6 +269,14 @@ def test_zero3_with_gradient_accumulation_fails_at_start():
         (["algo.kl_kind=k9"], "algo.kl_kind: unknown value 'k9'; allowed: k1, k2, k3, low_var_kl"),
         (["algo.agg=sum"], "algo.agg: unknown value 'sum'"),
         (["algo.adv_norm=pooled"], "algo.adv_norm: unknown value 'pooled'; allowed: per_type, joint"),
+        (
+            ["algo.truncation=terminated"],
+            "algo.truncation: unknown value 'terminated' (did you mean terminal?); allowed: bootstrap, terminal",
+        ),
+        (
+            ["algo=grpo", "rollout.group_size=4", "algo.truncation=terminal"],
+            "unknown config key 'algo.truncation'",
+        ),
         (["algo=gigpo", "algo.mode=median", "rollout.group_size=4"], "algo.mode: unknown value 'median'"),
         (["algo=ppo", "algo.lam_low=0.9"], "unknown config key 'algo.lam_low'"),
         (["algo.c_kep=0.1"], "unknown config key 'algo.c_kep' (did you mean algo.shaping.c_keep?)"),

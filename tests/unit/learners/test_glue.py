@@ -307,6 +307,7 @@ def test_bootstrap_value_terminated_vs_truncated():
     """Catches (c) in ``bootstrap_value``: V(s_T) = 0 after termination, the stand-in value after truncation."""
     assert bootstrap_value(_traj("a", [0.0]), 5.0) == 0.0
     assert bootstrap_value(_traj("a", [0.0], truncated=True), 5.0) == 5.0
+    assert bootstrap_value(_traj("a", [0.0], truncated=True), 5.0, "terminal") == 0.0  # the cut as an end
 
 
 @pytest.mark.parametrize("truncated", [False, True])
@@ -343,16 +344,39 @@ def test_a_truncated_episode_bootstraps_from_its_last_state():
         np.testing.assert_allclose(tg.value_target[:, 0], [0.5, 1.0, 2.0], atol=1e-6)
 
 
-@pytest.mark.parametrize("truncated", [False, True])
-def test_hiper_bootstrap(truncated):
+def test_truncation_terminal_ends_a_cut_episode_at_zero():
+    """The same three turns with ``truncation="terminal"``: V(s_3) = 0. δ_2 = 0 − 4 = −4, δ_1 = 0.5 · 4 − 1 = 1,
+    δ_0 = 0.5 · 1 − 2 = −1.5; A_2 = −4, A_1 = 1 + 0.5 · (−4) = −1, A_0 = −1.5 + 0.5 · (−1) = −2; returns A + V =
+    (0, 0, 0), as after a real end with r = 0. Catches: the config field not reaching ``turn_gae_targets`` (PPO,
+    HISR) or ``bootstrap_value`` (the bootstrapped figures above)."""
+    from learners.algos import hisr
+
+    traj = _traj("a", [0.0, 0.0, 0.0], truncated=True)
+    for t in traj.turns:
+        t.shaped = {"segment": 0.0}
+    values = np.array([[2.0], [1.0], [4.0]], np.float32)
+    for algo in (ppo, hisr):
+        cfg = algo.Config(gamma=0.5, lam=1.0, normalize_advantages=False, truncation="terminal")
+        tg = algo.compute_targets([traj], _batch([traj]), values, cfg)
+        np.testing.assert_allclose(tg.token_adv, _rows([-2.0, -1.0, -4.0]), atol=1e-6)
+        np.testing.assert_allclose(tg.value_target[:, 0], [0.0, 0.0, 0.0], atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("truncated", "truncation"), [(False, "bootstrap"), (True, "bootstrap"), (True, "terminal")]
+)
+def test_hiper_bootstrap(truncated, truncation):
     """One turn, r = 0, V_high(s_0) = 2, V_low(s_0, o_0) = 1. Terminated: A_high = 0 - 2 = -2, A_low = 0 - 1 = -1.
     Truncated (V_high(s_1) ~ V_high(s_0) = 2): A_high = 0.99*2 - 2 = -0.02, A_low = 1.98 - 1 = 0.98. λ-return
-    targets A + V: y_high = -2 + 2 = 0 / 1.98, y_low = -1 + 1 = 0 / 1.98 (no decided turn: slots 1, 3 unused)."""
+    targets A + V: y_high = -2 + 2 = 0 / 1.98, y_low = -1 + 1 = 0 / 1.98 (no decided turn: slots 1, 3 unused).
+    Truncated with ``truncation="terminal"``: as terminated (catches the field not reaching ``bootstrap_value``)."""
     traj = _traj("a", [0.0], truncated=truncated)
     batch = _batch([traj])
     values = np.array([[2.0, 0.0, 1.0, 0.0]], np.float32)
-    tg = hiper.compute_targets([traj], batch, values, hiper.Config(normalize_advantages=False))
-    y, a_high, a_low = (1.98, -0.02, 0.98) if truncated else (0.0, -2.0, -1.0)
+    cfg = hiper.Config(normalize_advantages=False, truncation=truncation)
+    tg = hiper.compute_targets([traj], batch, values, cfg)
+    bootstraps = truncated and truncation == "bootstrap"
+    y, a_high, a_low = (1.98, -0.02, 0.98) if bootstraps else (0.0, -2.0, -1.0)
     np.testing.assert_allclose(tg.value_target[0], [y, 0.0, y, 0.0], atol=1e-6)
     assert tg.value_valid[0].tolist() == [True, False, True, False]
     assert tg.token_adv[0, SG].tolist() == pytest.approx([a_high] * 2, abs=1e-6)

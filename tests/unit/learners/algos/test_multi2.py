@@ -15,7 +15,7 @@ from learners.algos import multi2
 from learners.batch import build_turn_batch
 from learners.prepare import learner_batch
 from learners.targets import CriticInputs, PolicyInputs, sequences
-from learners.transitions import multi2_transitions
+from learners.transitions import multi2_transitions, with_truncation
 from tests.unit.hrl_turns import turn
 
 
@@ -53,6 +53,17 @@ def test_a_false_completion_ends_the_subgoal_unpaid_and_a_cut_one_bootstraps():
     tr = multi2_transitions(Trajectory("f", "g", "t", "synthetic", turns, status="truncated"))
     assert tr.reward[1] == 0.0 and tr.done[1]
     assert tr.next_turn[3] == -1 and not tr.done[3]
+    # truncation="terminal": the cut step is done; every other transition as it was
+    cut = with_truncation(tr, "terminal")
+    assert cut.done.tolist() == [True, True, True, True] and cut.next_turn.tolist() == tr.next_turn.tolist()
+    assert with_truncation(tr, "bootstrap") is tr
+    # through compute_targets (values[r, k] = 10 r + k² + 1, slots Q, V, Q_target, V_target), γ 0.5, r = 0:
+    # the cut executor row 3 bootstraps from its own V_target = 30 + 9 + 1 = 40 -> Q target 20; terminal -> 0
+    traj = Trajectory("f", "g", "t", "synthetic", turns, status="truncated")
+    batch = build_turn_batch([traj], max_len=64, pad_id=0)
+    for truncation, want in (("bootstrap", 20.0), ("terminal", 0.0)):
+        t = multi2.compute_targets([traj], batch, _values(4), multi2.Config(gamma=0.5, truncation=truncation))
+        assert t.value_target[3, 0] == want
 
 
 def test_an_unknown_role_is_refused():

@@ -155,6 +155,9 @@ def test_truncated_row_bootstraps_from_its_own_target_value():
     # low row 1: 0 + 0.5 · V_target_low(row 1) = 0.5 · values[1, 9] = 0.5 · (10 + 81) = 45.5
     # high row 0: R_0 = 0, no next high, not terminated: 0.5 · values[0, 7] = 0.5 · 49 = 24.5
     assert t.value_target[1, 2] == pytest.approx(45.5) and t.value_target[0, 0] == pytest.approx(24.5)
+    # truncation="terminal": both cut transitions are done, Q targets r = 0
+    t = step_hrl.compute_targets([traj], turns, _values(2), step_hrl.Config(gamma=0.5, truncation="terminal"))
+    assert t.value_target[1, 2] == 0.0 and t.value_target[0, 0] == 0.0
 
 
 def test_value_slots_read_q_at_the_action_end_and_v_at_the_state_end():
