@@ -92,6 +92,25 @@ def outcome_advantage(
     return out
 
 
+def position_advantage(turns: TurnBatch, token_adv: np.ndarray, loss_mask: np.ndarray) -> dict[str, float]:
+    """``adv_turn_corr``: the correlation of a turn's mean advantage (over its trained tokens) with its index in its
+    episode, both centred on their episode's means, so that outcomes (a won episode's turns all high) do not enter.
+    Near 0 when A does not depend on where a turn stands; far below 0 when a dense per-turn reward meets a critic
+    that has not learnt its return-to-go (early turns are paid for the turns after them). NaN without two trained
+    turns in an episode."""
+    trained = loss_mask.astype(bool)
+    count = trained.sum(1)
+    rows = count > 0
+    a = np.where(trained, token_adv, 0.0).sum(1)[rows] / count[rows]
+    episode = np.array([i for i, _ in turns.index], dtype=np.int64)[rows]
+    x = np.array([j for _, j in turns.index], dtype=np.float64)[rows]
+    n = np.maximum(np.bincount(episode), 1)
+    ac = a - (np.bincount(episode, a) / n)[episode]
+    xc = x - (np.bincount(episode, x) / n)[episode]
+    den = float(np.sqrt((ac**2).sum() * (xc**2).sum()))
+    return {"adv_turn_corr": float((ac * xc).sum()) / den if den > 0 else float("nan")}
+
+
 def update_kl(
     old_logprobs: np.ndarray, new_logprobs: np.ndarray, groups: dict[str, np.ndarray]
 ) -> dict[str, float]:

@@ -23,7 +23,7 @@ import torch
 from actors.trajectory import Trajectory
 from learners.algorithm import Algorithm
 from learners.batch import LearnerBatch, Sequences, TurnBatch, build_turn_batch
-from learners.diagnostics import group_rms, outcome_advantage, token_groups
+from learners.diagnostics import group_rms, outcome_advantage, position_advantage, token_groups
 from learners.losses import aggregation_weights, behaviour_weights
 from reward.shaping import apply_shaping, shaping_for
 
@@ -100,6 +100,7 @@ def learner_batch(
         behaviour_weight=weight,
     )
     stats.update(outcome_advantage(trajectories, turns, batch.token_adv, batch.loss_mask))
+    stats.update(position_advantage(turns, batch.token_adv, batch.loss_mask))
     return batch, stats
 
 

@@ -14,6 +14,7 @@ from learners.diagnostics import (
     block_logprobs,
     group_rms,
     outcome_advantage,
+    position_advantage,
     probe_deltas,
     probe_splits,
     token_groups,
@@ -81,6 +82,25 @@ def test_outcome_advantage_compares_won_and_lost_episodes_on_trained_tokens_only
     trajs[0].won = trajs[2].won = False  # one outcome: no ranking, no won mean
     one = outcome_advantage(trajs, turns, adv, mask)
     assert math.isnan(one["adv_auc"]) and "adv_mean/won" not in one
+
+
+def test_position_advantage_correlates_a_with_the_turn_index_inside_each_episode():
+    """Per-turn A (trained tokens): a [2, 1, 0], b [−0.5] × 3, c [2, 2] with its last turn masked (−100) and 100 on
+    every prompt token. Centred per episode: a (1, 0, −1) against turn offsets (−1, 0, 1); b 0 against (−1, 0, 1);
+    c 0 against (−0.5, 0.5). Σ a'x' = −2, Σ a'² = 2, Σ x'² = 2 + 2 + 0.5 = 4.5: corr = −2 / √9 = −2/3. Reading the
+    masked turn (c's mean −32) or not centring per episode (b's −0.5 at offsets 3-5 of a pooled index) changes it."""
+    trajs = [_traj(t, HIPER_REWARDS, HIPER_SWITCHES) for t in "abc"]
+    turns = _batch(trajs)
+    resp = turns.response_mask.numpy().astype(bool)
+    adv = np.full(resp.shape, 100.0, np.float32)
+    for row, a in enumerate([2.0, 1.0, 0.0] + [-0.5] * 3 + [2.0, 2.0, -100.0]):
+        adv[row, resp[row]] = a
+    mask = resp.copy()
+    mask[8] = False
+    assert position_advantage(turns, adv, mask)["adv_turn_corr"] == pytest.approx(-2 / 3)
+    assert math.isnan(
+        position_advantage(turns, np.ones_like(adv), mask)["adv_turn_corr"]
+    )  # A flat in every episode
 
 
 def _episode(switches, done_after):

@@ -12,6 +12,7 @@ from actors.trajectory import Trajectory
 from launch.algos import get_algo
 from learners.algos import step_hrl
 from learners.batch import build_turn_batch
+from learners.diagnostics import position_advantage
 from learners.prepare import learner_batch
 from learners.targets import CriticInputs, PolicyInputs, sequences
 from learners.transitions import step_hrl_transitions
@@ -244,6 +245,10 @@ def test_learner_batch_carries_the_iql_targets_and_flips_the_advantage_sign():
     np.testing.assert_array_equal(neg.token_adv, -want)
     # the diagnostic reads the advantages the loss trains on: the control's are negated
     assert neg_stats["adv_mean/won"] == pytest.approx(-stats["adv_mean/won"]) and stats["adv_mean/won"] < 0
+    assert stats["adv_turn_corr"] == pytest.approx(position_advantage(turns, want, resp)["adv_turn_corr"])
+    assert (
+        neg_stats["adv_turn_corr"] == pytest.approx(-stats["adv_turn_corr"]) and stats["adv_turn_corr"] != 0
+    )
 
 
 def test_polyak_update_moves_the_target_a_tau_step_towards_the_critic():
