@@ -17,6 +17,7 @@ from learners.diagnostics import (
     position_advantage,
     probe_deltas,
     probe_splits,
+    ranking_auc,
     token_groups,
     update_kl,
 )
@@ -222,3 +223,13 @@ def test_the_probe_splits_by_role_and_skips_rows_without_a_block():
     assert d["high.subgoal/all"] == pytest.approx(0.2) and d["low.action/all"] == pytest.approx(-0.1)
     assert d["high.response/all"] == pytest.approx(0.2) and d["low.response/all"] == pytest.approx(-0.1)
     assert "low.subgoal/all" not in d and "high.action/all" not in d
+
+
+def test_ranking_auc_counts_pairs_and_half_ties():
+    """Won scores (3, 1), lost (2, 1): pairs 3>2, 3>1, 1<2, 1=1 -> (1 + 1 + 0 + 0.5) / 4 = 0.625. Reversing the
+    labels gives 1 - 0.625 (ties stay 1/2)."""
+    scores = np.array([3.0, 2.0, 1.0, 1.0])
+    won = np.array([True, False, True, False])
+    assert ranking_auc(scores, won) == 0.625
+    assert ranking_auc(scores, ~won) == 0.375
+    assert ranking_auc(scores, np.ones(4, bool)) != ranking_auc(scores, np.ones(4, bool))
