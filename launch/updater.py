@@ -40,8 +40,10 @@ def update_arguments(
     seed: int,
     mini_batch_size: int | None,
     warmup_left: int,
+    epochs: int | None = None,
 ) -> dict[str, Any]:
-    """The keyword arguments of the learner group's ``update`` calls of one update (pure).
+    """The keyword arguments of the learner group's ``update`` calls of one update (pure): ``mini_batch_size`` and
+    ``epochs`` (passes over the batch) override the learner's ``mini_batch_size`` and ``ppo_epochs`` when given.
 
     ``warmup_left`` > 0 (critic steps still owed to the warm-up of a ``target_critic`` algorithm): the whole update
     trains the critic alone. STEP-HRL's warm-up runs in whole passes: A is computed at the start of a pass, so the
@@ -51,7 +53,7 @@ def update_arguments(
         "loss_cfg": algo_cfg,
         "agg": algo_cfg.agg,
         "mini_batch_size": mini_batch_size or learner_cfg.mini_batch_size,
-        "epochs": learner_cfg.ppo_epochs,
+        "epochs": epochs or learner_cfg.ppo_epochs,
         "seed": seed,
         "critic_only_steps": ALL_STEPS if warmup_left > 0 else 0,
         "target_tau": algo_cfg.target_tau if algo.target_critic else 0.0,
@@ -63,8 +65,9 @@ def warmup_arguments(algo: Algorithm, algo_cfg: Any, learner_cfg: Any, *, seed: 
     one epoch, with an update's Polyak rate. Without ``target_tau`` STEP-HRL's and Multi2's target copy would stay
     at its zero start through the warm-up: V's targets (Q_target) all 0, so V is never fitted, and Q's TD targets
     read V_target = 0."""
-    common = update_arguments(algo, algo_cfg, learner_cfg, seed=seed, mini_batch_size=None, warmup_left=0)
-    return {**common, "epochs": 1}
+    return update_arguments(
+        algo, algo_cfg, learner_cfg, seed=seed, mini_batch_size=None, warmup_left=0, epochs=1
+    )
 
 
 @contextmanager
@@ -116,12 +119,14 @@ class Updater:
         warmup_left: int = 0,
         critic_warmup: int = 0,
         measure: bool = True,
+        epochs: int | None = None,
     ) -> tuple[dict[str, Any], dict[str, float]]:
         """Returns (metrics, timings). ``reference``: the KL term's reference is read when the algorithm has one
         (an offline phase has none); ``annotate``: HISR's model rewards; ``warmup_left``: critic steps still owed to a
         target-critic algorithm's warm-up (STEP-HRL: the update trains the critic alone); ``critic_warmup``
         critic-only passes come first
-        (``warm_up_critic``); ``lr``: this update's policy learning rate (BC), restored after; ``measure`` (and
+        (``warm_up_critic``); ``lr``: this update's policy learning rate (BC), restored after; ``epochs``: passes
+        over the batch (None: ``learner.ppo_epochs``; BC: 1, its epochs counted by ``bc.epochs``); ``measure`` (and
         ``learner.measure_update``): log the update's KL per token group (``kl_update/<group>``), which costs an
         algorithm without π_old (STEP-HRL, Multi2) a log-prob pass before the update as well as the one after."""
         timings: dict[str, float] = {}
@@ -179,7 +184,13 @@ class Updater:
             metrics.update(model_stats)
         with timed(timings, "update"):
             common = update_arguments(
-                algo, algo_cfg, self.cfg, seed=seed, mini_batch_size=mini_batch_size, warmup_left=warmup_left
+                algo,
+                algo_cfg,
+                self.cfg,
+                seed=seed,
+                mini_batch_size=mini_batch_size,
+                warmup_left=warmup_left,
+                epochs=epochs,
             )
             if None in rows_of:  # one adapter: policy and critic step together on every mini-batch
                 if lr is not None:

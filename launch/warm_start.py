@@ -40,6 +40,7 @@ def behaviour_cloning(
             lr=bc_cfg.lr,
             mini_batch_size=bc_cfg.mini_batch_size,
             measure=False,
+            epochs=1,  # one pass per BC epoch, whatever the RL updates' ppo_epochs
         )
         out[f"nll_epoch{epoch}"] = m.get("nll", float("nan"))
         # several adapters (Multi2's planner and executor): each one's NLL too, since their row counts differ

@@ -169,7 +169,7 @@ class LearnerConfig:
     mini_batch_size: int = 32
     """Rows per optimizer step."""
     ppo_epochs: int = 1
-    """Passes over each iteration's batch."""
+    """Passes over each iteration's batch (RL updates; BC makes ``bc.epochs`` passes)."""
     max_grad_norm: float = 1.0
     max_seq_len: int = 1024
     """Training rows are cut to this many tokens (prompt + response)."""
@@ -209,6 +209,7 @@ class BCConfig:
     episodes: int = 16
     """Expert demonstrations (train-split tasks) to clone."""
     epochs: int = 4
+    """Passes over the demonstrations (``learner.ppo_epochs`` counts RL passes only)."""
     mini_batch_size: int = 8
     lr: float = 2e-3
     agg: str = "token-mean"

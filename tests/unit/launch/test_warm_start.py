@@ -34,6 +34,7 @@ def test_each_adapters_nll_is_kept_per_epoch_and_carried_by_bc_from_run(tmp_path
     assert row["executor/nll_epoch0"] == 0.4 and abs(row["executor/nll_epoch1"] - 0.2) < 1e-12
     assert "optimizer_steps" not in row and not any(k.startswith("optimizer") for k in row)
     assert [c["seed"] for c in updater.calls] == [5, 6] and updater.calls[0]["measure"] is False
+    assert [c["epochs"] for c in updater.calls] == [1, 1]  # one pass per BC epoch, not learner.ppo_epochs
     assert "nll 0.500 (executor 0.400, planner 0.800)" in capsys.readouterr().out
 
     ckpt = tmp_path / "run" / "checkpoints" / "bc"

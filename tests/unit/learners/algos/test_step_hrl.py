@@ -279,6 +279,12 @@ def test_the_driver_passes_target_tau_and_the_warm_up_to_the_learner():
     assert warm["mini_batch_size"] == run.mini_batch_size
     warmed = update_arguments(algo, cfg, run, seed=7, mini_batch_size=4, warmup_left=0)
     assert warmed["critic_only_steps"] == 0 and warmed["target_tau"] == 0.3 and warmed["mini_batch_size"] == 4
+    assert warm["epochs"] == run.ppo_epochs
+    two = dataclasses.replace(run, ppo_epochs=2)
+    assert update_arguments(algo, cfg, two, seed=7, mini_batch_size=None, warmup_left=0)["epochs"] == 2
+    assert (
+        update_arguments(algo, cfg, two, seed=7, mini_batch_size=None, warmup_left=0, epochs=1)["epochs"] == 1
+    )
     from learners.algos import ppo
 
     assert (
