@@ -75,18 +75,26 @@ def outcome_advantage(
     trajectories: Sequence[Trajectory], turns: TurnBatch, token_adv: np.ndarray, loss_mask: np.ndarray
 ) -> dict[str, float]:
     """Whether an update pushes toward winning: ``adv_mean/won`` and ``adv_mean/lost``, the mean advantage on the
-    trained tokens of won and of lost episodes, and ``adv_auc``, the probability that a won episode's mean advantage
-    exceeds a lost one's (``ranking_auc``: 0.5 when the advantages do not tell them apart, NaN without both)."""
+    trained tokens of won and of lost episodes; ``adv_mean/won_last`` and ``adv_mean/lost_last``, the same on each
+    episode's last turn alone (the winning move, or the one the episode was cut after); and ``adv_auc``, the
+    probability that a won episode's mean advantage exceeds a lost one's (``ranking_auc``: 0.5 when the advantages
+    do not tell them apart, NaN without both)."""
     episode = np.array([i for i, _ in turns.index], dtype=np.int64)
+    last = np.array([j == len(trajectories[i].turns) - 1 for i, j in turns.index], dtype=bool)
     trained = loss_mask.astype(bool)
     won = np.array([bool(t.won) for t in trajectories], dtype=bool)
     n = len(trajectories)
-    total = np.bincount(episode, np.where(trained, token_adv, 0.0).sum(1), minlength=n)  # per episode
-    count = np.bincount(episode, trained.sum(1), minlength=n)
+    row_total = np.where(trained, token_adv, 0.0).sum(1)
+    row_count = trained.sum(1)
+    total = np.bincount(episode, row_total, minlength=n)  # per episode
+    count = np.bincount(episode, row_count, minlength=n)
     out: dict[str, float] = {}
     for name, keep in (("won", won), ("lost", ~won)):
         if count[keep].sum():
             out[f"adv_mean/{name}"] = float(total[keep].sum() / count[keep].sum())
+        rows = last & keep[episode]
+        if row_count[rows].sum():
+            out[f"adv_mean/{name}_last"] = float(row_total[rows].sum() / row_count[rows].sum())
     has = count > 0
     out["adv_auc"] = ranking_auc(total[has] / count[has], won[has])
     return out

@@ -78,6 +78,11 @@ def test_outcome_advantage_compares_won_and_lost_episodes_on_trained_tokens_only
     out = outcome_advantage(trajs, turns, adv, mask)
     assert out["adv_mean/won"] == pytest.approx(1.0) and out["adv_mean/lost"] == pytest.approx(0.5)
     assert out["adv_auc"] == 0.5
+    # last turns: a's 1; b's −0.5 (c's is masked: reading it would give (7 · −0.5 + 7 · −100) / 14 = −50.25)
+    assert out["adv_mean/won_last"] == 1.0 and out["adv_mean/lost_last"] == -0.5
+    adv[1, resp[1]] = 5.0  # a's middle turn: the won mean moves, its last turn's does not
+    moved = outcome_advantage(trajs, turns, adv, mask)
+    assert moved["adv_mean/won"] == pytest.approx(7 / 3) and moved["adv_mean/won_last"] == 1.0
     trajs[2].won = True  # a and c won, b lost: both rank above b
     assert outcome_advantage(trajs, turns, adv, mask)["adv_auc"] == 1.0
     trajs[0].won = trajs[2].won = False  # one outcome: no ranking, no won mean

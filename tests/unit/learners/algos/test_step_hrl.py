@@ -239,6 +239,7 @@ def test_learner_batch_carries_the_iql_targets_and_flips_the_advantage_sign():
     np.testing.assert_array_equal(batch.loss_mask, resp)
     assert "logprob_gap" not in stats and batch.ref_logprobs is None
     assert stats["adv_mean/won"] == pytest.approx(want[resp.astype(bool)].mean())  # the one episode won
+    assert stats["adv_mean/won_last"] == -5.0  # its last turn: the winning low step, A = −5
     neg, neg_stats = learner_batch(
         algo, cfg, [traj], turns, seqs, zeros, None, _values(7), negate_advantages=True
     )
