@@ -28,7 +28,6 @@ Truncation = Literal["bootstrap", "terminal"]
 """What a step-limit (or context) cut means to a critic: ``bootstrap``, V(s_T) is the critic's estimate (the episode
 would have gone on; Pardo et al. 2018's time-limit bootstrap); ``terminal``, V(s_T) = 0 as after a real end (the
 limit is part of the task: an episode not won by then has failed)."""
-TRUNCATIONS: tuple[str, ...] = ("bootstrap", "terminal")
 
 
 def _f64(x: ArrayLike) -> Tensor:

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from learners.advantages import TRUNCATIONS, GroupMode
+from learners.advantages import GroupMode, Truncation
 from learners.losses import AGG_MODES, KL_KINDS
 from reward.shaping import TERMS, ShapingConstants
 
@@ -106,7 +106,7 @@ class ActorCriticConfig(PolicyLossConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_choice("truncation", self.truncation, TRUNCATIONS)
+        check_choice("truncation", self.truncation, typing.get_args(Truncation))
 
 
 EXPECTILE_DIRECTIONS = ("iql", "authors")
@@ -177,7 +177,7 @@ class OfflineRLConfig(RLConfig):
         check_choice("actor_loss", self.actor_loss, ACTOR_LOSSES)
         check_choice("advantage_q", self.advantage_q, ADVANTAGE_QS)
         check_choice("adv_norm", self.adv_norm, ADV_NORMS)
-        check_choice("truncation", self.truncation, TRUNCATIONS)
+        check_choice("truncation", self.truncation, typing.get_args(Truncation))
         for name, ok, allowed in (
             ("beta", self.beta > 0, POSITIVE),
             ("expectile", 0 < self.expectile < 1, "a number in (0, 1)"),

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from actors.trajectory import Trajectory
-from learners.advantages import gae
+from learners.advantages import Truncation, gae
 from learners.batch import Sequences, TurnBatch
 from learners.losses import kl_estimate, ppo_token_loss
 
@@ -123,7 +123,7 @@ def turn_advantage_targets(
     )
 
 
-def bootstrap_value(traj: Trajectory, last_value: float, truncation: str = "bootstrap") -> float:
+def bootstrap_value(traj: Trajectory, last_value: float, truncation: Truncation = "bootstrap") -> float:
     """V(s_T): 0 when terminated, and for a truncated episode with ``truncation="terminal"``
     (``learners.advantages.Truncation``); otherwise we have no forward pass on s_T, so the value of the last state
     the policy acted from stands in (a documented approximation)."""
@@ -233,7 +233,7 @@ def turn_gae_targets(
     gamma: float,
     lam: float,
     normalize: bool,
-    truncation: str = "bootstrap",
+    truncation: Truncation = "bootstrap",
 ) -> Targets:
     """Turn-level GAE (PPO, HISR): ``rewards`` float[T] per trajectory, V(s_t) = ``values[:, 0]``, a truncated
     episode's V(s_T) by ``bootstrap_value`` under ``truncation``; every response token of a turn gets its advantage
