@@ -71,6 +71,12 @@ def ranking_auc(scores: np.ndarray, positive: np.ndarray) -> float:
     return float(((diff > 0) + 0.5 * (diff == 0)).mean())
 
 
+def _row_sums(token_adv: np.ndarray, loss_mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(Σ A, token count) over each row's trained tokens: the per-turn inputs of the advantage diagnostics."""
+    trained = loss_mask.astype(bool)
+    return np.where(trained, token_adv, 0.0).sum(1), trained.sum(1)
+
+
 def outcome_advantage(
     trajectories: Sequence[Trajectory], turns: TurnBatch, token_adv: np.ndarray, loss_mask: np.ndarray
 ) -> dict[str, float]:
@@ -81,11 +87,9 @@ def outcome_advantage(
     do not tell them apart, NaN without both)."""
     episode = np.array([i for i, _ in turns.index], dtype=np.int64)
     last = np.array([j == len(trajectories[i].turns) - 1 for i, j in turns.index], dtype=bool)
-    trained = loss_mask.astype(bool)
     won = np.array([bool(t.won) for t in trajectories], dtype=bool)
     n = len(trajectories)
-    row_total = np.where(trained, token_adv, 0.0).sum(1)
-    row_count = trained.sum(1)
+    row_total, row_count = _row_sums(token_adv, loss_mask)
     total = np.bincount(episode, row_total, minlength=n)  # per episode
     count = np.bincount(episode, row_count, minlength=n)
     out: dict[str, float] = {}
@@ -106,10 +110,9 @@ def position_advantage(turns: TurnBatch, token_adv: np.ndarray, loss_mask: np.nd
     Near 0 when A does not depend on where a turn stands; far below 0 when a dense per-turn reward meets a critic
     that has not learnt its return-to-go (early turns are paid for the turns after them). NaN without two trained
     turns in an episode."""
-    trained = loss_mask.astype(bool)
-    count = trained.sum(1)
+    total, count = _row_sums(token_adv, loss_mask)
     rows = count > 0
-    a = np.where(trained, token_adv, 0.0).sum(1)[rows] / count[rows]
+    a = total[rows] / count[rows]
     episode = np.array([i for i, _ in turns.index], dtype=np.int64)[rows]
     x = np.array([j for _, j in turns.index], dtype=np.float64)[rows]
     n = np.maximum(np.bincount(episode), 1)
