@@ -438,3 +438,46 @@ def test_torch_threads_give_each_phase_the_cores_its_workers_share():
     assert torch_threads(overlap, 1, 8, "cpu") == 4
     assert torch_threads(dataclasses.replace(cfg, cpu_threads=3), 2, 2, "cpu") == 3  # asked for: as asked
     assert torch_threads(cfg, 1, 2, "cuda") == 0  # a GPU worker keeps its own setting
+
+
+# Passes over the demonstrations per preset with BC, as the studies in docs/results ran them. Until 2026-11-28 a BC
+# epoch made `learner.ppo_epochs` passes: the *_synthetic_multi presets (bc.epochs 2, ppo_epochs 2) made 4, the
+# small/long ones (1 x 2) 2. A base preset's change reaches every child, so the table is checked whole.
+BC_PASSES = {
+    "gigpo_synthetic_3stage": 2,
+    "hiper_alfworld_cpu": 3,
+    "hiper_synthetic_3stage": 2,
+    "hiper_synthetic_long": 2,
+    "hiper_synthetic_multi": 4,
+    "hiper_synthetic_small": 2,
+    "hiper_textcraft_cpu": 4,
+    "hipif_alfworld_cpu": 3,
+    "hipif_synthetic_multi": 4,
+    "hisr_alfworld": 3,
+    "hisr_alfworld_cpu": 3,
+    "hisr_synthetic_multi": 4,
+    "hisr_virtualhome": 3,
+    "hisr_webshop": 3,
+    "multi2_alfworld": 5,
+    "multi2_alfworld_cpu": 3,
+    "multi2_scienceworld": 5,
+    "multi2_synthetic_multi": 2,
+    "multi2_textcraft": 5,
+    "ppo_synthetic_3stage": 2,
+    "ppo_synthetic_long": 2,
+    "ppo_synthetic_multi": 4,
+    "ppo_synthetic_small": 2,
+    "step_hrl_alfworld": 5,
+    "step_hrl_alfworld_cpu": 3,
+    "step_hrl_scienceworld": 5,
+    "step_hrl_synthetic_multi": 2,
+}
+
+
+def test_each_preset_makes_the_bc_passes_its_studies_ran():
+    passes = {}
+    for name in sorted(p.stem for p in PRESET_DIR.glob("*.yaml")):
+        cfg = resolve_config(name)
+        if cfg.bc.enabled:
+            passes[name] = cfg.bc.epochs
+    assert passes == BC_PASSES
