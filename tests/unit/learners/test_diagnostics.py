@@ -1,5 +1,5 @@
 """What an update did per token group (``learners.diagnostics``) and the hierarchy's shape per batch
-(``launch.episode_stats``), on hand-built turns (the layout of ``test_glue``: prompt 0-2, response 3-9 =
+(``launch.episode_stats``), on hand-built turns (the layout of ``tests/unit/glue_turns``: prompt 0-2, response 3-9 =
 [switch switch | subgoal subgoal | action action | eos])."""
 
 import math
@@ -21,14 +21,14 @@ from learners.diagnostics import (
     token_groups,
     update_kl,
 )
-from tests.unit.learners.test_glue import HIPER_REWARDS, HIPER_SWITCHES, L, _batch, _traj
+from tests.unit.glue_turns import HIPER_REWARDS, HIPER_SWITCHES, L, glue_batch, glue_traj
 
 
 def test_token_groups_split_the_response_by_decision_and_subgoals_by_boundary():
     """q = [SWITCH, KEEP, SWITCH]: a boundary turn's subgoal is a new decision ("subgoal"), the KEEP turn's a copy
     ("subgoal_keep"); the EOS is in no block ("other"). Swapping the boundary test fails here."""
-    trajs = [_traj("a", HIPER_REWARDS, HIPER_SWITCHES)]
-    groups = token_groups(trajs, _batch(trajs))
+    trajs = [glue_traj("a", HIPER_REWARDS, HIPER_SWITCHES)]
+    groups = token_groups(trajs, glue_batch(trajs))
     assert sorted(groups) == ["action", "other", "subgoal", "subgoal_keep", "switch"]
     cols = {g: [np.flatnonzero(m[r]).tolist() for r in range(3)] for g, m in groups.items()}
     assert cols["switch"] == [[3, 4]] * 3 and cols["action"] == [[7, 8]] * 3 and cols["other"] == [[9]] * 3
@@ -42,8 +42,8 @@ def test_group_rms_and_update_kl_golden():
     switch tokens, -0.1 on action tokens, unchanged elsewhere: k3 = e^0.1 - 1 - 0.1 = 0.0051709 and
     e^-0.1 - 1 + 0.1 = 0.0048374; over all 21 response tokens (6 + 6 changed): (6 * 0.0051709 + 6 * 0.0048374) / 21
     = 0.0028595. Comparing the wrong arrays (new against new) would give 0."""
-    trajs = [_traj("a", HIPER_REWARDS, HIPER_SWITCHES)]
-    groups = token_groups(trajs, _batch(trajs))
+    trajs = [glue_traj("a", HIPER_REWARDS, HIPER_SWITCHES)]
+    groups = token_groups(trajs, glue_batch(trajs))
     adv = np.zeros((3, L), np.float32)
     adv[groups["switch"]], adv[groups["action"]] = 0.3, -0.4
     rms = group_rms(adv, groups)
@@ -66,9 +66,9 @@ def test_outcome_advantage_compares_won_and_lost_episodes_on_trained_tokens_only
     last turn, −100 and out of the loss mask, and 100 on every prompt token (never trained). Won mean 1; lost mean
     over b's 3 · 7 and c's 2 · 7 trained tokens: (21 · −0.5 + 14 · 2) / 35 = 0.5; per episode 1 / −0.5 / 2, so a
     ranks above b, below c: AUC 1/2. Reading the prompt or the masked turn, or swapping won and lost, fails here."""
-    trajs = [_traj(t, HIPER_REWARDS, HIPER_SWITCHES) for t in "abc"]
+    trajs = [glue_traj(t, HIPER_REWARDS, HIPER_SWITCHES) for t in "abc"]
     trajs[0].won = True
-    turns = _batch(trajs)
+    turns = glue_batch(trajs)
     resp = turns.response_mask.numpy().astype(bool)
     adv = np.full(resp.shape, 100.0, np.float32)
     for row, a in enumerate([1.0] * 3 + [-0.5] * 3 + [2.0, 2.0, -100.0]):
@@ -95,8 +95,8 @@ def test_position_advantage_correlates_a_with_the_turn_index_inside_each_episode
     every prompt token. Centred per episode: a (1, 0, −1) against turn offsets (−1, 0, 1); b 0 against (−1, 0, 1);
     c 0 against (−0.5, 0.5). Σ a'x' = −2, Σ a'² = 2, Σ x'² = 2 + 2 + 0.5 = 4.5: corr = −2 / √9 = −2/3. Reading the
     masked turn (c's mean −32) or not centring per episode (b's −0.5 at offsets 3-5 of a pooled index) changes it."""
-    trajs = [_traj(t, HIPER_REWARDS, HIPER_SWITCHES) for t in "abc"]
-    turns = _batch(trajs)
+    trajs = [glue_traj(t, HIPER_REWARDS, HIPER_SWITCHES) for t in "abc"]
+    turns = glue_batch(trajs)
     resp = turns.response_mask.numpy().astype(bool)
     adv = np.full(resp.shape, 100.0, np.float32)
     for row, a in enumerate([2.0, 1.0, 0.0] + [-0.5] * 3 + [2.0, 2.0, -100.0]):
@@ -163,11 +163,11 @@ def test_the_probe_reads_each_expert_decision_and_averages_its_change_per_split(
     turns 2 | 0-1. Log-probs per token: before -1, after -1 + 0.1 on switch tokens and + 0.2 on action tokens, so
     per turn the switch block (2 tokens) gains 0.2 and the action block (2 tokens) 0.4, the subgoal 0. The subgoal
     counts only where the expert writes a new one (turn 0 and SWITCH): 3 of the 5 states."""
-    trajs = [_traj("a", HIPER_REWARDS, HIPER_SWITCHES), _traj("b", [0.0, 1.0], [True, False])]
+    trajs = [glue_traj("a", HIPER_REWARDS, HIPER_SWITCHES), glue_traj("b", [0.0, 1.0], [True, False])]
     splits = probe_splits(trajs)
     assert [s["kind"] for s in splits] == ["turn0", "keep", "switch", "turn0", "keep"]
     assert [s["final_segment"] for s in splits] == [False, False, True, True, True]
-    turns = _batch(trajs)
+    turns = glue_batch(trajs)
     before = np.full((5, L), -1.0)
     after = before.copy()
     groups = token_groups(trajs, turns)
@@ -211,7 +211,7 @@ def test_the_probe_splits_by_role_and_skips_rows_without_a_block():
     )
     splits = probe_splits([traj])
     assert [s["role"] for s in splits] == ["high", "low", "low", "high", "low"]
-    batch = _batch([traj])
+    batch = glue_batch([traj])
     resp = batch.response_mask.numpy().astype(bool)
     before = np.where(resp, -1.0, 0.0)
     after = before.copy()

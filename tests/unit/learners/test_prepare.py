@@ -1,6 +1,6 @@
 """The pure half of an update (``learners.prepare``): shaping → padded turns → targets → ``LearnerBatch`` → the
 mini-batch weights, fed with stand-in forward-pass outputs (no Ray). Hand-computed values in the comments; the
-trajectories and the HiPER reference case are ``test_glue``'s (prompt positions 0-2, response 3-9)."""
+trajectories and the HiPER reference case are ``tests/unit/glue_turns``' (prompt positions 0-2, response 3-9)."""
 
 import math
 
@@ -12,7 +12,7 @@ from launch.algos import get_algo
 from learners.algos import grpo, hiper, hipif, ppo, sft
 from learners.prepare import learner_batch, minibatch, shaped_turns
 from learners.targets import sequences
-from tests.unit.learners.test_glue import (
+from tests.unit.glue_turns import (
     A_HIGH,
     A_LOW,
     HIPER_REWARDS,
@@ -22,8 +22,8 @@ from tests.unit.learners.test_glue import (
     RESP,
     SW,
     L,
-    _hiper_expected,
-    _traj,
+    glue_traj,
+    hiper_expected,
 )
 
 
@@ -37,7 +37,7 @@ def _prepare(name, trajs, cfg, *, learner_lp=None, values=None, ref=True, succes
 
 
 def _hiper_case(**kw):
-    traj = _traj("a", HIPER_REWARDS, HIPER_SWITCHES)
+    traj = glue_traj("a", HIPER_REWARDS, HIPER_SWITCHES)
     # reward_terms=() keeps the rewards of the golden case (no KEEP / format shaping on top); eq10 reads beta
     cfg = hiper.Config(normalize_advantages=False, reward_terms=(), switch_adv="eq10")
     return _prepare("hiper", [traj], cfg, values=HIPER_VALUES, **kw)
@@ -47,12 +47,12 @@ def test_targets_read_the_learners_logprobs_not_the_engines():
     """The engine sampled each <switch> span with P = 0.8; the learner's recomputation says 0.5. beta_t must come
     from the learner's (one set of log-probs per row): beta_1 (KEEP) = 1 - 0.5 = 0.5, beta_2 (SWITCH) = 0.5,
     so A_switch = [0, (0 - 0.5)(0.6 - 0.3), (1 - 0.5)(0.2 - 0.05)] = [0, -0.15, 0.075] (with the engine's it would be
-    test_glue's [0, -0.06, 0.03]); A_high and A_low do not depend on beta. The ratio's log π_old is the learner's too."""
+    the reference case's [0, -0.06, 0.03]); A_high and A_low do not depend on beta. The ratio's log π_old is the learner's too."""
     turns, _ = _hiper_case()
     learner_lp = turns.old_logprobs.numpy().copy()
     learner_lp[:, SW] = math.log(0.5) / 2
     _, (batch, _stats) = _hiper_case(learner_lp=learner_lp)
-    adv, mask = _hiper_expected([0.0, -0.15, 0.075], A_HIGH, A_LOW, [True, False, True])
+    adv, mask = hiper_expected([0.0, -0.15, 0.075], A_HIGH, A_LOW, [True, False, True])
     np.testing.assert_allclose(batch.token_adv, adv, atol=1e-5)
     assert (batch.loss_mask == mask).all()
     np.testing.assert_array_equal(batch.old_logprobs, learner_lp)
@@ -90,7 +90,7 @@ def test_behaviour_weights_are_the_learners_over_the_engines_on_response_tokens_
 
 
 def test_behaviour_cloning_reports_no_gap():
-    _, (_batch, stats) = _prepare("sft", [_traj("a", [0.0, 1.0])], sft.Config(), ref=False)
+    _, (_batch, stats) = _prepare("sft", [glue_traj("a", [0.0, 1.0])], sft.Config(), ref=False)
     assert "logprob_gap" not in stats
 
 
@@ -110,7 +110,7 @@ def test_critic_fields_come_from_the_values_and_the_targets():
     returns y = A + V = [0.9801, 1.0]. old_values are the values the targets were computed with."""
     values = np.array([[0.5], [0.8]], np.float32)
     cfg = ppo.Config(normalize_advantages=False, reward_terms=())
-    _, (batch, _) = _prepare("ppo", [_traj("a", [0.0, 1.0])], cfg, values=values)
+    _, (batch, _) = _prepare("ppo", [glue_traj("a", [0.0, 1.0])], cfg, values=values)
     np.testing.assert_allclose(batch.value_target[:, 0], [0.9801, 1.0], atol=1e-6)
     np.testing.assert_array_equal(batch.old_values, values)
     assert batch.value_valid.all()
@@ -123,9 +123,9 @@ def test_critic_fields_come_from_the_values_and_the_targets():
 def test_shaping_uses_the_algorithms_own_constants():
     """A malformed turn costs ``algo.shaping.format_penalty``: with 0.25, rewards [0 - 0.25, 1] and GRPO's episode
     return 0.75 (against a well-formed sibling's 1.0: A = (0.75 - 0.875) / std, std = 0.1767767 → -0.7071068)."""
-    bad = _traj("bad", [0.0, 1.0])
+    bad = glue_traj("bad", [0.0, 1.0])
     bad.turns[0].decision = Decision(action="", valid=False)
-    good = _traj("good", [0.0, 1.0])
+    good = glue_traj("good", [0.0, 1.0])
     cfg = grpo.Config(shaping=grpo.Config().shaping.__class__(format_penalty=0.25), kl_coef=0.0)
     turns, (batch, _) = _prepare("grpo", [bad, good], cfg, ref=False)
     assert [t.reward for t in bad.turns] == pytest.approx([-0.25, 1.0])
@@ -136,7 +136,7 @@ def test_shaping_uses_the_algorithms_own_constants():
 
 def test_missing_forward_pass_outputs_are_errors():
     algo = get_algo("hiper")
-    traj = _traj("a", HIPER_REWARDS, HIPER_SWITCHES)
+    traj = glue_traj("a", HIPER_REWARDS, HIPER_SWITCHES)
     turns = shaped_turns([traj], hiper.Config(), success_reward=1.0, max_len=64, pad_id=0)
     seqs = sequences(turns, algo.value_slots)
     lp = turns.old_logprobs.numpy()
@@ -193,17 +193,17 @@ def test_squared_value_loss_golden():
 
 
 def test_hipif_shaping_pass_writes_the_process_rewards_the_advantage_reads():
-    """The driver's own shaping pass with HIPIF's default terms (Eq. 7) produces test_glue's HIPIF case: the winner's
+    """The driver's own shaping pass with HIPIF's default terms (Eq. 7) produces glue_turns' HIPIF case: the winner's
     turn 1 broke the format (r^fmt -0.1), the loser's first subgoal names nothing in its context (r^gr -0.1, "unicorn"
     is in no observation, task or admissible list); every other subgoal names the mug in the observation. Same
-    expected advantages as test_glue.HIPIF_ADV; with the terms dropped the penalised steps score like the others.
+    expected advantages as HIPIF_ADV; with the terms dropped the penalised steps score like the others.
     HIPIF pays its outcome at its own scale (``success_reward`` 10, App. B) whatever the env pays, so that is the unit
     of its penalties: 0.01 R = 0.1 in an env paying 1 (VirtualHome) as in one paying 10 (ALFWorld)."""
 
     def case():
-        a = _traj("a", [0.0, 0.0, 10.0], gid="g")
-        b = _traj("b", [0.0, 0.0], gid="g")
-        c = _traj("c", [10.0], gid="h")
+        a = glue_traj("a", [0.0, 0.0, 10.0], gid="g")
+        b = glue_traj("b", [0.0, 0.0], gid="g")
+        c = glue_traj("c", [10.0], gid="h")
         for traj in (a, b, c):
             traj.won = traj.traj_id in ("a", "c")
             for turn in traj.turns:
