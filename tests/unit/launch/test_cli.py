@@ -1,0 +1,178 @@
+"""The ``hierarl`` command: one line and exit 2 for bad input, help for every command, the dry run (its resolved
+config, no distributed stack imported, no Ray session in a fresh process), and the defaults the workers and
+``hierarl rollout`` take from the run config rather than restating."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from launch.algos import ALGOS
+from launch.cli import COMMANDS, main
+from launch.config import ConfigError
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+# --- the command ---------------------------------------------------------------------------------------------
+
+
+def test_train_reports_one_line_and_exit_code_2(capsys):
+    assert main(["train", "algo.reward_terms=format,nonsense"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(
+        "hierarl train: algo.reward_terms: unknown value 'nonsense'"
+    )
+    assert main(["train", "--verbose"]) == 2
+    assert capsys.readouterr().err.startswith("hierarl train: unknown option '--verbose'; allowed: --dry-run")
+
+
+def test_train_help_is_not_a_preset_name(capsys):
+    """Before: `hierarl train --help` was read as a preset named '--help'."""
+    assert main(["train", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: hierarl train [PRESET] [key=value ...]")
+    for key in ("rollout.group_size", "learner.micro_batch_size", "bc.enabled", "env.options", "seed"):
+        assert f"\n  {key} " in out, key
+    assert "Trajectories per task and initial state" in out  # a field docstring's first line
+    assert "lam_low" in out and "\n    shaping.process_penalty " in out  # algo keys and shaping constants
+    assert "algo.shaping.<name>" in out and "\n    shaping.format_penalty " in out
+    assert main(["train", "-h", "hiper_alfworld"]) == 0
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_every_command_has_help(command, flag, capsys):
+    """`hierarl <command> --help` prints help and exits 0 (argparse's SystemExit(0) or a return of 0); before,
+    `hierarl sweep --help` exited 2 and `hierarl download-alfworld --help` tried to download into './--help'."""
+    try:
+        rc = main([command, flag])
+    except SystemExit as e:
+        rc = e.code
+    out = capsys.readouterr().out
+    assert rc == 0 and f"hierarl {command}" in out and len(out.strip()) > 40
+
+
+def test_train_help_lists_every_algorithm(capsys):
+    assert main(["train", "--help"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("  algo "))
+    assert all(name in line for name in ALGOS), line
+
+
+def test_dry_run_prints_the_resolved_config(capsys):
+    assert main(["train", "--dry-run", "hiper_webshop", "algo.shaping.c_keep=0.2"]) == 0
+    out = capsys.readouterr().out
+    assert "[hierarl] preset hiper_webshop (" in out and "base hiper_alfworld" in out
+    assert (
+        "name: webshop" in out
+        and "resolved_algo:\n" in out
+        and "\n  shaping:\n    format_penalty: 0.01\n" in out
+    )
+    assert (
+        "\n    c_keep: 0.2\n" in out and "\n  env.success_reward: 1.0\n" in out
+    )  # WebShop's reward is in [0, 1]
+    assert main(["train", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "preset hiper_textcraft_cpu (" in out and "the default, no preset named" in out
+    assert "\n    format_penalty: 0.01\n" in out
+    assert out.endswith(
+        "derived:\n  env.success_reward: 1.0\n  learner.behaviour_is_cap: 0.0\n"
+    )  # null, sync
+    assert main(["train", "--dry-run", "max_staleness=2"]) == 0
+    assert capsys.readouterr().out.endswith("\n  learner.behaviour_is_cap: 2.0\n")
+
+
+def _env_without_ray() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+def test_a_bad_algorithm_fails_in_a_fresh_process_before_ray(tmp_path):
+    """Exit 2 with one line, and no Ray session: the child (and anything it starts) keeps Ray's files in its own
+    temp dir (``RAY_TMPDIR``), so a session it started would show up there, and Ray run by other processes on the
+    machine cannot fail this test."""
+    out = subprocess.run(
+        [sys.executable, "-m", "launch.cli", "train", "algo=nonsense"],
+        cwd=ROOT,
+        env={**_env_without_ray(), "RAY_TMPDIR": str(tmp_path), "TMPDIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 2
+    assert out.stderr.splitlines() == [
+        "hierarl train: algo: unknown algorithm 'nonsense'; allowed: gigpo, grpo, hiper, hipif, hipif_gigpo, hisr, multi2, ppo, rloo, sft, step_hrl"
+    ]
+    assert not (tmp_path / "ray").exists(), "the child started a Ray session"
+
+
+def test_dry_run_imports_no_distributed_stack():
+    code = (
+        "import sys; from launch.cli import main; rc = main(['train', '--dry-run', 'algo=ppo']); "
+        "print('LOADED', sorted({m.split('.')[0] for m in sys.modules} & {'ray', 'deepspeed', 'vllm'})); "
+        "sys.exit(rc)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env=_env_without_ray(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "LOADED []" in out.stdout and "algo: ppo" in out.stdout
+
+
+# --- one source of defaults for the workers and `hierarl rollout` ----------------------------------
+
+
+def test_worker_configs_restate_no_run_config_default():
+    """WorkerConfig and LearnerSpec are built from the run config; only worker-specific fields have defaults."""
+    import dataclasses
+
+    from actors.rollout import WorkerConfig
+    from learners.learner_spec import LearnerSpec
+
+    def defaulted(cls):
+        return {
+            f.name
+            for f in dataclasses.fields(cls)
+            if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+        }
+
+    assert defaulted(WorkerConfig) == {"device", "torch_threads", "adapter_path", "adapters"}
+    assert defaulted(LearnerSpec) == {
+        "device",
+        "value_heads",
+        "value_head_hidden",
+        "adapters",
+        "extra_critics",
+        "frozen_adapters",
+        "target_critic",
+        "master_port",
+        "torch_threads",
+    }
+
+
+def test_rollout_command_defaults_are_the_run_configs():
+    import dataclasses
+
+    from launch.config import TrainConfig
+    from launch.rollout_cli import rollout_parser, rollout_run_config
+
+    cfg = rollout_run_config(rollout_parser().parse_args([]))
+    default = TrainConfig()
+    assert cfg == dataclasses.replace(default, bc=dataclasses.replace(default.bc, enabled=False))
+    other = rollout_run_config(rollout_parser().parse_args(["--env", "synthetic", "--agent-options", "{}"]))
+    assert (other.env.name, other.env.options, other.rollout.agent_options) == ("synthetic", {}, {})
+    with pytest.raises(SystemExit) as e:  # argparse: usage + one error line, exit 2
+        rollout_run_config(rollout_parser().parse_args(["--protocol", "nope"]))
+    assert e.value.code == 2
+    with pytest.raises(ConfigError, match=r"env\.name: unknown value 'alfwrld'"):
+        rollout_run_config(rollout_parser().parse_args(["--env", "alfwrld"]))
