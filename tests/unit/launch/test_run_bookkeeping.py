@@ -98,7 +98,7 @@ def test_bc_from_run_must_have_done_the_same_bc(tmp_path):
     assert check_bc_source(ppo) == src / "checkpoints" / "iter_0"
     with pytest.raises(ConfigError, match=r"bc.from_run: .* ran BC with seed=0, this run has 1"):
         check_bc_source(resolve_config("ppo_synthetic_multi", [f"bc.from_run={src}", "seed=1"]))
-    with pytest.raises(ConfigError, match=r"bc\.epochs=2, this run has 3"):
+    with pytest.raises(ConfigError, match=r"bc\.epochs=4, this run has 3"):
         check_bc_source(resolve_config("ppo_synthetic_multi", [f"bc.from_run={src}", "bc.epochs=3"]))
     with pytest.raises(ConfigError, match="has no BC checkpoint"):
         check_bc_source(resolve_config(None, [f"bc.from_run={tmp_path / 'none'}"]))
