@@ -97,16 +97,23 @@ class PolicyLossConfig(RLConfig):
 
 
 @dataclass(frozen=True)
-class ActorCriticConfig(PolicyLossConfig):
-    """``PolicyLossConfig`` plus what a truncated episode's last state is worth to the critic (PPO, HISR, HiPER)."""
+class CriticFields:
+    """What a step-limit cut's last state is worth to a critic; mixed in first (its ``__post_init__`` runs the
+    config's own) by every config with a critic, on-policy (``ActorCriticConfig``) or offline (``OfflineRLConfig``)."""
 
     truncation: str = "bootstrap"
-    """bootstrap: V(s_T) ≈ V(s_{T−1}) after a step-limit cut (``learners.targets.bootstrap_value``); terminal:
-    V(s_T) = 0, as after a real end (``learners.advantages.Truncation``)."""
+    """bootstrap: V(s_T) ≈ V(s_{T−1}) after a step-limit cut (``learners.targets.bootstrap_value``; offline, a cut
+    transition's V(s') ≈ V(s), ``learners.transitions``); terminal: V(s_T) = 0, as after a real end
+    (``learners.advantages.Truncation``)."""
 
     def __post_init__(self) -> None:
-        super().__post_init__()
+        super().__post_init__()  # type: ignore[misc]  # the RLConfig it is mixed into
         check_choice("truncation", self.truncation, typing.get_args(Truncation))
+
+
+@dataclass(frozen=True)
+class ActorCriticConfig(CriticFields, PolicyLossConfig):
+    """``PolicyLossConfig`` plus a critic (PPO, HISR, HiPER)."""
 
 
 EXPECTILE_DIRECTIONS = ("iql", "authors")
@@ -122,7 +129,7 @@ def value_expectile(tau: float, direction: str) -> float:
 
 
 @dataclass(frozen=True)
-class OfflineRLConfig(RLConfig):
+class OfflineRLConfig(CriticFields, RLConfig):
     """The IQL-style offline methods' fields (STEP-HRL, Multi2): a critic with a soft-updated target copy, an
     expectile value, advantage-weighted regression, and the offline data (``launch.offline``). Each method sets its
     paper's values."""
@@ -166,9 +173,6 @@ class OfflineRLConfig(RLConfig):
     env_reward_scale: float = 1.0
     """Multiplies the env reward in the transitions (ScienceWorld reports increments of a 0-100 score where the
     papers read 0-1: its presets set 0.01)."""
-    truncation: str = "bootstrap"
-    """A transition cut by the step limit before its s': bootstrap, V(s') ≈ V(s) (``learners.transitions``);
-    terminal, done (V(s') = 0; ``learners.advantages.Truncation``)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -177,7 +181,6 @@ class OfflineRLConfig(RLConfig):
         check_choice("actor_loss", self.actor_loss, ACTOR_LOSSES)
         check_choice("advantage_q", self.advantage_q, ADVANTAGE_QS)
         check_choice("adv_norm", self.adv_norm, ADV_NORMS)
-        check_choice("truncation", self.truncation, typing.get_args(Truncation))
         for name, ok, allowed in (
             ("beta", self.beta > 0, POSITIVE),
             ("expectile", 0 < self.expectile < 1, "a number in (0, 1)"),

@@ -65,6 +65,19 @@ def test_algo_keys_are_validated_against_the_algorithm_dataclass():
         resolve_algo_config(get_algo(bad.algo).Config, bad.algo_overrides)
 
 
+@pytest.mark.parametrize("algo", ["ppo", "hisr", "hiper", "step_hrl", "multi2"])
+def test_every_critic_checks_truncation_by_one_field(algo):
+    """On-policy and offline critics share ``algo_config.CriticFields``: the same default, the same one-line error."""
+    cfg = resolve_config(None, [f"algo={algo}", "algo.truncation=terminal"])
+    assert resolve_algo_config(get_algo(algo).Config, cfg.algo_overrides).truncation == "terminal"
+    assert get_algo(algo).Config().truncation == "bootstrap"
+    bad = resolve_config(None, [f"algo={algo}", "algo.truncation=cut"])
+    with pytest.raises(
+        ConfigError, match=r"^algo\.truncation: unknown value 'cut'; allowed: bootstrap, terminal$"
+    ):
+        resolve_algo_config(get_algo(algo).Config, bad.algo_overrides)
+
+
 def test_configs_are_frozen():
     with pytest.raises(dataclasses.FrozenInstanceError):
         TrainConfig().seed = 3  # type: ignore[misc]
