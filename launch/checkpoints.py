@@ -10,7 +10,6 @@ checkpoints beyond ``keep_last`` go (``iter_0``, after BC, always stays).
 from __future__ import annotations
 
 import errno
-import random
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from common.rng import process_rngs
 from learners.group import LearnerGroup
 
 
@@ -66,12 +66,7 @@ class Checkpointer:
         tmp.mkdir(parents=True)
         try:
             learner.save_checkpoint(str(tmp))
-            rng = {
-                "python_rng": random.getstate(),
-                "numpy_rng": np.random.get_state(),
-                "torch_rng": torch.get_rng_state(),
-            }
-            torch.save({"iteration": iteration, **state, **rng}, tmp / "driver.pt")
+            torch.save({"iteration": iteration, **state, "rng": process_rngs()}, tmp / "driver.pt")
             if behaviour is not None:
                 np.savez(tmp / "behaviour_adapter.npz", **behaviour)
         except Exception as e:
@@ -102,13 +97,6 @@ class Checkpointer:
                     f"[hierarl] checkpoint {path} is unreadable ({type(e).__name__}: {e}); trying an older one"
                 )
         return None
-
-
-def restore_rngs(state: dict[str, Any]) -> None:
-    """The process RNGs a checkpoint saved."""
-    random.setstate(state["python_rng"])
-    np.random.set_state(state["numpy_rng"])
-    torch.set_rng_state(state["torch_rng"])
 
 
 def behaviour_adapter(path: Path) -> dict[str, np.ndarray] | None:

@@ -28,8 +28,9 @@ import torch
 from actors.models import resolve_model_path
 from actors.trajectory import Trajectory, to_jsonl
 from cluster.ray_cluster import WORKER_LOST, init_ray
+from common.rng import restore_process_rngs
 from launch.algos import get_algo
-from launch.checkpoints import Checkpointer, restore_rngs
+from launch.checkpoints import Checkpointer
 from launch.config import (
     TrainConfig,
     check_bc_source,
@@ -220,7 +221,7 @@ class Trainer:
             raise RuntimeError(f"resume=true but no readable checkpoint under {self.checkpoints.root}")
         path, state = loaded
         self.resumed_from = path
-        restore_rngs(state)
+        restore_process_rngs(state["rng"])
         if self.offline is not None:
             self.offline.critic_steps = int(state.get("offline_steps", 0))
         self.pool.version = state["version"] - 1

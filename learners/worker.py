@@ -1,49 +1,34 @@
 """DeepSpeed learner worker: the thin adapter between pure algorithm math and DeepSpeed/peft.
 
-One worker = one data-parallel rank. It holds
-* the **policy**: the base model with a LoRA adapter (peft), in a DeepSpeed engine (ZeRO stage configurable; gloo on
-  CPU, NCCL on GPU). The **reference policy** of a KL term is a frozen LoRA copy on the same base
-  (``frozen_adapters``: no engine, no optimizer; the driver copies the policy into it as RL begins), or the same model
-  with every adapter disabled — either way no second copy of the base weights;
-* optionally the **critic**: its own LoRA adapter (``critic``) on the policy's frozen base (one copy of the base
-  weights for policy, reference and critic: 14 GB less at every phase's peak, measured at a Llama-3-8B shape
-  in bf16 on an H100, docs/results/gpu_learner_engine.md) and a value head with ``value_heads`` outputs (1 for
-  PPO's V(s); 2 for HiPER's [V_high, V_low]), in its own DeepSpeed engine. Under ZeRO-3, which partitions the
-  base per engine, the critic keeps a base of its own;
-* optionally more value models the same way (``extra_critics``, each its adapter, head and engine on the shared
-  base: HISR's segment reward model), and more trained adapters (``adapters``: Multi2's planner and executor,
-  HISR's hindsight model). Every call names the adapter or critic it means; None is the policy's / the critic's.
-
-Where values are read (``learners.batch``): head h of row b at the sequence position ``value_pos[b, h]``. HiPER
-reads V_high(s_t) and V_low(s_t, o_{t-1}) at the last prompt token (the prompt holds the observation and the
-current subgoal o_{t-1}), and V_low(s_t, o_t) at the last token of the new subgoal in the response.
+One worker = one data-parallel rank; the models and engines it holds (policy adapters, frozen reference copies,
+critics on the shared base) are ``learners.worker_models.LearnerModels``. Where values are read
+(``learners.batch``): head h of row b at the sequence position ``value_pos[b, h]``. HiPER reads V_high(s_t) and
+V_low(s_t, o_{t-1}) at the last prompt token (the prompt holds the observation and the current subgoal o_{t-1}),
+and V_low(s_t, o_t) at the last token of the new subgoal in the response.
 
 The worker knows no algorithm: it receives typed batches (``learners.batch.Sequences`` for forward passes,
-``LearnerBatch`` for updates) and the algorithm's pure policy and critic losses (``learners.algorithm``). Its
-spec is ``learners.learner_spec``; the value model and adapter switching ``learners.value_model``; the process
-group, engine config and engine checkpoints ``learners.engines``.
+``LearnerBatch`` for updates) and the algorithm's pure policy and critic losses (``learners.algorithm``). Every
+call names the adapter or critic it means; None is the policy's / the critic's.
 """
 
 from __future__ import annotations
 
-import random
-from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
 import torch
-from torch import nn
 
-from common.dtypes import pick_dtype
+from common.rng import process_rngs, restore_process_rngs
 from learners.algorithm import PolicyLossFn, ValueLossFn
 from learners.batch import LearnerBatch, Sequences, micro_batches
-from learners.engines import drop_tied_frozen_weights, ds_config, init_dist, load_engine
-from learners.learner_spec import CRITIC_ADAPTER, CriticSpec, LearnerSpec
+from learners.engines import load_engine
+from learners.learner_spec import CRITIC_ADAPTER
 from learners.losses import entropy_from_logprobs
 from learners.targets import CriticInputs, PolicyInputs
-from learners.value_model import ValueModel, adapter_of, polyak_update_, using_adapter
+from learners.value_model import adapter_of
+from learners.worker_models import LearnerModels
 
 _Rows = TypeVar("_Rows", Sequences, LearnerBatch)
 
@@ -52,157 +37,10 @@ ENTROPY_SAMPLE = 64
 """Response positions per training micro-batch whose entropy the ``entropy`` metric averages."""
 
 
-class LearnerWorker:
+class LearnerWorker(LearnerModels):
     """Plain class; ``cluster.ray_cluster.place_workers`` wraps it with ``ray.remote``."""
 
-    def __init__(self, spec: LearnerSpec, *, rank: int = 0, world_size: int = 1) -> None:
-        import deepspeed
-        from peft import LoraConfig, get_peft_model
-
-        self.spec, self.rank, self.world_size = spec, rank, world_size
-        if spec.torch_threads:
-            torch.set_num_threads(spec.torch_threads)
-        torch.manual_seed(spec.seed + rank)
-        init_dist(rank, world_size, spec.master_port, spec.device)
-        dtype = pick_dtype(spec.dtype, spec.device)
-        bf16 = dtype == torch.bfloat16
-        lora_cfg = LoraConfig(
-            r=spec.lora.rank,
-            lora_alpha=spec.lora.alpha,
-            target_modules=list(spec.lora.target_modules),
-            lora_dropout=spec.lora.dropout,
-        )
-        base = self._base_model()
-        adapters = spec.adapters or (("default", spec.actor_lr),)
-        if len(adapters) > 1 and spec.zero_stage == 3:
-            raise ValueError("several policy adapters need learner.zero_stage 0-2")
-        self.adapter_names = [name for name, _ in adapters]
-        self.frozen = list(spec.frozen_adapters)
-        critics = [CriticSpec(CRITIC_ADAPTER, spec.value_heads, spec.value_head_hidden, spec.critic_lr)]
-        critics = critics[: bool(spec.value_heads)] + list(spec.extra_critics)
-        names = [*self.adapter_names, *self.frozen]
-        every = [*names, *(c.name for c in critics)]
-        if CRITIC_ADAPTER in names or len(set(every)) < len(every):
-            raise ValueError(
-                f"adapter and critic names must differ and no adapter may be {CRITIC_ADAPTER!r} (the critic's): "
-                f"{every}"
-            )
-        if spec.extra_critics and spec.zero_stage == 3:
-            raise ValueError("value models beside the critic (extra_critics) need learner.zero_stage 0-2")
-        policy = get_peft_model(base, lora_cfg, adapter_name=self.adapter_names[0])
-        for name in names[1:]:
-            policy.add_adapter(name, lora_cfg)
-        # the critics' adapters on the same base (ZeRO-3 partitions a module per engine: there the critic has its own)
-        self.shared_base = bool(critics) and spec.zero_stage < 3
-        if self.shared_base:
-            for c in critics:
-                policy.add_adapter(c.name, lora_cfg)
-        # every adapter but the frozen ones stays trainable (peft freezes all but the active one); the active one is
-        # chosen per call (``_active``), so only its tensors get gradients, and each engine's optimizer holds its own
-        for n, p in policy.named_parameters():
-            p.requires_grad_(self._trainable(n))
-        self.lrs = {**dict(adapters), **{c.name: c.lr for c in critics}}
-        self.engines: dict[str, Any] = {}
-        for name, lr in adapters:
-            params = [p for n, p in policy.named_parameters() if adapter_of(n) == name]
-            opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
-            engine, _, _, _ = deepspeed.initialize(
-                model=policy, optimizer=opt, config=ds_config(spec, world_size, bf16)
-            )
-            drop_tied_frozen_weights(engine)
-            self.engines[name] = engine
-        self.policy = self.engines[self.adapter_names[0]]
-        self.critics: dict[str, Any] = {}
-        self._critic_modules: dict[str, ValueModel] = {}
-        for c in critics:
-            cmodel = ValueModel(
-                policy if self.shared_base else get_peft_model(self._base_model(), lora_cfg),
-                base.config.hidden_size,
-                c.heads,
-                c.mlp_hidden,
-            )
-            self._critic_modules[c.name] = cmodel
-            copt = torch.optim.AdamW(self._critic_params(c.name), lr=c.lr, weight_decay=0.0)
-            engine, _, _, _ = deepspeed.initialize(
-                model=cmodel, optimizer=copt, config=ds_config(spec, world_size, bf16)
-            )
-            drop_tied_frozen_weights(engine)
-            self.critics[c.name] = engine
-        self.critic = self.critics.get(CRITIC_ADAPTER)
-        """The critic's engine (None: no critic); the other value models are in ``critics``."""
-        self.critic_target: list[torch.Tensor] | None = None
-        if spec.target_critic:
-            if self.critic is None or spec.zero_stage == 3:
-                raise ValueError(
-                    "a target critic needs a critic (value_heads > 0) and learner.zero_stage 0-2"
-                )
-            self.critic_target = [p.detach().clone() for p in self._critic_params()]
-        self.step_count = 0
-
-    def _base_model(self) -> nn.Module:
-        from transformers import AutoModelForCausalLM
-
-        model = AutoModelForCausalLM.from_pretrained(self.spec.model_path, dtype=torch.float32)
-        if self.spec.gradient_checkpointing:
-            # non-reentrant: the recomputed layers see the LoRA tensors' requires_grad, the frozen inputs need none
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        return model
-
     # -- forward passes ----------------------------------------------------------------------------------------
-
-    def _trainable(self, param_name: str) -> bool:
-        """Whether a parameter belongs to a trained adapter (a policy adapter or the critic's), not the base or a
-        frozen copy."""
-        return adapter_of(param_name) not in (None, *self.frozen)
-
-    def _policy_or_frozen(self, adapter: str | None) -> str:
-        """``adapter`` (None: the first policy adapter), checked to be a policy adapter or a frozen one."""
-        name = adapter or self.adapter_names[0]
-        if name not in self.frozen:
-            self._engine(name)
-        return name
-
-    def _engine(self, adapter: str | None) -> Any:
-        name = adapter or self.adapter_names[0]
-        if name not in self.engines:
-            raise ValueError(f"no policy adapter {name!r}; this learner has {', '.join(self.adapter_names)}")
-        return self.engines[name]
-
-    @contextmanager
-    def _active(self, adapter: str | None) -> Iterator[None]:
-        """Forward passes inside use adapter ``adapter`` (None: the first policy adapter; a frozen one allowed)."""
-        with using_adapter(self.policy.module, self._policy_or_frozen(adapter)):
-            yield
-
-    def _critic_active(self, name: str) -> AbstractContextManager[None]:
-        """Passes of critic ``name`` inside use its adapter on the shared base. Backward passes too: with gradient
-        checkpointing they recompute the forward, which must see the same adapter."""
-        return using_adapter(self.policy.module, name if self.shared_base else None)
-
-    def _critic(self, name: str | None) -> tuple[str, Any]:
-        """(name, engine) of critic ``name`` (None: the critic)."""
-        name = name or CRITIC_ADAPTER
-        if name not in self.critics:
-            have = ", ".join(self.critics) or "none (value_heads=0)"
-            raise RuntimeError(f"this learner has no critic {name!r}; it has {have}")
-        return name, self.critics[name]
-
-    @contextmanager
-    def _reference(self) -> Iterator[None]:
-        """The base model (every adapter disabled). peft re-enables adapters through ``set_adapter``, which freezes
-        all but the active one: every trained adapter is made trainable again afterwards (each engine's optimizer and
-        checkpoint expect its adapter's tensors to require gradients)."""
-        with self.policy.module.disable_adapter():
-            yield
-        for n, p in self.policy.module.named_parameters():
-            p.requires_grad_(self._trainable(n))
-
-    def _dev(self, x: np.ndarray | torch.Tensor) -> torch.Tensor:
-        """Ray hands numpy arrays over read-only (zero-copy from the object store), which torch may not alias: those
-        are copied (a batch's ids and masks, well under a MB)."""
-        if isinstance(x, np.ndarray) and not x.flags.writeable:
-            x = x.copy()
-        return torch.as_tensor(x).to(self.policy.device)
 
     def _response_logprobs(
         self,
@@ -273,35 +111,6 @@ class LearnerWorker:
             sums = torch.zeros(len(rows), device=ent.device).index_add_(0, row_of, ent.float())
             out[rows] = (sums / counts.clamp(min=1)).cpu().numpy()
         return out
-
-    def _critic_params(self, name: str = CRITIC_ADAPTER) -> list[torch.Tensor]:
-        """Critic ``name``'s trainable tensors (its LoRA and head, not the other adapters on a shared base), in a
-        fixed order."""
-        own = (None, name) if self.shared_base else (None, "default")
-        return [
-            p
-            for n, p in self._critic_modules[name].named_parameters()
-            if p.requires_grad and adapter_of(n) in own
-        ]
-
-    @contextmanager
-    def _target_weights(self) -> Iterator[None]:
-        """The critic computes with the target copy's tensors inside the block (swapped in and back; no copy)."""
-        assert self.critic_target is not None
-        params = self._critic_params()
-        own = [p.data for p in params]
-        for p, t in zip(params, self.critic_target, strict=True):
-            p.data = t
-        try:
-            yield
-        finally:
-            for p, o in zip(params, own, strict=True):
-                p.data = o
-
-    def soft_update_target(self, tau: float) -> None:
-        """The target critic one Polyak step towards the critic (``polyak_update_``)."""
-        assert self.critic_target is not None
-        polyak_update_(self.critic_target, self._critic_params(), tau)
 
     @torch.no_grad()
     def values(self, seqs: Sequences, critic: str | None = None) -> np.ndarray:
@@ -465,15 +274,6 @@ class LearnerWorker:
             state = get_peft_model_state_dict(module, adapter_name=name)
         return {k: v.detach().float().cpu().numpy().copy() for k, v in state.items()}
 
-    def _all_engines(self) -> dict[str, tuple[Any, str]]:
-        """Every trained adapter's and critic's engine with its checkpoint folder: ``policy_ds`` for the adapter
-        ``default``, ``policy_ds_<name>`` for the others; ``critic_ds`` for the critic, ``critic_ds_<name>`` for
-        the other value models."""
-        out = {n: (e, "policy_ds" if n == "default" else f"policy_ds_{n}") for n, e in self.engines.items()}
-        for n, e in self.critics.items():
-            out[n] = (e, "critic_ds" if n == CRITIC_ADAPTER else f"critic_ds_{n}")
-        return out
-
     def save_checkpoint(self, path: str) -> None:
         """The trainable state only: every adapter's and critic's engine without the frozen base weights (LoRA
         tensors, value heads and optimizer state, DeepSpeed format; the base is ``spec.model_path``), the PEFT
@@ -486,9 +286,8 @@ class LearnerWorker:
             self.policy.module.save_pretrained(
                 str(root / "adapter"), selected_adapters=[*self.adapter_names, *self.frozen]
             )
-        rng = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
         torch.save(
-            {"rng": rng, "step_count": self.step_count, "critic_target": self.critic_target},
+            {"rng": process_rngs(), "step_count": self.step_count, "critic_target": self.critic_target},
             root / f"learner_rank{self.rank}.pt",
         )
 
@@ -525,34 +324,13 @@ class LearnerWorker:
             weights = load_peft_weights(str(folder), device="cpu")
             self.load_adapter_weights({k: v.float().numpy() for k, v in weights.items()}, adapter=name)
         state = torch.load(root / f"learner_rank{self.rank}.pt", weights_only=False)
-        torch.set_rng_state(state["rng"]["torch"])
-        np.random.set_state(state["rng"]["numpy"])
-        random.setstate(state["rng"]["python"])
+        restore_process_rngs(state["rng"])
         self.step_count = state["step_count"]
         if self.critic_target is not None and (only is None or CRITIC_ADAPTER in only):  # part of the critic
             saved = state.get("critic_target")
             if saved is None:
                 raise ValueError(f"checkpoint {path} has no target critic to restore")
             self.critic_target = [t.to(p.device) for t, p in zip(saved, self._critic_params(), strict=True)]
-
-    @contextmanager
-    def _own_tensors(self, name: str) -> Iterator[None]:
-        """Inside, only adapter ``name``'s tensors (and the value head's, outside the peft model) require
-        gradients: every engine wraps the one module that holds all adapters, so its trainable-only checkpoint
-        would otherwise store every adapter's weights again (measured on Multi2's four: 119 MB per engine instead
-        of 59)."""
-        others = [
-            p
-            for n, p in self.policy.module.named_parameters()
-            if self._trainable(n) and adapter_of(n) != name
-        ]
-        for p in others:
-            p.requires_grad_(False)
-        try:
-            yield
-        finally:
-            for p in others:
-                p.requires_grad_(True)
 
     def load_adapter_weights(self, weights: dict[str, np.ndarray], adapter: str | None = None) -> None:
         """Set adapter ``adapter``'s LoRA tensors (None: the first policy adapter; a frozen one allowed; PEFT key

@@ -1,10 +1,14 @@
 """Driver bookkeeping without Ray: which checkpoints are pruned, and what an iteration without samples does."""
 
 import json
+import random
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
+import torch
 
+from common.rng import process_rngs, restore_process_rngs
 from launch.checkpoints import checkpoint_iterations, checkpoints_to_prune
 from launch.config import resolve_config
 from launch.sources import EmptyIterations
@@ -29,6 +33,20 @@ def test_only_complete_checkpoint_folders_count(tmp_path):
         (tmp_path / name).mkdir()
     (tmp_path / "latest").write_text("iter_3")
     assert checkpoint_iterations(tmp_path) == [0, 3]
+
+
+def test_restored_rngs_draw_again_what_they_drew_after_the_save(tmp_path):
+    """Each of the three generators a checkpoint keeps (driver and learner ranks alike) draws the same after a
+    restore, through ``torch.save``/``load`` as a checkpoint stores them; leaving one out fails its draw."""
+
+    def draw():
+        return random.random(), float(np.random.rand()), float(torch.rand(()))
+
+    torch.save({"rng": process_rngs()}, tmp_path / "state.pt")
+    first = draw()
+    assert draw() != first
+    restore_process_rngs(torch.load(tmp_path / "state.pt", weights_only=False)["rng"])
+    assert draw() == first
 
 
 def test_iterations_without_samples_warn_then_fail(capsys):
