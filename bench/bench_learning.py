@@ -23,7 +23,7 @@ BC checkpoint is the others' ``bc.from_run``), 6 iterations, eval on the fixed 4
         --algos hiper,ppo,gigpo --seeds 0,1,2 --shared-bc
 
 The same with a negative control: the first algorithm once more per seed with every advantage negated
-(``learner.negate_advantages=true``, labelled ``hiper-negated``); it must not gain over its BC start::
+(``learner.advantage_scale=-1``, labelled ``hiper-negated``); it must not gain over its BC start::
 
     python bench/bench_learning.py --out bench/results/hiper_vs_ppo_multi --preset synthetic_multi \\
         --algos hiper,ppo --seeds 0,1,2 --negative-control
@@ -231,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--negative-control",
         action="store_true",
-        help="also run the first algorithm with learner.negate_advantages=true per seed",
+        help="also run the first algorithm with learner.advantage_scale=-1 per seed",
     )
     p.add_argument(
         "--shared-bc",
@@ -260,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     # (label, algorithm, extra overrides): every algorithm, then the negative control if asked for
     variants = [(algo, algo, []) for algo in algos]
     if a.negative_control and algos:
-        variants.append((f"{algos[0]}-negated", algos[0], ["learner.negate_advantages=true"]))
+        variants.append((f"{algos[0]}-negated", algos[0], ["learner.advantage_scale=-1"]))
     # Seed-major order: a sweep cut short still holds every algorithm at the seeds it finished.
     for seed in [int(s) for s in a.seeds.split(",")] if algos else []:
         for i, (label, algo, extra) in enumerate(variants):

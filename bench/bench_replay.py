@@ -17,7 +17,13 @@ from the same state and trains on the same rollouts:
 * trajectories: ``RUN/trajectories/iter_<k>.jsonl`` (collected by that policy), shaped afresh per variant (HISR:
   scored by the run's reward models as the run had them, the online hindsight model trained as the run did);
 * one update: the run's ``Updater`` (the driver's code), seed ``seed + k`` for the mini-batch order; the first
-  variant is repeated with other seeds (``--repeats``) to measure the noise floor.
+  variant is repeated with other seeds (``--repeats``) to measure the noise floor. Replaying iteration 1, RL starts
+  as the driver starts it (``launch.warm_start.start_rl``: the variant's ``learner.rl_optimizer`` and warm-up), so a
+  run written before RL's optimizer was reset replays under today's default unless the variant says
+  ``learner.rl_optimizer=continue``;
+* ``--controls``: each variant also with its advantages negated and zeroed (``learner.advantage_scale`` −1, 0),
+  and the table adds its first-order part, (Δ − Δ_negated) / 2, and its sign-independent part, (Δ + Δ_negated) / 2
+  (read together with the two rows' KL: the split holds where they are close).
 A variant is ``name=key=value key=value ...`` (overrides on the run's config, as ``hierarl train`` takes them;
 ``algo=ppo`` switches algorithm and keeps the shared ``algo.*`` keys). Measured per variant:
 * the update's KL per token group on the batch it trained on (``kl_update/<group>``: switch, subgoal of a boundary
@@ -26,7 +32,11 @@ A variant is ``name=key=value key=value ...`` (overrides on the run's config, as
   eval tasks (sorted ids) until ``--probe-states`` states, each split by the expert's decision (turn 0, KEEP,
   SWITCH) and segment (final or not): Δ log P of the ``<switch>`` block, of the new subgoal (SWITCH states) and of
   the action, in nats, mean over states; for a protocol with several roles, also per role (each row read under its
-  role's adapter: STEP-HRL's high / low / progress, Multi2's planner and executor), a second table.
+  role's adapter: STEP-HRL's high / low / progress, Multi2's planner and executor), a second table; split too by
+  whether the start policy's greedy reply is already the expert's (``greedy_right`` / ``greedy_wrong``: where it
+  is right an update can only lose);
+* the same Δ log P on a second probe, the expert's decisions on the batch's own train tasks (``train/...``): what
+  the update does where it was taken, beside what it does on held-out tasks.
 """
 
 from __future__ import annotations
@@ -36,7 +46,7 @@ import json
 import platform
 import tempfile
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -117,6 +127,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--probe-states", type=int, default=50)
     ap.add_argument("--critic-from-run", action="store_true")
     ap.add_argument(
+        "--controls", action="store_true", help="each variant also with its advantages negated and zeroed"
+    )
+    ap.add_argument(
         "--critic-passes",
         type=int,
         default=None,
@@ -139,8 +152,9 @@ def replay(args: argparse.Namespace) -> int:
     from launch.config import reference_adapters, resolve_algo_config
     from launch.specs import env_task_ids, expert_demonstrations, learner_spec
     from launch.updater import Updater
+    from launch.warm_start import start_rl
     from learners.batch import build_turn_batch
-    from learners.diagnostics import block_logprobs, probe_deltas, probe_splits
+    from learners.diagnostics import probe_deltas, probe_splits
     from learners.group import LearnerGroup
     from learners.learner_spec import CRITIC_ADAPTER
     from learners.targets import sequences
@@ -159,22 +173,35 @@ def replay(args: argparse.Namespace) -> int:
     pad = tok.pad_token_id or tok.eos_token_id
     init_ray(base.ray_address, device="cpu")
 
-    # the probe: the expert's decisions on the first eval tasks, in the run's agent format
-    ids = sorted(env_task_ids(base, base.env.eval_split))
-    probe: list[Any] = []
-    for chunk in range(0, len(ids), 4):
-        probe += expert_demonstrations(
-            replace(base, bc=replace(base.bc, episodes=4)), tok, ids[chunk : chunk + 4]
-        )
-        if sum(len(t.turns) for t in probe) >= args.probe_states:
-            break
-    probe_turns = build_turn_batch(probe, max_len=base.learner.max_seq_len, pad_id=pad)
-    probe_seqs = sequences(probe_turns, ())
-    splits = probe_splits(probe)
+    def probe_on(ids: list[str]) -> Probe:
+        """The expert's decisions on ``ids`` (in order, until ``--probe-states`` states), in the run's format."""
+        trajs: list[Any] = []
+        for chunk in range(0, len(ids), 4):
+            trajs += expert_demonstrations(
+                replace(base, bc=replace(base.bc, episodes=4)), tok, ids[chunk : chunk + 4]
+            )
+            if sum(len(t.turns) for t in trajs) >= args.probe_states:
+                break
+        turns = build_turn_batch(trajs, max_len=base.learner.max_seq_len, pad_id=pad)
+        return Probe(trajs, turns, sequences(turns, ()), probe_splits(trajs))
+
+    batch_tasks = sorted({t.task_id for t in read_jsonl(traj_path)})
+    probes = {
+        "": probe_on(sorted(env_task_ids(base, base.env.eval_split))),  # held-out: the first eval tasks
+        "train/": probe_on(batch_tasks),  # the tasks the replayed batch was collected on
+    }
+    splits = probes[""].splits
 
     variants = [parse_variant(v) for v in args.variant] or [("run", [])]
     plan = [(variants[0][0] + (f"#{r}" if r else ""), variants[0][1], r) for r in range(args.repeats)]
     plan += [(name, over, 0) for name, over in variants[1:]]
+    if args.controls:
+        plan = [
+            (f"{name}{tag}", [*over, *extra], r)
+            for name, over, r in plan
+            for tag, extra in (("", []), ("/neg", [NEGATE]), ("/zero", [ZERO]))
+            if not (r and tag)
+        ]
     rows, before = [], None
     for name, overrides, repeat in plan:
         cfg = _run_config(run, overrides)
@@ -202,9 +229,13 @@ def replay(args: argparse.Namespace) -> int:
                 ref_adapters=refs,
                 behaviour_is_cap=0.0,
             )
-            rows_all = updater.adapter_rows(probe, probe_turns)
-            lp_before = block_logprobs(probe_turns, updater.policy_logprobs(probe_seqs, rows_all))
-            before = before or lp_before
+            if k == 1:  # RL starts here, as the driver starts it
+                start_rl(learner, cfg.learner, policy)
+            lp_before = {key: p.logprobs(updater) for key, p in probes.items()}
+            if before is None:  # the start policy: whether its greedy reply is already the expert's
+                before = lp_before[""]
+                for p in probes.values():
+                    p.mark_greedy(learner, updater)
             trajs = list(read_jsonl(traj_path))
             for t in trajs:
                 for turn in t.turns:
@@ -222,10 +253,15 @@ def replay(args: argparse.Namespace) -> int:
                 annotate=models.annotate if models else None,
                 **_offline_phase(algo, algo_cfg, run, k),
             )
-            lp_after = block_logprobs(probe_turns, updater.policy_logprobs(probe_seqs, rows_all))
+            lp_after = {key: p.logprobs(updater) for key, p in probes.items()}
         finally:
             learner.shutdown()
-        start_diff = max(float(np.nanmax(np.abs(before[b] - lp_before[b]), initial=0.0)) for b in before)
+        start_diff = max(float(np.nanmax(np.abs(before[b] - lp_before[""][b]), initial=0.0)) for b in before)
+        deltas = {
+            f"{key}{name}": v
+            for key, p in probes.items()
+            for name, v in probe_deltas(p.splits, lp_before[key], lp_after[key]).items()
+        }
         row = {
             "variant": name,
             "overrides": overrides,
@@ -233,7 +269,7 @@ def replay(args: argparse.Namespace) -> int:
             "algo": cfg.algo,
             "critic_warmup_passes": warmup,
             "start_diff": start_diff,
-            "probe": probe_deltas(splits, lp_before, lp_after),
+            "probe": deltas,
             "metrics": {k2: v for k2, v in metrics.items() if isinstance(v, int | float)},
             "timings": timings,
             "wall_s": time.perf_counter() - t0,
@@ -248,6 +284,10 @@ def replay(args: argparse.Namespace) -> int:
             "probe_split_counts": {
                 s: sum(x["kind"] == s for x in splits) for s in ("turn0", "keep", "switch")
             },
+            "probe_greedy_right": sum(bool(x.get("start_greedy")) for x in splits),
+            "train_probe_tasks": batch_tasks,
+            "train_probe_states": len(probes["train/"].splits),
+            "train_probe_greedy_right": sum(bool(x.get("start_greedy")) for x in probes["train/"].splits),
             "cpu": platform.processor() or platform.machine(),
             "rows": rows,
         }
@@ -260,6 +300,36 @@ def replay(args: argparse.Namespace) -> int:
             )
     print(table(out), flush=True)
     return 0
+
+
+NEGATE, ZERO = "learner.advantage_scale=-1", "learner.advantage_scale=0"
+
+
+@dataclass
+class Probe:
+    """Expert demonstrations read teacher-forced: their turns, sequences and per-state splits."""
+
+    trajs: list[Any]
+    turns: Any
+    seqs: Any
+    splits: list[dict[str, Any]]
+
+    def logprobs(self, updater: Any) -> dict[str, np.ndarray]:
+        """Each block's summed log-probs per state under the updater's policy (``block_logprobs``)."""
+        from learners.diagnostics import block_logprobs
+
+        rows = updater.adapter_rows(self.trajs, self.turns)
+        return block_logprobs(self.turns, updater.policy_logprobs(self.seqs, rows))
+
+    def mark_greedy(self, learner: Any, updater: Any) -> None:
+        """Mark each state with whether the policy's greedy reply is the expert's (every response token its
+        argmax), under the adapter of the state's role."""
+        match = np.zeros(self.seqs.input_ids.shape, np.float32)
+        for name, rows in updater.adapter_rows(self.trajs, self.turns).items():
+            match[rows] = learner.greedy_match(self.seqs.rows(rows), adapter=name)
+        resp = self.seqs.response_mask.astype(bool)
+        for split, m, r in zip(self.splits, match, resp, strict=True):
+            split["start_greedy"] = bool(m[r].all())
 
 
 START_TOLERANCE = 1e-2
@@ -292,11 +362,14 @@ TABLE_KL = (
 )
 TABLE_PROBE = (
     "action/all",
-    "action/nonfinal",
-    "action/final",
+    "action/turn0",
+    "action/keep",
+    "action/greedy_wrong",
+    "action/greedy_right",
     "switch/keep",
-    "switch/switch",
     "subgoal/switch",
+    "response/keep",
+    "train/action/all",
 )
 
 
@@ -311,6 +384,7 @@ def table(out: dict[str, Any]) -> str:
         cells.append(f"{m.get('optimizer_steps', 0):.0f}")
         cells += [f"{p.get(c, float('nan')):+.3f}" for c in TABLE_PROBE]
         lines.append("| " + " | ".join(cells) + " |")
+    lines += controls_table(out["rows"])
     role_cols = sorted({c for row in out["rows"] for c in row["probe"] if "." in c.split("/")[0]})
     if role_cols:  # several roles: Δ log P of each role's blocks, every state of that role
         lines += [
@@ -322,6 +396,35 @@ def table(out: dict[str, Any]) -> str:
             cells = [row["variant"], *(f"{row['probe'].get(c, float('nan')):+.3f}" for c in role_cols)]
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def controls_table(rows: list[dict[str, Any]]) -> list[str]:
+    """Markdown lines: for each variant replayed with its controls (``--controls``), the update KL of it and its
+    negated twin, and on the probe's action blocks its first-order part (Δ − Δ_neg) / 2, its sign-independent part
+    (Δ + Δ_neg) / 2 and the zero-advantage row's Δ (what the optimizer and the KL term do with no signal)."""
+    by = {r["variant"]: r for r in rows}
+    cols = ("action/all", "action/turn0", "action/keep", "action/greedy_wrong", "train/action/all")
+    lines = []
+    for name, row in by.items():
+        neg, zero = by.get(f"{name}/neg"), by.get(f"{name}/zero")
+        if neg is None or zero is None:
+            continue
+        if not lines:
+            head = ["variant", "KL ×1e3", "KL neg ×1e3", "KL zero ×1e3"]
+            head += [f"{kind} {c}" for c in cols for kind in ("first-order", "sign-indep.", "zero")]
+            lines = ["", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        cells = [name] + [
+            f"{1e3 * r['metrics'].get('kl_update', float('nan')):.2f}" for r in (row, neg, zero)
+        ]
+        for c in cols:
+            a, b = row["probe"].get(c, float("nan")), neg["probe"].get(c, float("nan"))
+            cells += [
+                f"{(a - b) / 2:+.3f}",
+                f"{(a + b) / 2:+.3f}",
+                f"{zero['probe'].get(c, float('nan')):+.3f}",
+            ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
 
 
 if __name__ == "__main__":

@@ -43,7 +43,8 @@ def make_info(
     valid_action: bool = True,
     **extra: Any,
 ) -> dict[str, Any]:
-    """An info dict carrying every key of ``envs.base.INFO_KEYS`` (plus adapter-specific ``extra`` keys)."""
+    """An info dict carrying every key of ``envs.base.INFO_KEYS`` (plus ``extra`` keys: the optional
+    ``OPTIONAL_INFO_KEYS`` such as ``task_info``, and adapter-specific ones)."""
     info: dict[str, Any] = {
         "task": task,
         "admissible_actions": admissible_actions,

@@ -11,6 +11,11 @@ Contract (gymnasium-like, text in / text out)::
 ``info`` always carries the keys in ``INFO_KEYS``: ``task`` (instruction text), ``admissible_actions`` (list of
 str, or None where the benchmark has no list), ``won`` (bool), ``score`` (the benchmark's own score),
 ``valid_action`` (bool: False when the last action was not understood), ``task_id``, ``task_type``, ``split``.
+Optional keys (``OPTIONAL_INFO_KEYS``): ``task_info`` (str; absent or "" where the env has none): what the task needs
+beyond its sentence and the reset observation shows once (TextCraft's "Crafting commands:" block), the same text on
+reset and every step; the agent protocols show it after the task on every turn whose prompt holds no observation
+containing it.  ``prompt_actions`` (list of str): what the prompts list instead of ``admissible_actions``
+(ScienceWorld's action templates).  Adapters add their own keys beside these (``make_info``'s ``extra``).
 ``SUCCESS_REWARD`` (class attribute): R, the reward of a won episode (``success_reward``).
 
 Rewards are the benchmark's own; every shaping term lives in ``reward/``.  ``terminated`` means the task reached a
@@ -34,6 +39,8 @@ INFO_KEYS: tuple[str, ...] = (
     "task_type",
     "split",
 )
+OPTIONAL_INFO_KEYS: tuple[str, ...] = ("task_info", "prompt_actions")
+"""Keys an env's info may carry and the agent protocols read (module docstring)."""
 
 
 @runtime_checkable

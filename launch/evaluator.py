@@ -17,14 +17,19 @@ from launch.rollout_pool import RolloutPool
 
 
 class PanelEvaluator:
-    """Evaluates the pool's current policy on ``evaluation``'s panel at ``temperature``, sampling with
-    ``sample_seed`` (the panel fixes the tasks and their env seeds)."""
+    """Evaluates the pool's current policy on ``evaluation``'s panel at ``temperature``, ``samples`` episodes a task,
+    sampling with ``sample_seed`` (the panel fixes the tasks and their env seeds)."""
 
     def __init__(
-        self, pool: RolloutPool, evaluation: Evaluation, temperature: float, sample_seed: int
+        self,
+        pool: RolloutPool,
+        evaluation: Evaluation,
+        temperature: float,
+        sample_seed: int,
+        samples: int = 1,
     ) -> None:
         self.pool, self.evaluation = pool, evaluation
-        self.temperature, self.sample_seed = temperature, sample_seed
+        self.temperature, self.sample_seed, self.samples = temperature, sample_seed, samples
 
     def evaluate(self, n: int, *, is_base: bool = False) -> dict[str, Any]:
         """Success on the panel's first ``n`` tasks (0: all) at the validation temperature (HiPER C.1: 0.4) with its
@@ -34,8 +39,13 @@ class PanelEvaluator:
         missing = self.evaluation.base_missing(panel)
         if missing and not is_base:
             self.base_model_episodes(panel, missing)
-        trajs = self.pool.play(panel.tasks, self.sample_seed, temperature=self.temperature)
-        return self.evaluation.result(panel, trajs, trajectory_stats(trajs), is_base=is_base)
+        trajs = self.pool.play(
+            panel.tasks, self.sample_seed, temperature=self.temperature, samples=self.samples
+        )
+        out = self.evaluation.result(
+            panel, trajs, trajectory_stats(trajs), is_base=is_base, samples=self.samples
+        )
+        return {**out, "temperature": self.temperature}
 
     def base_model_episodes(self, panel: Panel, tasks: Sequence[PanelTask]) -> list[Trajectory]:
         """The zero-shot base model's episode on each of ``tasks``, cached: every rollout worker gets a zero adapter

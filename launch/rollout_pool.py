@@ -152,15 +152,17 @@ class RolloutPool:
         refs = [c.ref for c in collections]
         ray.wait(refs, num_returns=len(refs))
 
-    def play(self, tasks: Sequence[PanelTask], sample_seed: int, *, temperature: float) -> list[Trajectory]:
-        """One episode of each (task id, env seed) pair, dealt over the workers with each pair's own env seed (the
-        split changes nothing about what is played)."""
+    def play(
+        self, tasks: Sequence[PanelTask], sample_seed: int, *, temperature: float, samples: int = 1
+    ) -> list[Trajectory]:
+        """``samples`` episodes of each (task id, env seed) pair (one group), dealt over the workers with each pair's
+        own env seed (the split changes nothing about what is played)."""
         collections = [
             self.submit(
                 Collection(
                     k,
                     None,
-                    ([p.task_id for p in shard], 1, None),
+                    ([p.task_id for p in shard], samples, None),
                     {
                         "temperature": temperature,
                         "sample_seed": sample_seed + k,

@@ -19,6 +19,7 @@ from typing import Any
 
 from cluster.metrics import RunMetrics
 from common.progress import small_text
+from launch.stats import paired_gain
 
 BACKENDS = ("tensorboard", "wandb")
 
@@ -113,11 +114,13 @@ class RunLog:
 # -- what is printed -------------------------------------------------------------------------------------------
 
 
-def eval_fields(ev: dict[str, Any]) -> dict[str, Any]:
+def eval_fields(ev: dict[str, Any], prefix: str = "eval_") -> dict[str, Any]:
     """An eval result as metric keys: eval_success with its Wilson 95 % interval (eval_ci_low, eval_ci_high, over
-    eval_n tasks), eval_random, eval_base (the zero-shot base model), eval_valid_format, eval_<task type>..., and
-    the panel's label and per-task outcomes (``eval_panel``, ``eval_outcomes``: one character per task, in panel
-    order), which paired comparisons of two runs read."""
+    eval_n tasks × eval_samples episodes), eval_random, eval_base (the zero-shot base model), eval_valid_format,
+    eval_<task type>..., the panel's label and per-task outcomes (``eval_panel``, ``eval_outcomes``: one character
+    per task, in panel order, the first sample's), which paired comparisons of two runs read, and each task's
+    success rate over its samples (``eval_task_rates``), which the RL gain reads. ``prefix``: ``train_eval_`` for
+    the evaluation of the RL tasks (``env.train_tasks``)."""
     keys = (
         "success",
         "ci_low",
@@ -128,19 +131,25 @@ def eval_fields(ev: dict[str, Any]) -> dict[str, Any]:
         "valid_format",
         "subgoal_completion",
         "dropped",
+        "samples",
+        "temperature",
     )
-    out: dict[str, Any] = {f"eval_{k}": ev[k] for k in (*keys, "panel", "outcomes") if k in ev}
-    out.update({f"eval_valid_format_{role}": v for role, v in ev.get("valid_roles", {}).items()})
-    out.update({f"eval_{k}": v for k, v in ev.get("per_type", {}).items()})
+    out: dict[str, Any] = {
+        f"{prefix}{k}": ev[k] for k in (*keys, "panel", "outcomes", "task_rates") if k in ev
+    }
+    out.update({f"{prefix}valid_format_{role}": v for role, v in ev.get("valid_roles", {}).items()})
+    out.update({f"{prefix}{k}": v for k, v in ev.get("per_type", {}).items()})
     return out
 
 
 def eval_text(ev: dict[str, Any]) -> str:
     dropped = f" ({ev['dropped']} dropped, counted lost)" if ev.get("dropped") else ""
     types = ", ".join(f"{k} {v:.2f}" for k, v in ev["per_type"].items()) if len(ev["per_type"]) > 1 else ""
+    k = ev.get("samples", 1)
+    samples = f" × {k} samples" if k > 1 else ""
     return (
-        f"success {ev['success']:.3f} [{ev['ci_low']:.3f}, {ev['ci_high']:.3f}] (Wilson 95 %) on {ev['n']} tasks "
-        f"of panel {ev['panel']}{dropped} · random policy {ev['random']:.3f} · base model {ev['base']:.3f} · "
+        f"success {ev['success']:.3f} [{ev['ci_low']:.3f}, {ev['ci_high']:.3f}] (Wilson 95 %) on {ev['n']} tasks"
+        f"{samples} of panel {ev['panel']}{dropped} · random policy {ev['random']:.3f} · base model {ev['base']:.3f} · "
         f"valid format {ev['valid_format']:.2f}" + (f" · per type: {types}" if types else "")
     )
 
@@ -206,4 +215,36 @@ def final_table(history: Sequence[dict[str, Any]]) -> str:
         rows.append(
             f"eval panel: {', '.join(panels)}; random / base: the random policy / the zero-shot base model"
         )
+    rows += gain_lines(history)
     return "\n".join(rows)
+
+
+GAIN_PANELS = (
+    ("train_eval_", "on the {n} tasks RL trains on"),
+    ("eval_", "on {n} held-out tasks"),
+)
+"""The panels an RL gain is reported on (metric prefix, what its tasks are), the RL tasks first: where a run trains
+on a fixed task set (``env.train_tasks``), that is where its learning shows; the held-out panel says whether it
+carries over."""
+
+
+def gain_lines(history: Sequence[dict[str, Any]]) -> list[str]:
+    """``RL gain over BC ...: +x.xx [lo, hi] (paired over N tasks × k samples, t over tasks)`` per panel: the last
+    evaluation's per-task success rates against the one after BC (``launch.stats.paired_gain``); none before RL has
+    been evaluated."""
+    start = next((r for r in history if r.get("phase") == "bc"), None)
+    end = next((r for r in reversed(history) if r.get("phase") == "rl" and "eval_task_rates" in r), None)
+    if start is None or end is None:
+        return []
+    out = []
+    for prefix, where in GAIN_PANELS:
+        before, after = start.get(f"{prefix}task_rates"), end.get(f"{prefix}task_rates")
+        if before is None or after is None or len(before) != len(after):
+            continue
+        gain = paired_gain(before, after)
+        temp = end.get(f"{prefix}temperature")
+        at = f" at T = {temp:g}" if temp is not None else ""
+        out.append(
+            f"RL gain over BC {where.format(n=len(before))}{at}: {gain.text(int(end.get(f'{prefix}samples', 1)))}"
+        )
+    return out

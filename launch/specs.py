@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +29,10 @@ from launch.config import (
     reference_adapters,
     torch_threads,
 )
+from launch.evaluation import EvalScope, scope
 from launch.hisr import Collect, RewardModels, reward_model_learners
 from launch.offline import OfflineData
+from launch.panels import AUTO, Panel, resolve_panel
 from launch.rollout_pool import RolloutPool
 from launch.sources import IterationSource, SyncRollouts
 from launch.stream import AsyncRollouts
@@ -58,7 +61,7 @@ def learner_resources(learner: LearnerConfig, device: str) -> WorkerResources:
 
 def updater(cfg: TrainConfig, algo: Algorithm, algo_cfg: Any, learner: LearnerGroup, pad_id: int) -> Updater:
     """The update's driver side over ``learner``: shaping in units of the env's success reward, the role adapters,
-    the frozen reference copies, the off-policy weight's cap."""
+    the frozen reference copies, the off-policy weight's cap (for the device the learner's spec names)."""
     return Updater(
         learner,
         cfg.learner,
@@ -66,7 +69,7 @@ def updater(cfg: TrainConfig, algo: Algorithm, algo_cfg: Any, learner: LearnerGr
         success_reward=success_reward(cfg.env.name, dict(cfg.env.options)),
         role_adapters=cfg.model.role_adapters,
         ref_adapters=reference_adapters(cfg, algo, algo_cfg),
-        behaviour_is_cap=behaviour_is_cap(cfg),
+        behaviour_is_cap=behaviour_is_cap(cfg, learner.spec.device),
     )
 
 
@@ -114,6 +117,39 @@ def env_task_ids(cfg: TrainConfig, split: str) -> list[str]:
         return list(env.task_ids(split))
     finally:
         env.close()
+
+
+def rl_task_panel(cfg: TrainConfig) -> Panel | None:
+    """``env.train_tasks`` > 0: the fixed tasks RL plays, the first N of the train split's panel (the same for every
+    seed); None: RL draws from every train task."""
+    if not cfg.env.train_tasks:
+        return None
+    e = cfg.env
+    return resolve_panel(e.name, dict(e.options), e.train_split, AUTO, e.train_tasks)
+
+
+def rl_task_scope(cfg: TrainConfig) -> EvalScope:
+    """What an evaluation of the RL tasks depends on: the run's, with the train split as the panel's split."""
+    env = replace(cfg.env, eval_split=cfg.env.train_split)
+    return replace(scope(cfg), env=env, eval_panel=AUTO, eval_episodes=cfg.env.train_tasks)
+
+
+def rl_and_bc_tasks(
+    train_ids: Sequence[str], panel: Panel | None, bc_episodes: int
+) -> tuple[list[str], list[str]]:
+    """(the tasks RL plays, the tasks behaviour cloning may demonstrate): with a fixed RL task set (``panel``), BC
+    demonstrates the other train tasks, so the RL tasks start as unseen as the held-out ones."""
+    if panel is None:
+        return list(train_ids), list(train_ids)
+    rl = [t.task_id for t in panel.tasks]
+    chosen = set(rl)
+    bc = [i for i in train_ids if i not in chosen]
+    if len(bc) < bc_episodes:
+        raise ValueError(
+            f"env.train_tasks {len(rl)} leaves {len(bc)} of the {len(train_ids)} train tasks for bc.episodes "
+            f"{bc_episodes}; allowed: at most {len(train_ids) - bc_episodes}"
+        )
+    return rl, bc
 
 
 def expert_demonstrations(cfg: TrainConfig, tokenizer: Any, task_ids: Sequence[str]) -> list[Trajectory]:

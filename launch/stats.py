@@ -141,3 +141,36 @@ def rate_text(wins: int, n: int, digits: int = 3) -> str:
         return "–"
     lo, hi = wilson(wins, n)
     return f"{wins / n:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
+
+
+@dataclass(frozen=True)
+class Gain:
+    """The mean per-task change of a success rate between two evaluations of the same panel, with the 95 % t-interval
+    over tasks (the task is the unit: a task's samples are not independent evidence), and how many tasks changed."""
+
+    mean: float
+    low: float
+    high: float
+    tasks: int
+    changed: int
+
+    def text(self, samples: int) -> str:
+        """``+0.250 [+0.047, +0.453] (paired over 8 tasks × 4 samples)``, or that no task's outcomes changed."""
+        where = f"paired over {self.tasks} tasks × {samples} sample{'s' * (samples != 1)}"
+        if self.changed == 0:
+            return f"+0.000: the policy did not change any task's outcome ({where})"
+        return f"{self.mean:+.3f} [{self.low:+.3f}, {self.high:+.3f}] ({where}, t over tasks)"
+
+
+def paired_gain(before: Sequence[float], after: Sequence[float]) -> Gain:
+    """Per-task success rates of one panel before and after (same tasks, same order): the mean difference ±
+    t_{0.975, n−1} · sd / sqrt(n) over the n tasks. Before [0, 0.5, 1, 0.25], after [0.5, 0.5, 1, 0.75]:
+    differences [0.5, 0, 0, 0.5], mean 0.25, sd 0.2887, half 3.182446 · 0.2887 / 2 = 0.4593."""
+    if len(before) != len(after):
+        raise ValueError(f"{len(before)} tasks before but {len(after)} after")
+    d = [float(a) - float(b) for a, b in zip(after, before, strict=True)]
+    if not d:
+        return Gain(math.nan, math.nan, math.nan, 0, 0)
+    mean = statistics.fmean(d)
+    half = t95(len(d) - 1) * statistics.stdev(d) / math.sqrt(len(d)) if len(d) > 1 else math.nan
+    return Gain(mean, mean - half, mean + half, len(d), sum(x != 0 for x in d))

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from actors.demos import check_demos_fit
 from actors.models import resolve_model_path
 from actors.trajectory import Trajectory, to_jsonl
 from cluster.ray_cluster import WORKER_LOST, init_ray
@@ -52,11 +53,14 @@ from launch.specs import (
     lora_spec,
     offline_data,
     reward_models,
+    rl_and_bc_tasks,
+    rl_task_panel,
+    rl_task_scope,
     rollout_pool,
     updater,
 )
 from launch.updater import timed
-from launch.warm_start import bc_from_run, behaviour_cloning, load_init_adapter
+from launch.warm_start import bc_from_run, behaviour_cloning, load_init_adapter, start_rl
 from learners.algorithm import Algorithm
 from learners.group import LearnerGroup
 
@@ -89,7 +93,10 @@ class Trainer:
 
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         self.pad_id = pad_id = self.tokenizer.pad_token_id or self.tokenizer.eos_token_id
-        self.train_ids = env_task_ids(cfg, cfg.env.train_split)
+        self.rl_panel = rl_task_panel(cfg)
+        """``env.train_tasks`` > 0: the fixed tasks RL plays, evaluated beside the held-out panel; else None."""
+        all_train = env_task_ids(cfg, cfg.env.train_split)
+        self.train_ids, self.bc_ids = rl_and_bc_tasks(all_train, self.rl_panel, cfg.bc.episodes)
         self.pool = rollout_pool(cfg, self.model_path, self.device)
         self.learner_spec = learner_spec(cfg, self.algo, self.algo_cfg, self.model_path, self.device)
         self.learner_resources = learner_resources(cfg.learner, self.device)
@@ -104,6 +111,18 @@ class Trainer:
             Evaluation(scope(cfg), self.model_path),
             cfg.rollout.eval_temperature,
             cfg.seed + EVAL_SEED,
+            cfg.eval_samples,
+        )
+        self.rl_evaluator = (
+            None
+            if self.rl_panel is None
+            else PanelEvaluator(
+                self.pool,
+                Evaluation(rl_task_scope(cfg), self.model_path),
+                cfg.rollout.eval_temperature,
+                cfg.seed + EVAL_SEED,
+                cfg.eval_train_samples,
+            )
         )
         self.learner_restarts = 0  # learner groups rebuilt after a worker died (``learner.max_restarts``)
         self.empty = EmptyIterations(cfg.rollout.max_empty_iterations, cfg.rollout.groups_per_iter)
@@ -167,7 +186,7 @@ class Trainer:
                 if not paused:
                     timings.pop("rollout_pause")
                 with timed(timings, "eval"):
-                    record.update(eval_fields(self.evaluate(cfg.eval_episodes)))
+                    record.update(self.eval_record()[0])
             if cfg.checkpoint_every and it % cfg.checkpoint_every == 0:
                 with timed(timings, "checkpoint"):
                     self.checkpoint(it, record)
@@ -189,25 +208,26 @@ class Trainer:
             load_init_adapter(self.learner, cfg.model.init_adapter, lora_spec(cfg))
         self.push()
         if cfg.eval_zero_shot:
-            ev = self.evaluate(cfg.eval_episodes)
-            self.log.log({"iteration": -1, "phase": "zero-shot", **eval_fields(ev)})
-            print(f"[hierarl] zero-shot eval {eval_text(ev)}", flush=True)
+            fields, text = self.eval_record()
+            self.log.log({"iteration": -1, "phase": "zero-shot", **fields})
+            print(f"[hierarl] zero-shot eval {text}", flush=True)
         if cfg.bc.enabled:
             if self.bc_source is None:
                 bc = behaviour_cloning(self.updater, self.demonstrations(), cfg.bc, seed=cfg.seed)
             else:
                 bc = bc_from_run(self.learner, self.bc_source, self.adapters or ["default"])
             push_s = self.push()
-            ev = self.evaluate(cfg.eval_episodes)
-            self.log.log({"iteration": 0, "phase": "bc", **bc, "push_s": push_s, **eval_fields(ev)})
+            fields, text = self.eval_record()
+            self.log.log({"iteration": 0, "phase": "bc", **bc, "push_s": push_s, **fields})
             source = f" (taken from {bc['bc_from_run']})" if "bc_from_run" in bc else ""
             print(
                 f"[hierarl] BC on {bc['demos']} demos ({bc['turns']} turns) in {bc['wall_s']:.1f}s{source}; "
-                f"eval after BC {eval_text(ev)}",
+                f"eval after BC {text}",
                 flush=True,
             )
         if self.updater.ref_adapters and self.offline is None:
             self.updater.freeze_reference()  # π_ref: the policy RL starts from (after BC)
+        start_rl(self.learner, cfg.learner, self.adapters or ["default"])
         self.checkpoint(0)
         return 1
 
@@ -232,9 +252,10 @@ class Trainer:
 
     def demonstrations(self) -> list[Trajectory]:
         """The env expert's won episodes on the run's training tasks: what BC trains on, and STEP-HRL's data D."""
-        demos = expert_demonstrations(self.cfg, self.tokenizer, self.train_ids)
+        demos = expert_demonstrations(self.cfg, self.tokenizer, self.bc_ids)
         if not demos:
             raise RuntimeError(f"the {self.cfg.env.name} expert produced no winning demonstration")
+        check_demos_fit(demos, self.cfg.rollout.max_new_tokens, self.tokenizer)
         return demos
 
     # -- the parts of an iteration ---------------------------------------------------------------------------
@@ -326,8 +347,22 @@ class Trainer:
         the learner's adapter is pushed first, so the workers and the base-model column have one to return to."""
         if self.pool.version == 0:
             self.push()
-        is_base = self.pool.version == 1 and not self.cfg.model.init_adapter and self.resumed_from is None
-        return self.evaluator.evaluate(n, is_base=is_base)
+        return self.evaluator.evaluate(n, is_base=self.serves_base())
+
+    def serves_base(self) -> bool:
+        """Whether the rollout workers serve the base model: the first push of a fresh run (a zero adapter)."""
+        return self.pool.version == 1 and not self.cfg.model.init_adapter and self.resumed_from is None
+
+    def eval_record(self) -> tuple[dict[str, Any], str]:
+        """The eval panel's first ``eval_episodes`` tasks and, with ``env.train_tasks``, the RL tasks: their metric
+        fields (``eval_*``, ``train_eval_*``) and a line of text."""
+        ev = self.evaluate(self.cfg.eval_episodes)
+        fields, text = eval_fields(ev), eval_text(ev)
+        if self.rl_evaluator is not None:
+            rl = self.rl_evaluator.evaluate(0, is_base=self.serves_base())
+            fields.update(eval_fields(rl, prefix="train_eval_"))
+            text += f"\n[hierarl]   on the {rl['n']} tasks RL trains on: {eval_text(rl)}"
+        return fields, text
 
     def checkpoint(self, iteration: int, record: dict[str, Any] | None = None) -> None:
         """``checkpoints/iter_<k>`` (``Checkpointer``); ``record``: the iteration's metrics row, logged after the

@@ -178,7 +178,7 @@ class Updater:
                 logprobs,
                 ref,
                 values,
-                negate_advantages=self.cfg.negate_advantages,
+                advantage_scale=self.cfg.advantage_scale,
                 behaviour_is_cap=self.behaviour_is_cap,
             )
             metrics.update(model_stats)

@@ -67,6 +67,16 @@ def bc_from_run(learner: LearnerGroup, ckpt: Path, adapters: Sequence[str]) -> d
     return {"demos": 0, "turns": 0, "wall_s": 0.0, **keep, "bc_from_run": str(ckpt.parent.parent)}
 
 
+def start_rl(learner: LearnerGroup, learner_cfg: Any, adapters: Sequence[str]) -> None:
+    """RL begins: each policy adapter's AdamW moments forgotten (``learner.rl_optimizer=fresh``) and its learning rate
+    warmed up over ``learner.rl_warmup_steps`` steps (``learner``: the run's learner section). The driver calls it
+    once, before checkpoint 0, so a resume or an update replay from ``iter_0`` starts RL the same way."""
+    for name in adapters:
+        learner.start_rl(
+            name, fresh=learner_cfg.rl_optimizer == "fresh", warmup_steps=learner_cfg.rl_warmup_steps
+        )
+
+
 def load_init_adapter(learner: LearnerGroup, path: str, lora: LoraSpec) -> None:
     """Warm start from a saved PEFT adapter (e.g. another run's BC checkpoint), checked against the run's LoRA."""
     weights, spec = read_peft_adapter(Path(path).expanduser())

@@ -226,8 +226,8 @@ def group_advantages(
     """Critic-free group baselines over a flat float64[N] of returns; ``group_ids`` says who shares a baseline.
 
     ``"grpo"``: (R_i - mean_g) / (std_g + eps), std unbiased (n - 1).  ``"rloo"``: R_i - mean of the other n - 1
-    members = n/(n-1) (R_i - mean_g).  ``"mean"``: R_i - mean_g (GiGPO's F_norm = 1 option).  A group of one
-    has no baseline and gets 0.
+    members = n/(n-1) (R_i - mean_g).  ``"mean"``: R_i - mean_g (GiGPO's F_norm = 1 option; Dr.GRPO, Liu et
+    al. 2025, which drops the std division).  A group of one has no baseline and gets 0.
     """
     if mode not in ("grpo", "rloo", "mean"):
         raise ValueError(f"unknown group advantage mode {mode!r}")
@@ -250,6 +250,33 @@ def group_advantages(
     else:
         adv = dev
     return torch.where(n > 1, adv, torch.zeros_like(adv))
+
+
+def equal_outcome_mask(
+    outcomes: ArrayLike,
+    group_ids: Tensor | np.ndarray | Sequence[Hashable],
+    *,
+    atol: float = 1e-9,
+) -> Tensor:
+    """bool[N]: True for every member of a group whose outcomes are all equal (max − min <= ``atol`` in every
+    column). ``outcomes``: float[N] or float[N, K] (K outcome measures per member, e.g. won and the env return).
+
+    Such a group carries no signal about the task: its returns differ only by shaping terms (format penalties), which
+    a std normalisation would blow up to full-strength advantages. DAPO (Yu et al. 2025) drops these groups by
+    dynamic sampling; ``algos.grpo`` gives them 0 (``equal_outcome_groups="skip"``). A group of one is all-equal.
+    """
+    X = _f64(outcomes)
+    X = X[:, None] if X.dim() == 1 else X
+    idx = _group_index(group_ids).to(X.device)
+    if idx.numel() != X.shape[0]:
+        raise ValueError(f"{X.shape[0]} outcomes but {idx.numel()} group ids")
+    if X.shape[0] == 0:
+        return torch.zeros(0, dtype=torch.bool, device=X.device)
+    G, K = int(idx.max()) + 1, X.shape[1]
+    scatter = idx[:, None].expand(-1, K)
+    hi = X.new_full((G, K), -torch.inf).scatter_reduce_(0, scatter, X, reduce="amax")
+    lo = X.new_full((G, K), torch.inf).scatter_reduce_(0, scatter, X, reduce="amin")
+    return ((hi - lo) <= atol).all(dim=1)[idx]
 
 
 def gigpo_advantages(

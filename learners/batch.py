@@ -216,6 +216,8 @@ class LearnerBatch:
         value_weight  float32[B, K] | None  valid / count of valid targets in the mini-batch (set by the group)
         behaviour_weight float32[B, L] | None  decoupled PPO's truncated π_old / π_behav per token (the engine's
                       log-probs as π_behav; ``learner.behaviour_is_cap``); None: off
+        episode_weight float32[B] | None  1 / the loss tokens of the row's episode in the whole batch
+                      (``learners.losses.episode_row_weights``): what ``episode-mean`` aggregation weighs rows by
     """
 
     seqs: Sequences
@@ -229,6 +231,7 @@ class LearnerBatch:
     loss_weight: np.ndarray | None = None
     value_weight: np.ndarray | None = None
     behaviour_weight: np.ndarray | None = None
+    episode_weight: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.seqs)

@@ -169,18 +169,24 @@ def probe_deltas(
     splits: list[dict[str, Any]], before: dict[str, np.ndarray], after: dict[str, np.ndarray]
 ) -> dict[str, float]:
     """Mean Δ log P per block over the probe states of each split that have the block (``<block>/<split>``); the
-    subgoal only where the expert writes a new one (turn 0 and SWITCH states). With roles other than the
+    subgoal only where the expert writes a new one (turn 0 and SWITCH states). Splits that carry ``start_greedy``
+    (the start policy's greedy reply is the expert's) add ``greedy_right`` / ``greedy_wrong``: an update can only
+    lose probability where the start policy is already right. With roles other than the
     single-call ``agent``, also per role over all its states (``<role>.<block>/all``). Pure."""
     kinds = np.array([s["kind"] for s in splits])
     final = np.array([s["final_segment"] for s in splits])
     roles = np.array([s.get("role", "agent") for s in splits])
     groups = {
         "all": np.ones(len(splits), bool),
+        "turn0": kinds == "turn0",
         "keep": kinds == "keep",
         "switch": kinds == "switch",
         "final": final,
         "nonfinal": ~final,
     }
+    if all("start_greedy" in s for s in splits):  # whether the start policy's greedy reply is already the expert's
+        greedy = np.array([s["start_greedy"] for s in splits], bool)
+        groups.update({"greedy_right": greedy, "greedy_wrong": ~greedy})
     per_role = {f"{r}.": roles == r for r in sorted(set(roles.tolist()) - {"agent"})}
     out: dict[str, float] = {}
     for part in before:

@@ -23,6 +23,7 @@ from learners.algorithm import PolicyLossFn, ValueLossFn
 from learners.batch import LearnerBatch, Sequences, micro_batches, row_lengths
 from learners.learner_spec import LearnerSpec
 from learners.prepare import minibatch
+from learners.schedule import minibatch_rows
 from learners.worker import LearnerWorker
 
 
@@ -131,6 +132,10 @@ class LearnerGroup:
         label = "values" if critic is None else f"values {critic}"
         return self._map_rows("values", seqs, label, per_token=False, critic=critic)
 
+    def greedy_match(self, seqs: Sequences, *, adapter: str | None = None) -> np.ndarray:
+        """float32[B, L]: 1 where a response token is the policy's argmax (``LearnerWorker.greedy_match``)."""
+        return self._map_rows("greedy_match", seqs, "greedy match", per_token=True, adapter=adapter)
+
     def entropies(self, seqs: Sequences) -> np.ndarray:
         return self._map_rows("entropies", seqs, "entropies", per_token=False)
 
@@ -168,9 +173,8 @@ class LearnerGroup:
         steps = 0
         ticker = Ticker("update", epochs * -(-n // mini_batch_size), "optimizer steps")
         for _ in range(epochs):
-            order = rng.permutation(n)
-            for start in range(0, n, mini_batch_size):
-                mb = minibatch(batch, order[start : start + mini_batch_size], agg)
+            for rows in minibatch_rows(rng.permutation(n), mini_batch_size):
+                mb = minibatch(batch, rows, agg)
                 shards = _pad_empty_shards([mb.rows(r) for r in _shards(len(mb), len(self.workers))], mb)
                 # each shard travels cut to its longest row (the workers cut their micro-batches again)
                 shards = [s.narrow(int(row_lengths(s.seqs.attention_mask).max())) for s in shards]
@@ -205,6 +209,11 @@ class LearnerGroup:
 
     def set_lr(self, lr: float, adapter: str | None = None) -> None:
         ray.get([w.set_lr.remote(lr, adapter) for w in self.workers])
+
+    def start_rl(self, adapter: str | None = None, *, fresh: bool, warmup_steps: int) -> None:
+        """Every rank starts RL for adapter ``adapter``: fresh AdamW moments, a learning-rate warm-up
+        (``LearnerWorker.start_rl``)."""
+        ray.get([w.start_rl.remote(adapter, fresh=fresh, warmup_steps=warmup_steps) for w in self.workers])
 
     def load_adapter_weights(self, weights: dict[str, np.ndarray], adapter: str | None = None) -> None:
         ref = ray.put(weights)

@@ -22,10 +22,10 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-AggMode = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"]
+AggMode = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "episode-mean"]
 KLKind = Literal["k1", "k2", "k3", "low_var_kl"]
 
-AGG_MODES: tuple[str, ...] = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
+AGG_MODES: tuple[str, ...] = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "episode-mean")
 KL_KINDS: tuple[str, ...] = ("k1", "k2", "k3", "low_var_kl")
 
 
@@ -46,13 +46,19 @@ def masked_mean(x: Tensor, mask: Tensor) -> Tensor:
     return total / mask.sum().clamp(min=1).to(x.dtype)
 
 
-def aggregate(loss_mat: Tensor, mask: Tensor, mode: AggMode = "token-mean") -> Tensor:
+def aggregate(
+    loss_mat: Tensor, mask: Tensor, mode: AggMode = "token-mean", row_weight: Tensor | None = None
+) -> Tensor:
     """Reduce a per-token loss ``[B, L]`` under ``mask`` ``bool[B, L]`` to a scalar.
 
     * ``token-mean``: sum over all valid tokens / number of valid tokens (long responses weigh more).
     * ``seq-mean-token-mean``: mean over rows of each row's mean over its valid tokens (every row weighs 1).
     * ``seq-mean-token-sum``: mean over rows of each row's sum over its valid tokens — the literal
       ``E[sum_t ...]`` of HiPER Eq. 28–29 and ``log pi(u|s) = sum_l log pi(u_l|...)`` of STEP-HRL Eq. 9–10.
+    * ``episode-mean``: every token weighted by its row's ``row_weight`` (float[B]; 1 / the loss tokens of the
+      row's episode in the whole batch, ``episode_row_weights``), normalised to sum 1: each episode weighs the same
+      however many turns and tokens it has. Under a token mean a lost episode that runs to the step limit weighs
+      2–3x a won one, so the tokens every episode writes get a net push down from the outcome advantages alone.
 
     Rows with no valid token are left out of the row count (they are padding), and an all-empty batch gives 0
     (still connected to the graph) rather than NaN.
@@ -62,6 +68,9 @@ def aggregate(loss_mat: Tensor, mask: Tensor, mode: AggMode = "token-mean") -> T
     mask = mask.to(torch.bool)
     if mode == "token-mean":
         return masked_mean(loss_mat, mask)
+    if mode == "episode-mean":
+        w = aggregation_weights(mask, mode, row_weight).to(loss_mat.dtype)
+        return (_zero_masked(loss_mat, mask) * w).sum()
     if loss_mat.dim() != 2:
         raise ValueError(f"{mode} needs a [B, L] loss matrix, got shape {tuple(loss_mat.shape)}")
     row_sum = _zero_masked(loss_mat, mask).sum(dim=-1)  # [B]
@@ -137,8 +146,10 @@ def behaviour_weights(
     return w, metrics
 
 
-def aggregation_weights(mask: Tensor, mode: AggMode = "token-mean") -> Tensor:
-    """float[B, L] weights w with ``sum(w * x) == aggregate(x, mask, mode)`` for every x.
+def aggregation_weights(
+    mask: Tensor, mode: AggMode = "token-mean", row_weight: Tensor | None = None
+) -> Tensor:
+    """float[B, L] weights w with ``sum(w * x) == aggregate(x, mask, mode, row_weight)`` for every x.
 
     The learner splits a mini-batch into micro-batches for gradient accumulation; weights computed once over the
     whole mini-batch keep the accumulated gradient equal to the gradient of the mini-batch loss.
@@ -146,6 +157,12 @@ def aggregation_weights(mask: Tensor, mode: AggMode = "token-mean") -> Tensor:
     m = mask.to(torch.float64)
     if mode == "token-mean":
         return m / m.sum().clamp(min=1.0)
+    if mode == "episode-mean":
+        if row_weight is None:
+            raise ValueError("episode-mean aggregation needs each row's episode weight (row_weight)")
+        w = m * torch.as_tensor(row_weight, dtype=torch.float64).reshape(-1, 1)
+        total = w.sum()
+        return w / total if total > 0 else w
     per_row = m.sum(dim=-1, keepdim=True)
     n_rows = (per_row > 0).sum().clamp(min=1).to(torch.float64)
     if mode == "seq-mean-token-mean":
@@ -153,6 +170,20 @@ def aggregation_weights(mask: Tensor, mode: AggMode = "token-mean") -> Tensor:
     if mode == "seq-mean-token-sum":
         return m / n_rows
     raise ValueError(f"unknown aggregation mode {mode!r}; known: {AGG_MODES}")
+
+
+def episode_row_weights(episode: Sequence[int], loss_mask: Tensor) -> Tensor:
+    """float64[B]: 1 / (loss tokens of the row's episode over the whole batch) for each row (``episode[b]``: the
+    row's episode), 0 for an episode without any: the ``row_weight`` of ``episode-mean`` aggregation. Computed
+    once over the batch, before it is cut into mini-batches, so an episode's turns keep their share wherever the
+    shuffle puts them. Episode 0 with 10 loss tokens over two rows, episode 1 with 30: [0.1, 0.1, 1/30]."""
+    ep = torch.as_tensor(list(episode), dtype=torch.long)
+    per_row = loss_mask.to(torch.float64).reshape(len(ep), -1).sum(dim=-1)
+    if not len(ep):
+        return per_row
+    totals = torch.zeros(int(ep.max()) + 1, dtype=torch.float64).index_add_(0, ep, per_row)
+    t = totals[ep]
+    return torch.where(t > 0, 1.0 / t.clamp(min=1.0), torch.zeros_like(t))
 
 
 def decision_token_advantages(

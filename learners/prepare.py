@@ -24,7 +24,7 @@ from actors.trajectory import Trajectory
 from learners.algorithm import Algorithm
 from learners.batch import LearnerBatch, Sequences, TurnBatch, build_turn_batch
 from learners.diagnostics import group_rms, outcome_advantage, position_advantage, token_groups
-from learners.losses import aggregation_weights, behaviour_weights
+from learners.losses import aggregation_weights, behaviour_weights, episode_row_weights
 from reward.shaping import apply_shaping, shaping_for
 
 
@@ -49,7 +49,7 @@ def learner_batch(
     ref_logprobs: np.ndarray | None,
     values: np.ndarray | None,
     *,
-    negate_advantages: bool = False,
+    advantage_scale: float = 1.0,
     behaviour_is_cap: float = 0.0,
 ) -> tuple[LearnerBatch, dict[str, float]]:
     """The batch the learner trains on, and the scalar diagnostics of the step.
@@ -58,7 +58,7 @@ def learner_batch(
     in ``turns`` before the targets, so HiPER's β_t and the PPO ratio read the same numbers (``logprob_gap`` is the
     mean |engine − learner| over response tokens, for algorithms that read π_old).
     ``ref_logprobs`` float32[B, L] when ``algo.uses_reference(algo_cfg)``; ``values`` float32[B, K] when the
-    algorithm has a critic. ``negate_advantages``: the benchmark negative control (train on −A).
+    algorithm has a critic. ``advantage_scale``: the benchmark controls (−1: train on −A; 0: on no advantage).
     ``behaviour_is_cap`` > 0 (algorithms that read π_old): each token's decoupled-PPO weight
     min(π_learner / π_engine, cap) (``learners.losses.behaviour_weights``) goes into the batch."""
     if algo.uses_reference(algo_cfg) and ref_logprobs is None and not algo.offline:
@@ -86,18 +86,22 @@ def learner_batch(
             weight = w.numpy().astype(np.float32)
             stats.update(w_stats)
     targets = algo.compute_targets(trajectories, turns.with_logprobs(logprobs), values, algo_cfg)
+    loss_mask = targets.loss_mask.astype(bool)
     stats.update(targets.stats)
     stats.update(group_rms(targets.token_adv, token_groups(trajectories, turns)))
     batch = LearnerBatch(
         seqs=seqs,
         old_logprobs=logprobs.astype(np.float32),
         ref_logprobs=None if ref_logprobs is None else ref_logprobs.astype(np.float32),
-        token_adv=(-targets.token_adv if negate_advantages else targets.token_adv).astype(np.float32),
-        loss_mask=targets.loss_mask.astype(bool),
+        token_adv=(advantage_scale * targets.token_adv).astype(np.float32),
+        loss_mask=loss_mask,
         value_target=targets.value_target.astype(np.float32),
         value_valid=targets.value_valid.astype(bool),
         old_values=(np.zeros((len(seqs), k)) if values is None else values).astype(np.float32),
         behaviour_weight=weight,
+        episode_weight=episode_row_weights([i for i, _ in turns.index], torch.from_numpy(loss_mask))
+        .numpy()
+        .astype(np.float32),
     )
     stats.update(outcome_advantage(trajectories, turns, batch.token_adv, batch.loss_mask))
     stats.update(position_advantage(turns, batch.token_adv, batch.loss_mask))
@@ -107,12 +111,19 @@ def learner_batch(
 def minibatch(batch: LearnerBatch, rows: np.ndarray, agg: str) -> LearnerBatch:
     """The rows of one optimizer step with their aggregation weights, computed over the whole mini-batch before it
     is split over data-parallel ranks (so N ranks take the single-process step): ``loss_weight`` per token
-    (``learners.losses.aggregation_weights``, e.g. 1 / loss tokens for token-mean) and ``value_weight`` =
+    (``learners.losses.aggregation_weights``, e.g. 1 / loss tokens for token-mean; ``episode-mean`` reads the
+    rows' ``episode_weight``) and ``value_weight`` =
     valid / the number of valid targets (the critic-loss convention of ``learners.targets``)."""
     mb = batch.rows(rows)
     valid = mb.value_valid.astype(np.float32)
     return dataclasses.replace(
         mb,
-        loss_weight=aggregation_weights(torch.from_numpy(mb.loss_mask), agg).numpy().astype(np.float32),
+        loss_weight=aggregation_weights(
+            torch.from_numpy(mb.loss_mask),
+            agg,
+            None if mb.episode_weight is None else torch.from_numpy(mb.episode_weight),
+        )
+        .numpy()
+        .astype(np.float32),
         value_weight=valid / max(1.0, float(valid.sum())),
     )

@@ -26,6 +26,7 @@ from learners.batch import LearnerBatch, Sequences, micro_batches
 from learners.engines import load_engine
 from learners.learner_spec import CRITIC_ADAPTER
 from learners.losses import entropy_from_logprobs
+from learners.schedule import warmup_lr
 from learners.targets import CriticInputs, PolicyInputs
 from learners.value_model import adapter_of
 from learners.worker_models import LearnerModels
@@ -91,6 +92,26 @@ class LearnerWorker(LearnerModels):
                 with self._active(adapter):
                     lp, _ = self._response_logprobs(ids, attn, where)
             out[rows, :width] = lp.cpu().numpy()
+        return out
+
+    @torch.no_grad()
+    def greedy_match(self, seqs: Sequences, *, adapter: str | None = None) -> np.ndarray:
+        """float32[B, L]: 1 where a response token is the policy's most likely next token given the text before it
+        (under adapter ``adapter``; None: the first), 0 elsewhere. A response every token of which matches is what
+        greedy decoding would write: the update replay splits its probe by whether the start policy already
+        writes the expert's reply."""
+        self.policy.eval()
+        out = np.zeros(seqs.input_ids.shape, np.float32)
+        lm = self.policy.module.get_base_model()
+        for rows, width, s in self._micro_batches(seqs):
+            ids, attn, where = self._dev(s.input_ids), self._dev(s.attention_mask), self._dev(s.response_mask)
+            with self._active(adapter):
+                hidden = lm.get_decoder()(input_ids=ids, attention_mask=attn).last_hidden_state
+                sel = where[:, 1:].bool()
+                top = lm.get_output_embeddings()(hidden[:, :-1][sel]).argmax(dim=-1)
+            match = torch.zeros(ids.shape, dtype=torch.float32, device=ids.device)
+            match[:, 1:][sel] = (top == ids[:, 1:][sel]).float()
+            out[rows, :width] = match.cpu().numpy()
         return out
 
     @torch.no_grad()
@@ -204,10 +225,12 @@ class LearnerWorker(LearnerModels):
                 m["entropy"] = float(ent.mean()) if ent is not None and ent.numel() else 0.0
                 for k, v in m.items():
                     sums[k] = sums.get(k, 0.0) + float(v) * n
+        lr = self._warm_up_lr(adapter or self.adapter_names[0])
         engine.step()
         self.step_count += 1
         metrics = {k: v / max(tokens, 1.0) for k, v in sums.items()}
         metrics["loss_tokens"] = tokens
+        metrics["lr"] = lr
         return metrics
 
     def update_critic(
@@ -287,7 +310,12 @@ class LearnerWorker(LearnerModels):
                 str(root / "adapter"), selected_adapters=[*self.adapter_names, *self.frozen]
             )
         torch.save(
-            {"rng": process_rngs(), "step_count": self.step_count, "critic_target": self.critic_target},
+            {
+                "rng": process_rngs(),
+                "step_count": self.step_count,
+                "critic_target": self.critic_target,
+                "warmup": self.warmup,
+            },
             root / f"learner_rank{self.rank}.pt",
         )
 
@@ -326,6 +354,10 @@ class LearnerWorker(LearnerModels):
         state = torch.load(root / f"learner_rank{self.rank}.pt", weights_only=False)
         restore_process_rngs(state["rng"])
         self.step_count = state["step_count"]
+        loaded = state.get("warmup", {})  # a checkpoint from before the warm-up existed: none in progress
+        names = set(self.adapter_names if only is None else only)
+        self.warmup = {n: w for n, w in self.warmup.items() if n not in names}
+        self.warmup.update({n: tuple(w) for n, w in loaded.items() if n in names})
         if self.critic_target is not None and (only is None or CRITIC_ADAPTER in only):  # part of the critic
             saved = state.get("critic_target")
             if saved is None:
@@ -358,6 +390,32 @@ class LearnerWorker(LearnerModels):
         """Behaviour cloning runs at its own learning rate through the same optimizer."""
         for group in self._engine(adapter).optimizer.param_groups:
             group["lr"] = lr
+
+    def start_rl(self, adapter: str | None = None, *, fresh: bool = True, warmup_steps: int = 0) -> None:
+        """RL begins for policy adapter ``adapter`` (None: the first): ``fresh`` forgets its AdamW moments, and its
+        learning rate warms up over its next ``warmup_steps`` steps (``learners.schedule.warmup_lr``). After
+        behaviour cloning, BC's moments would otherwise make most of every RL step (BC's squared gradients in the
+        denominator, its direction in the numerator); verl, OpenRLHF and TRL give RL a fresh optimizer too."""
+        name = adapter or self.adapter_names[0]
+        if fresh:
+            inner = self._engine(name).optimizer
+            while not hasattr(inner, "state") and hasattr(inner, "optimizer"):  # DeepSpeed's wrappers
+                inner = inner.optimizer
+            inner.state.clear()  # torch's AdamW starts a parameter's moments and step count anew when absent
+        self.warmup[name] = (0, warmup_steps)
+
+    def _warm_up_lr(self, name: str) -> float:
+        """Set and return the learning rate of adapter ``name``'s next step: ``warmup_lr`` while it warms up after
+        ``start_rl``, else whatever its param groups hold (the run's, or BC's ``set_lr``)."""
+        groups = self._engine(name).optimizer.param_groups
+        if name in self.warmup:
+            done, total = self.warmup[name]
+            for group in groups:
+                group["lr"] = warmup_lr(self.lrs[name], done, total)
+            self.warmup[name] = (done + 1, total)
+            if done + 1 >= total:
+                del self.warmup[name]
+        return float(groups[0]["lr"])
 
     def ping(self) -> int:
         return self.rank

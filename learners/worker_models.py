@@ -121,6 +121,8 @@ class LearnerModels:
                 )
             self.critic_target = [p.detach().clone() for p in self._critic_params()]
         self.step_count = 0
+        self.warmup: dict[str, tuple[int, int]] = {}
+        """Policy adapter → (steps taken, steps) of its learning-rate warm-up after ``start_rl``."""
 
     def _base_model(self) -> nn.Module:
         from transformers import AutoModelForCausalLM

@@ -91,12 +91,17 @@ def adapter_for(adapters: Mapping[str, str | None], role: str) -> str | None:
 
 @dataclass
 class AgentBase:
-    """State every protocol keeps: task, current observation and admissible list, steps taken, segment."""
+    """State every protocol keeps: task (and its ``task_info``), current observation and admissible list, steps
+    taken, segment."""
 
     env_name: str
     adapters: Mapping[str, str | None]
     history_length: int = 2
     task: str = ""
+    task_info: str = ""
+    """The env's ``info["task_info"]`` at reset ("" when it has none): what the task needs beyond its sentence
+    (TextCraft's crafting commands); the prompts show it wherever no shown observation holds it
+    (``unseen_task_info``)."""
     observation: str = ""
     admissible: list[str] | None = None
     steps: int = 0
@@ -107,6 +112,7 @@ class AgentBase:
 
     def start(self, observation: str, info: Mapping[str, Any]) -> None:
         self.task = str(info.get("task") or "")
+        self.task_info = str(info.get("task_info") or "")
         self.observation = observation
         self.admissible = admissible_list(info)
 
@@ -124,6 +130,14 @@ class AgentBase:
         self.steps += 1
         self.observation = observation
         self.admissible = admissible_list(info)
+
+
+def unseen_task_info(task_info: str, *shown: str) -> str:
+    """What a prompt adds after its task sentence: ``task_info`` (stripped) unless one of the texts the prompt
+    already ``shown`` (its current observation, the observations of its history window) holds it; "" when there is
+    nothing to add, so a prompt without task info stays as it was."""
+    block = task_info.strip()
+    return block if block and not any(block in text for text in shown) else ""
 
 
 def admissible_list(info: Mapping[str, Any]) -> list[str] | None:

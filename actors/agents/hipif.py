@@ -12,7 +12,9 @@ action–observation pairs, the initial observation, and each completed subgoal 
 
 Prompts: Fig. 7 (ALFWorld), 8 (ScienceWorld), 9 (VirtualHome), verbatim up to line breaks.  As the paper states
 (App. E), they list action *templates*, not the grounded admissible actions; ``list_admissible=True`` appends the
-grounded list (our option, off by default).  Other environments get a generic template in the same shape.
+grounded list (our option, off by default).  Other environments get a generic template in the same shape.  An env's
+``info["task_info"]`` follows the task description where neither the observation nor the rendered history holds
+it (our addition; the folded history always shows the initial observation, so TextCraft's recipes stay visible).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from actors.agents.base import AgentBase, AgentSpec, AgentStep, ModelCall, PlanStep
+from actors.agents.base import AgentBase, AgentSpec, AgentStep, ModelCall, PlanStep, unseen_task_info
 from actors.agents.parsing import (
     Message,
     ParseResult,
@@ -240,16 +242,17 @@ def build_hipif_messages(
     list_admissible: bool = False,
     current_window: int | None = None,
     compact: bool = False,
+    task_info: str = "",
 ) -> list[Message]:
-    """One user message: 002 Fig. 7–9 filled from ``history`` (current subgoal, last action, folded memory).
+    """One user message: 002 Fig. 7–9 filled from ``history`` (current subgoal, last action, folded memory), with
+    ``task_info`` after the task description where neither the observation nor the history holds it.
     ``compact``: the same fields (folded history included) with minimal wording and the grounded admissible list
     (~4x fewer template tokens; for small models and fast tests, not the paper's prompt)."""
+    rendered = history.render(current_window)
+    block = unseen_task_info(task_info, observation, rendered)
     if compact:
-        lines = [
-            f"Task: {task.strip()}",
-            f"History:\n{history.render(current_window)}",
-            f"Now: {observation}",
-        ]
+        lines = [f"Task: {task.strip()}", *([block] if block else [])]
+        lines += [f"History:\n{rendered}", f"Now: {observation}"]
         lines.append(f"Subgoal: {history.current_subgoal if history.current_subgoal else 'None'}")
         if admissible_actions is not None:
             lines.append(f"Actions: {', '.join(admissible_actions)}")
@@ -261,12 +264,12 @@ def build_hipif_messages(
         f"Your admissible actions are: [{format_admissible(admissible_actions)}].\n" if show_list else ""
     )
     content = template.format(
-        task_description=task.strip(),
+        task_description=task.strip() + (f"\nTask information:\n{block}" if block else ""),
         current_subgoal=history.current_subgoal if history.current_subgoal else "None",
         current_observation=observation,
         last_action=history.last_action if history.last_action else "None",
         admissible=admissible,
-        action_history=history.render(current_window),
+        action_history=rendered,
     )
     return [{"role": "user", "content": content}]
 
@@ -331,6 +334,7 @@ class HipifAgent(AgentBase):
             admissible_actions=self.admissible,
             current_window=self.current_window,
             compact=self.compact,
+            task_info=self.task_info,
         )
         return self._call(msgs, "agent", acts=True)
 

@@ -9,6 +9,8 @@
 The paper describes "standardized prompt templates per role with fixed instruction headers and output schemas"
 (App. A) but does not print them; the wording and the tag schema here are ours, in the form of the other protocols.
 ``admissible_actions`` adds the grounded list to the executor prompt when given (ALFWorld exposes it, App. B.2).
+An env's ``info["task_info"]`` (TextCraft's crafting commands) follows the task in the planner prompt where the
+observation does not hold it (the executor prompt holds no task).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from actors.agents.base import AgentBase, AgentSpec, AgentStep, ModelCall, PlanStep
+from actors.agents.base import AgentBase, AgentSpec, AgentStep, ModelCall, PlanStep, unseen_task_info
 from actors.agents.parsing import (
     Message,
     ParseResult,
@@ -65,9 +67,11 @@ def build_planner_messages(
     *,
     env: str = "alfworld",
     max_actions: int | None = None,
+    task_info: str = "",
 ) -> list[Message]:
-    """System 1 input: task + state summary (group_action + current observation).  ``max_actions`` keeps only the
-    most recent executed commands (None: all, as in the paper)."""
+    """System 1 input: task (+ ``task_info`` where the observation does not hold it) + state summary (group_action
+    + current observation).  ``max_actions`` keeps only the most recent executed commands (None: all, as in the
+    paper)."""
     acts = (
         list(group_action)
         if max_actions is None
@@ -76,7 +80,9 @@ def build_planner_messages(
         else []
     )
     done = "; ".join(acts) if acts else "None"
-    user = f"Task: {task.strip()}\nExecuted actions: {done}\nCurrent observation: {observation}"
+    block = unseen_task_info(task_info, observation)
+    info = f"Task information:\n{block}\n" if block else ""
+    user = f"Task: {task.strip()}\n{info}Executed actions: {done}\nCurrent observation: {observation}"
     return [
         {"role": "system", "content": PLANNER_SYSTEM.format(env=_env(env))},
         {"role": "user", "content": user},
@@ -164,6 +170,7 @@ class Multi2Agent(AgentBase):
                 self.group_action,
                 env=self.env_name,
                 max_actions=self.max_actions,
+                task_info=self.task_info,
             )
             return self._call(msgs, "planner", acts=False)
         shown = self.admissible if self.show_admissible else None

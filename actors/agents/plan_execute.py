@@ -3,7 +3,8 @@
 Prompt: HiPER App. C.3, Fig. 6 (ALFWorld) and Fig. 8 (WebShop), verbatim; it extends the ReAct prompt (same
 history window) with the current subgoal and the "EXACTLY THREE blocks" format rules.  Other environments reuse
 the template with their own opening sentence.  Before the first subgoal exists the current subgoal reads "None"
-(the paper prints no first-step variant).
+(the paper prints no first-step variant).  An env's ``info["task_info"]`` follows the task sentence where no shown
+observation holds it, as in ReAct (``react.shown_task_info``; our addition).
 
 Decision semantics (001 Sec. 4.1): q_t = 1 (SWITCH) takes the written subgoal o_t; q_t = 0 (KEEP) copies the
 previous subgoal, o_t = o_{t-1}, whatever was written; a KEEP whose written subgoal differs (after collapsing
@@ -31,7 +32,15 @@ from actors.agents.parsing import (
     parse_tagged,
     read_switch,
 )
-from actors.agents.react import ENV_INTRO, Pair, compact_prompt, env_intro, format_history, recent_history
+from actors.agents.react import (
+    ENV_INTRO,
+    Pair,
+    compact_prompt,
+    env_intro,
+    format_history,
+    recent_history,
+    shown_task_info,
+)
 from actors.trajectory import Decision
 
 PLAN_EXECUTE_FORMAT = TagFormat(("switch", "subgoal", "action"))
@@ -73,22 +82,29 @@ def build_plan_execute_messages(
     history_window: int = 2,
     step_count: int | None = None,
     compact: bool = False,
+    task_info: str = "",
 ) -> list[Message]:
-    """One user message: HiPER Fig. 6/8 filled in; ``compact``: the same fields with minimal wording (~80
-    tokens instead of ~400, for small models and fast tests; not the paper's prompt)."""
+    """One user message: HiPER Fig. 6/8 filled in (``task_info`` after the task sentence where no shown
+    observation holds it); ``compact``: the same fields with minimal wording (~80 tokens instead of ~400, for
+    small models and fast tests; not the paper's prompt)."""
     taken = len(history) if step_count is None else step_count
     shown = recent_history(history, history_window, taken)
     if compact:
         answer = "<switch>KEEP or SWITCH</switch><subgoal>short subgoal</subgoal><action>one action</action>"
         body = compact_prompt(
-            task, observation, admissible_actions, shown, answer, subgoal=current_subgoal or "None"
+            task,
+            observation,
+            admissible_actions,
+            shown,
+            answer,
+            subgoal=current_subgoal or "None",
+            task_info=task_info,
         )
         return [{"role": "user", "content": body}]
-    parts = [
-        f"{env_intro(env, PE_ENV_INTRO)} Your overall task is: {task.strip()}",
-        SUBGOAL_RULES,
-        f"You have already taken {taken} step(s).",
-    ]
+    parts = [f"{env_intro(env, PE_ENV_INTRO)} Your overall task is: {task.strip()}"]
+    if block := shown_task_info(task_info, observation, shown):
+        parts.append(f"Task information:\n{block}")
+    parts += [SUBGOAL_RULES, f"You have already taken {taken} step(s)."]
     if shown:
         parts.append(
             f"Below are the most recent {len(shown)} observations and actions you took:\n{format_history(shown)}"
@@ -169,6 +185,7 @@ class PlanExecuteAgent(AgentBase):
             history_window=self.history_length,
             step_count=self.steps,
             compact=self.compact,
+            task_info=self.task_info,
         )
         return self._call(msgs, "agent", acts=True)
 

@@ -4,7 +4,9 @@ Prompt: HiPER App. C.3, Fig. 5 (ALFWorld) and Fig. 7 (WebShop), verbatim; other 
 template with their own opening sentence (``ENV_INTRO``).  The prompt holds a bounded window of the most recent
 (observation, action) pairs (``history_window``, default 2 as in verl-agent's GiGPO configs), the step count, the
 current observation and, when the environment has a list, the admissible actions.  At step 1 (no history) the two
-history sentences are left out, as verl-agent's first-turn template does.
+history sentences are left out, as verl-agent's first-turn template does.  An env's ``info["task_info"]`` (TextCraft's
+crafting commands) follows the task sentence on every turn where neither the observation nor the history window
+holds it (our addition: the window alone loses turn 0's recipes from step 4 on).
 
 Format penalty (HiPER App. B "Reward Design", 0.1) applies when ``parse_react(...).valid`` is False.
 """
@@ -15,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from actors.agents.base import AgentBase, AgentSpec, AgentStep, ModelCall, PlanStep
+from actors.agents.base import AgentBase, AgentSpec, AgentStep, ModelCall, PlanStep, unseen_task_info
 from actors.agents.parsing import (
     Message,
     ParseResult,
@@ -65,6 +67,11 @@ def format_history(numbered: Sequence[tuple[int, Pair]]) -> str:
     return "\n".join(f"[Observation {n}: '{obs}', Action {n}: '{act}']" for n, (obs, act) in numbered)
 
 
+def shown_task_info(task_info: str, observation: str, shown: Sequence[tuple[int, Pair]]) -> str:
+    """``task_info`` unless the observation or an observation of the ``shown`` window holds it ("" then)."""
+    return unseen_task_info(task_info, observation, *(obs for _, (obs, _) in shown))
+
+
 def compact_prompt(
     task: str,
     observation: str,
@@ -73,10 +80,14 @@ def compact_prompt(
     answer: str,
     *,
     subgoal: str | None = None,
+    task_info: str = "",
 ) -> str:
-    """Task, recent history, observation, current subgoal (when given), admissible actions and the answer format,
-    in ~80 tokens instead of the papers' ~400: for small models and fast tests (an option, not the papers' prompt)."""
+    """Task, task info (where no shown observation holds it), recent history, observation, current subgoal (when
+    given), admissible actions and the answer format, in ~80 tokens instead of the papers' ~400: for small models
+    and fast tests (an option, not the papers' prompt)."""
     lines = [f"Task: {task.strip()}"]
+    if block := shown_task_info(task_info, observation, shown):
+        lines.append(block)
     lines += [f"Step {n}: {obs} -> {act}" for n, (obs, act) in shown]
     lines.append(f"Now: {observation}")
     if subgoal is not None:
@@ -97,17 +108,20 @@ def build_react_messages(
     history_window: int = 2,
     step_count: int | None = None,
     compact: bool = False,
+    task_info: str = "",
 ) -> list[Message]:
-    """One user message: HiPER Fig. 5/7 filled in (admissible-action sentence dropped when the list is None);
-    ``compact``: the same fields with minimal wording (``compact_prompt``; not the paper's prompt)."""
+    """One user message: HiPER Fig. 5/7 filled in (admissible-action sentence dropped when the list is None;
+    ``task_info`` after the task sentence where no shown observation holds it); ``compact``: the same fields with
+    minimal wording (``compact_prompt``; not the paper's prompt)."""
     taken = len(history) if step_count is None else step_count
     shown = recent_history(history, history_window, taken)
     if compact:
         answer = "<think>short reasoning</think><action>one action</action>"
-        return [
-            {"role": "user", "content": compact_prompt(task, observation, admissible_actions, shown, answer)}
-        ]
+        body = compact_prompt(task, observation, admissible_actions, shown, answer, task_info=task_info)
+        return [{"role": "user", "content": body}]
     parts = [f"{env_intro(env)} Your task is to: {strip_period(task)}."]
+    if block := shown_task_info(task_info, observation, shown):
+        parts.append(f"Task information:\n{block}")
     if shown:
         parts.append(
             f"Prior to this step, you have already taken {taken} step(s). Below are the most recent {len(shown)} "
@@ -172,6 +186,7 @@ class ReactAgent(AgentBase):
             history_window=self.history_length,
             step_count=self.steps,
             compact=self.compact,
+            task_info=self.task_info,
         )
         return self._call(msgs, "agent", acts=True)
 

@@ -11,7 +11,9 @@ System prompts are Fig. 6 verbatim; the user message lists the inputs in the ord
 structure (App. A.2).  The paper trains bare-text targets and prints no output syntax, so the tags are our
 serialisation (they give every role a format check and token masks, like the other protocols); a reply without
 tags falls back to its bare text (the paper's target form) but is marked invalid.  Admissible actions are not a
-STEP-HRL input; ``admissible_actions`` adds them to the low-level prompt when given (our option).
+STEP-HRL input; ``admissible_actions`` adds them to the low-level prompt when given (our option).  An env's
+``info["task_info"]`` (TextCraft's crafting commands) goes with the task description into the high-level prompt
+where the observation does not hold it (our addition; the low and progress prompts hold no task).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from actors.agents.base import AgentBase, AgentSpec, AgentStep, ModelCall, PlanStep
+from actors.agents.base import AgentBase, AgentSpec, AgentStep, ModelCall, PlanStep, unseen_task_info
 from actors.agents.parsing import (
     Message,
     ParseResult,
@@ -60,13 +62,21 @@ def _none(s: str | None) -> str:
 
 
 def build_high_messages(
-    task: str, observation: str, completed_subtasks: Sequence[str] = (), last_progress: str | None = None
+    task: str,
+    observation: str,
+    completed_subtasks: Sequence[str] = (),
+    last_progress: str | None = None,
+    *,
+    task_info: str = "",
 ) -> list[Message]:
-    """π^h input (Eq. 5): {task description, current observation, completed subtasks, previous local progress}."""
+    """π^h input (Eq. 5): {task description, current observation, completed subtasks, previous local progress};
+    ``task_info`` after the task description where the observation does not hold it."""
     done = "; ".join(f"{i}. {g}" for i, g in enumerate(completed_subtasks, start=1)) or "None"
+    block = unseen_task_info(task_info, observation)
     user = (
         f"Task description: {task.strip()}\n"
-        f"Current observation: {observation}\n"
+        + (f"Task information:\n{block}\n" if block else "")
+        + f"Current observation: {observation}\n"
         f"Historical subtasks: {done}\n"
         f"Last subtask progress: {_none(last_progress)}\n"
         f"{HIGH_OUTPUT}"
@@ -192,7 +202,9 @@ class StepHrlAgent(AgentBase):
 
     def next_call(self) -> ModelCall:
         if self.phase == "high":
-            msgs = build_high_messages(self.task, self.observation, self.completed, self.last_progress)
+            msgs = build_high_messages(
+                self.task, self.observation, self.completed, self.last_progress, task_info=self.task_info
+            )
             return self._call(msgs, "high", acts=False)
         if self.phase == "progress":
             msgs = build_progress_messages(self.subtask, self._action, self.observation, self.progress)

@@ -326,15 +326,16 @@ def _resolved_lines(cfg: Any, indent: str) -> list[str]:
     return lines
 
 
-def resolved_text(cfg: TrainConfig, algo_cfg: Any) -> str:
+def resolved_text(cfg: TrainConfig, algo_cfg: Any, device: str | None = None) -> str:
     """The resolved run config as YAML plus the resolved algorithm config (what a run prints and saves), then the
-    values a ``null`` default stands for in this run (``read_run_config`` keeps the ``null``: a resumed run derives
-    them again) and the env's success reward, the unit of every shaping amount."""
+    values a ``null`` default stands for in this run on ``device`` (None: this process's; ``read_run_config`` keeps
+    the ``null``: a resumed run derives them again) and the env's success reward, the unit of every shaping
+    amount."""
     from envs.base import success_reward
 
     derived = (
         f"derived:\n  env.success_reward: {success_reward(cfg.env.name, cfg.env.options)!r}\n"
-        f"  learner.behaviour_is_cap: {behaviour_is_cap(cfg)!r}\n"
+        f"  learner.behaviour_is_cap: {behaviour_is_cap(cfg, device)!r}\n"
     )
     return dump_yaml(cfg) + "resolved_algo:\n" + "".join(_resolved_lines(algo_cfg, "  ")) + derived
 

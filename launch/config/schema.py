@@ -20,6 +20,7 @@ DEFAULT_PRESET = "hiper_textcraft_cpu"
 
 ENGINES: tuple[str, ...] = ("auto", "vllm", "hf")
 WEIGHT_SYNCS: tuple[str, ...] = ("lora", "merged")
+RL_OPTIMIZERS: tuple[str, ...] = ("fresh", "continue")
 DTYPES: tuple[str, ...] = ("auto", "float32", "bfloat16")
 
 
@@ -63,8 +64,8 @@ class ModelConfig:
     for every role."""
     init_adapter: str = ""
     """A PEFT adapter folder to start the policy from (e.g. ``<run>/checkpoints/iter_0/adapter``, a finished BC
-    warm start) instead of a zero adapter; its rank/alpha/targets must match. BC still runs if ``bc.enabled``. The
-    optimizer starts fresh (its first steps are larger than after BC's: lower ``learner.actor_lr``)."""
+    warm start) instead of a zero adapter; its rank/alpha/targets must match. BC still runs if ``bc.enabled``. RL
+    starts with a fresh optimizer either way (``learner.rl_optimizer``)."""
 
     @property
     def adapter_names(self) -> list[str]:
@@ -90,6 +91,11 @@ class EnvConfig:
     """Subprocess EnvPool (crash/hang isolation: use for JVM/TextWorld envs) vs in-process envs (µs-step envs)."""
     step_timeout_s: float = 60.0
     """Per-step timeout of a pooled env (``use_pool``): a hung env is restarted, its episode failed."""
+    train_tasks: int = 0
+    """The tasks RL plays. 0: every task of ``train_split``. N: a fixed set, the first N tasks of the train split's
+    panel (``launch/panels.py``: the order that keeps the task types' shares), the same for every seed; behaviour
+    cloning then demonstrates other train tasks, and every evaluation also scores these N tasks
+    (``eval_train_samples`` episodes each): learning on the tasks RL trains on, beside the held-out panel."""
 
 
 @dataclass(frozen=True)
@@ -122,8 +128,10 @@ class RolloutConfig:
     temperature: float = 1.0
     """Rollout sampling temperature (> 0)."""
     top_p: float = 1.0
-    max_new_tokens: int = 40
-    """Tokens per model call."""
+    max_new_tokens: int = 56
+    """Tokens per model call: every expert response of TextCraft depths 1-3 fits (the longest needs 51); RL starts
+    by refusing demonstrations that do not (``actors.demos.check_demos_fit``), since a cut response loses its
+    closing tag and its task can never be won."""
     history_length: int = 2
     """Past turns shown in the prompt (the recent-history window)."""
     eval_temperature: float = 0.4
@@ -158,6 +166,14 @@ class LearnerConfig:
     """Critic-only passes over the first RL iteration's rollouts (the BC policy's) before its first update, each on
     targets recomputed from the critic as the last pass left it; 0: the first update reads a critic that is 0
     everywhere. For algorithms with an online critic (PPO, HiPER, HISR)."""
+    rl_optimizer: str = "fresh"
+    """How the policy's AdamW state meets RL after a warm start (BC, ``bc.from_run``, ``model.init_adapter``):
+    "fresh" forgets BC's moments as RL starts (verl, OpenRLHF and TRL start RL with a new optimizer); "continue"
+    keeps them, so BC's squared gradients shrink every RL step and its momentum steers the first ones
+    (docs/results/learning_fixes.md: with zero advantages the continued optimizer still moved the policy)."""
+    rl_warmup_steps: int = 2
+    """The policy's learning rate rises linearly to ``actor_lr`` over the first k RL optimizer steps (0: none): a
+    fresh AdamW's first steps are sign-like, lr in every coordinate, whatever the gradient's size."""
     measure_update: bool = True
     """After every RL update, one more log-prob pass over the batch measures what the update did to the policy:
     ``kl_update`` and ``kl_update/<token group>`` (``learners.diagnostics``). Costs one forward pass."""
@@ -186,18 +202,22 @@ class LearnerConfig:
     adapter_lr: dict[str, float] = field(default_factory=dict)
     """Learning rate per adapter of ``model.role_adapters`` (Multi2's authors: planner 1e-5, executor 1e-6); an
     adapter not named here trains at ``actor_lr``."""
-    negate_advantages: bool = False
-    """Negative control for benchmarks only: train on −A (every advantage the algorithm computed, after
-    normalisation). A run with it on must not gain over its start (``bench/bench_learning.py --negative-control``)."""
+    advantage_scale: float = 1.0
+    """Controls for benchmarks only: every advantage the algorithm computed (after normalisation) times this: 1 as
+    computed; −1 negated (a run must not gain over its start: ``bench/bench_learning.py --negative-control``); 0
+    no signal at all (what the optimizer and the KL term do alone: ``bench/bench_replay.py``'s zero row)."""
     behaviour_is_cap: float | None = None
     """Off-policy correction for every loss with a PPO ratio (``learners.targets.clipped_policy_loss``), 0: off.
     When > 0, each token's surrogate is weighted by min(π_old / π_behav, cap), where π_old is the learner's
     recomputation and π_behav is the rollout engine's reported log-prob. This is decoupled PPO with truncated
     importance sampling: AReaL Eq. 5, and TIS with C = 2. It corrects a lagging policy (``one_step_off``) and an
     engine that computes differently (vLLM, bf16). None (``null``): 2 where the loop lags (``one_step_off``,
-    ``max_staleness`` >= 1), 0 in the synchronous loop (``behaviour_is_cap(cfg)``), as AReaL trains asynchronously.
-    Here, at equal samples (4 paired PPO runs), it did not raise success, and shrank the lag-1 updates but not the
-    lag-2 one (docs/results/behaviour_is_cap.md)."""
+    ``max_staleness`` >= 1) or the engine's numbers differ from the learner's (the vLLM engine, or bfloat16 in
+    ``model.dtype`` or ``learner.dtype``, "auto" resolved for the run's device: 0.002-0.005 nats per token on a GPU
+    in bf16, docs/results/gpu_train_smollm2.md); 0 only in the synchronous loop with the HF engine in float32 on
+    both sides (the CPU main job's gap: 1.9e-7 nats, docs/results/main_job_replay.md; its weights would all be 1).
+    See ``behaviour_is_cap(cfg, device)``. At equal samples (4 paired PPO runs on a CPU in fp32), it did not raise
+    success, and shrank the lag-1 updates but not the lag-2 one (docs/results/behaviour_is_cap.md)."""
 
 
 @dataclass(frozen=True)
@@ -261,6 +281,11 @@ class TrainConfig:
     eval_episodes: int = 8
     """Evaluate on the first N tasks of ``eval_panel`` (its order keeps the task types' shares in every prefix);
     0: the whole panel."""
+    eval_samples: int = 1
+    """Episodes per task of the eval panel at ``rollout.eval_temperature``, each sampled with its own seed: at
+    T = 1 one episode of a near-deterministic policy is one bit per task, k of them measure its success rate."""
+    eval_train_samples: int = 4
+    """Episodes per RL task in each evaluation of the RL tasks (``env.train_tasks`` > 0 only)."""
     eval_zero_shot: bool = False
     """Evaluate the untrained model first (SmolLM2 zero-shot wins nothing on our envs: off in the default)."""
     eval_baselines: bool = True
@@ -333,9 +358,35 @@ def torch_threads(cfg: TrainConfig, workers: int, cores: int, device: str) -> in
     return max(1, cores // workers)
 
 
-def behaviour_is_cap(cfg: TrainConfig) -> float:
-    """The cap of the decoupled-PPO weights this run uses (``learner.behaviour_is_cap``; None: 2 (TIS's C) where the
-    rollouts may come from an older adapter, 0 in the synchronous loop, whose weights would all be 1)."""
+def this_device() -> str:
+    """The device this process's workers would use: "cuda" where torch sees one, else "cpu" (as ``launch.train``)."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def engine_differs(cfg: TrainConfig, device: str) -> bool:
+    """Whether the rollout engine's log-probs differ from the learner's recomputation by more than float32 round-off
+    on ``device``: the vLLM engine (its own kernels), or bfloat16 in the engine (``model.dtype``) or the learner
+    (``learner.dtype``). "auto" resolves as the engines and the learner resolve it (``actors.inference.engine_kind``,
+    ``common.dtypes.pick_dtype``)."""
+    import torch
+
+    from actors.inference import engine_kind
+    from common.dtypes import pick_dtype
+
+    if engine_kind(cfg.rollout.engine, device) == "vllm":
+        return True
+    return any(pick_dtype(d, device) == torch.bfloat16 for d in (cfg.model.dtype, cfg.learner.dtype))
+
+
+def behaviour_is_cap(cfg: TrainConfig, device: str | None = None) -> float:
+    """The cap of the decoupled-PPO weights this run uses on ``device`` (None: ``this_device()``):
+    ``learner.behaviour_is_cap`` when set; None: 2 (TIS's C) where the rollouts may come from an older adapter
+    (``overlapping_loop``) or from an engine that computes differently (``engine_differs``), else 0 (the
+    synchronous loop with HF in float32 on both sides, whose weights would all be 1)."""
     if cfg.learner.behaviour_is_cap is not None:
         return cfg.learner.behaviour_is_cap
-    return 2.0 if overlapping_loop(cfg) else 0.0
+    if overlapping_loop(cfg) or engine_differs(cfg, device or this_device()):
+        return 2.0
+    return 0.0

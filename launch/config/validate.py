@@ -19,6 +19,7 @@ from launch.config.resolve import flatten, read_run_config, resolve_algo_config,
 from launch.config.schema import (
     DTYPES,
     ENGINES,
+    RL_OPTIMIZERS,
     WEIGHT_SYNCS,
     ConfigError,
     TrainConfig,
@@ -69,6 +70,9 @@ def _check_ranges(cfg: TrainConfig) -> None:
         (e.max_steps >= 1, "env.max_steps", e.max_steps, ge1),
         (e.workers_per_rollout >= 1, "env.workers_per_rollout", e.workers_per_rollout, ge1),
         (e.step_timeout_s > 0, "env.step_timeout_s", e.step_timeout_s, gt0),
+        (e.train_tasks >= 0, "env.train_tasks", e.train_tasks, "an integer >= 0 (0: every train task)"),
+        (cfg.eval_samples >= 1, "eval_samples", cfg.eval_samples, ge1),
+        (cfg.eval_train_samples >= 1, "eval_train_samples", cfg.eval_train_samples, ge1),
         (bool(e.train_split), "env.train_split", e.train_split, "a split name of the env"),
         (bool(e.eval_split), "env.eval_split", e.eval_split, "a split name of the env"),
         (bool(cfg.eval_panel), "eval_panel", cfg.eval_panel, "auto or a panel name (hierarl panel list)"),
@@ -116,6 +120,14 @@ def _check_ranges(cfg: TrainConfig) -> None:
             lr.critic_warmup_passes,
             "an integer >= 0 (0: no warm-up)",
         ),
+        (
+            lr.advantage_scale in (1, -1, 0),
+            "learner.advantage_scale",
+            lr.advantage_scale,
+            "1 (as computed), -1 (negated) or 0 (none): benchmark controls",
+        ),
+        (lr.rl_optimizer in RL_OPTIMIZERS, "learner.rl_optimizer", lr.rl_optimizer, ", ".join(RL_OPTIMIZERS)),
+        (lr.rl_warmup_steps >= 0, "learner.rl_warmup_steps", lr.rl_warmup_steps, "an integer >= 0 (0: none)"),
         (
             lr.behaviour_is_cap is None or lr.behaviour_is_cap == 0 or lr.behaviour_is_cap >= 1,
             "learner.behaviour_is_cap",
@@ -178,6 +190,27 @@ def _check_ranges(cfg: TrainConfig) -> None:
                 )
 
 
+def _check_sampling(cfg: TrainConfig, algo: Any) -> None:
+    """An algorithm whose loss reads π_old (a PPO ratio) samples at temperature 1 and top-p 1: the engines report
+    the raw log-softmax of the sampled tokens (``actors.inference``), so any other value would bias every ratio.
+    Evaluation (``rollout.eval_temperature``) trains nothing and is free."""
+    if not algo.uses_old_logprobs:
+        return
+    from launch.algos import ALGOS
+
+    ratio_free = ", ".join(sorted(n for n, a in ALGOS.items() if not a.uses_old_logprobs))
+    for key, value in (
+        ("rollout.temperature", cfg.rollout.temperature),
+        ("rollout.top_p", cfg.rollout.top_p),
+    ):
+        if value != 1:
+            raise ConfigError(
+                f"{key}: got {value!r}, but algo={cfg.algo}'s PPO ratio reads the engine's log-probs, which are "
+                "taken before temperature and top-p, so every ratio would be biased; allowed: 1 (evaluation has "
+                f"rollout.eval_temperature), or an algorithm without a ratio ({ratio_free})"
+            )
+
+
 def _check_algo(cfg: TrainConfig) -> Any:
     """The ``algo.*`` keys against the algorithm's Config (which checks its own ranges and choices), then what the
     algorithm needs of the rest of the run (its agent protocols, the learner's ZeRO stage, an env with an expert,
@@ -187,6 +220,7 @@ def _check_algo(cfg: TrainConfig) -> Any:
     algo = get_algo(cfg.algo)
     # the Config checks its own fields as it is built (``learners.algo_config``): a bad value fails here
     algo_cfg = resolve_algo_config(algo.Config, cfg.algo_overrides)
+    _check_sampling(cfg, algo)
     if algo.agents and cfg.rollout.agent not in algo.agents:
         raise ConfigError(
             f"rollout.agent: {cfg.rollout.agent!r} is not a protocol algo={cfg.algo} is defined with (an "

@@ -17,7 +17,8 @@ the next boundary (Eq. 6–7), high-level GAE over segments (Eq. 8), and the swi
 
 Both are 0 at turn 0 (no switch decision: b_0 = 0 is forced). Actor loss Eq. 28: switch tokens get A^switch, subgoal
 tokens A^high on boundary turns only, action tokens A^low (``learners.losses.decision_token_advantages``); a KEEP
-turn's copied subgoal carries no advantage but stays under the KL anchor (it is still generated text); + KL to the
+turn's copied subgoal is no decision (Eq. 28 gives it nothing); here it carries the turn's A^low by default
+(``keep_copy_adv``: it is the executor's text, and without an advantage it drifted freely); + KL to the
 reference policy with β = 0.01 (Eq. 30, App. C.1). Critic loss Eq. 12/29: squared error of every valid slot.
 
 The critic (one shared backbone, three heads, App. C.2 plus the authors' third head):
@@ -45,8 +46,8 @@ the action advantages' mean flip switch signs).
 
 Deviations, all documented: β_t = π(SWITCH | s_t, o_{t−1}) is taken from the sampled switch span's probability
 (P(span) if SWITCH was sampled, 1 − P(span) if KEEP was), not from a separate forward pass over both words;
-response tokens outside the three blocks (whitespace, EOS) get A^low so the model also learns to stop; the value of
-a truncated episode's final state is approximated by V_high(s_{T−1}).
+response tokens outside the three blocks (whitespace, EOS) and a KEEP turn's copied subgoal get A^low; a step-limit
+cut is terminal by default as in the authors' code (``truncation="bootstrap"``: V_high(s_{T−1}) stands for V(s_T)).
 Hyperparameters (App. C.1): actor lr 1e-6, critic lr 1e-5, λ_high = λ_low = 0.95, KL 0.01, rollout temperature 1.0,
 validation temperature 0.4, mini-batch 256 — the learning rates and batch sizes live in the run config.
 """
@@ -86,6 +87,15 @@ class Config(ActorCriticConfig):
     ``reward_terms`` adds the KEEP terms."""
 
     reward_terms: tuple[str, ...] = HIPER_TERMS
+    truncation: str = "terminal"
+    """A step-limit cut is terminal, V(s_T) = 0: the authors' default (``HAEConfig.bootstrap_truncated=False``),
+    and the prompts number the steps, so the limit is part of the state. "bootstrap" reads V_high(s_{T−1}), a slot
+    regressed only at boundaries while s_{T−1} of a lost episode is nearly always a KEEP turn."""
+    keep_copy_adv: str = "low"
+    """What a KEEP turn's copied subgoal is trained with: "low" A^low, the advantage of the executor's action on
+    that turn (the copy is part of its output, and an invalid turn's unclosed ``<subgoal>`` span, which runs to the
+    end of the text, then carries the format penalty); "none" no advantage, the KL term only (which at β = 0.01 held
+    nothing: the copies took HiPER's largest update KL, docs/results/learning_fixes.md)."""
     gamma: float = 0.99
     lam_low: float = 0.95
     lam_high: float = 0.95
@@ -111,6 +121,7 @@ class Config(ActorCriticConfig):
             ("switch_adv", SWITCH_ADVS),
             ("switch_norm", (None, *SWITCH_NORMS)),
             ("critic_target", CRITIC_TARGETS),
+            ("keep_copy_adv", KEEP_COPY_ADVS),
         ):
             check_choice(name, getattr(self, name), allowed)
 
@@ -126,6 +137,7 @@ ADV_NORMS = ("per_type", "joint")
 SWITCH_ADVS = ("return", "eq10")
 SWITCH_NORMS = ("own", "action", "raw")
 CRITIC_TARGETS = ("lambda", "td0")
+KEEP_COPY_ADVS = ("low", "none")
 
 
 VALUE_SLOTS = (
@@ -264,7 +276,13 @@ def compute_targets(
         torch.from_numpy(low),
         torch.from_numpy(a.boundary),
     )
-    # a KEEP turn's copied subgoal: no advantage (not a decision), but under the KL anchor like every token
+    # a KEEP turn's copied subgoal is no decision of its own (no A^high); it is trained with the turn's A^low
+    # (keep_copy_adv="low") or the KL anchor alone ("none"), and is under the KL anchor like every token
+    if cfg.keep_copy_adv == "low":
+        m_copy = m_sub & ~torch.from_numpy(a.boundary).unsqueeze(-1)
+        token_adv = token_adv + m_copy.to(token_adv.dtype) * torch.from_numpy(low).to(
+            token_adv.dtype
+        ).unsqueeze(-1)
     loss_mask = loss_mask | m_sub
     d = a.delta[a.decided]
     n = len(batch)

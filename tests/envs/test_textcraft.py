@@ -117,3 +117,18 @@ def test_truncation_and_unknown_task(env: TextCraftEnv):
     assert short.step("inventory")[3] is False and short.step("inventory")[3] is True
     with pytest.raises(ValueError):
         env.reset(task_id="depth9-nothing")
+
+
+def test_task_info_is_the_reset_commands_on_every_step(env: TextCraftEnv):
+    """``info["task_info"]``: the reset observation's "Crafting commands:" block (no goal line), fixed all episode."""
+    obs, info = env.reset(task_id="depth2-ladder")
+    block = info["task_info"]
+    assert block.startswith("Crafting commands:\n") and obs == f"{block}\n\nGoal: craft ladder."
+    assert "Goal" not in block and "craft 3 ladder using 7 stick" in block.splitlines()
+    # the random policy's commands (read from the reset observation) are the block's
+    assert env.candidate_actions(obs) == env.candidate_actions(block)
+    for action in ("get 1 oak logs", "not a command", "inventory"):
+        assert env.step(action)[4]["task_info"] == block
+    task_id = next(t for t in env.task_ids() if t.startswith("depth3-"))
+    _, info, infos = _solve(env, task_id)
+    assert info["won"] and len({i["task_info"] for i in infos}) == 1 and infos[0]["task_info"] != block

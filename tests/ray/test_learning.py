@@ -123,13 +123,13 @@ def gap(trainer: Trainer, won: list, lost: list) -> float:
         ("hipif", ""),
         ("hipif_gigpo", ""),
         ("grpo", "swap_rewards"),
-        ("hiper", "negate_advantages"),
+        ("hiper", "negated_advantages"),
     ],
 )
 def test_updates_move_probability_to_the_rewarded_episodes(ray_local, tmp_path, algo, control):
     """``control``: a negative control that must reverse the direction — the environment's verdict swapped, or the
-    run config's ``learner.negate_advantages`` (the benchmark negative control, through the driver)."""
-    negate = [f"learner.negate_advantages={control == 'negate_advantages'}"]
+    run config's ``learner.advantage_scale=-1`` (the benchmark negative control, through the driver)."""
+    negate = [f"learner.advantage_scale={-1 if control == 'negated_advantages' else 1}"]
     agent = (
         ["rollout.agent=hipif"] if algo.startswith("hipif") else []
     )  # HIPIF is defined with its own protocol

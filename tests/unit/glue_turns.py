@@ -102,14 +102,15 @@ Y_HIGH_TD0 = [0.69102, 0.0, 1.0]
 HIPER_VALID = [[True, False, True, False], [False, True, True, True], [True, False, True, True]]
 
 
-def hiper_expected(a_switch, a_high, a_low, boundary):
-    """Token advantages and loss mask of the reference layout: a KEEP turn's subgoal tokens are in the mask (the KL
-    anchor) with advantage 0."""
+def hiper_expected(a_switch, a_high, a_low, boundary, keep_copy_adv="low"):
+    """Token advantages and loss mask of the reference layout: a KEEP turn's subgoal tokens are in the mask with
+    the turn's A_low (``keep_copy_adv="low"``, the default) or advantage 0 (``"none"``: the KL anchor alone)."""
     adv = np.zeros((len(a_low), L), np.float32)
     mask = np.zeros((len(a_low), L), bool)
     for b in range(len(a_low)):
+        copy = a_low[b] if keep_copy_adv == "low" else 0.0
         adv[b, SW], mask[b, SW] = a_switch[b], True
-        adv[b, SG], mask[b, SG] = (a_high[b] if boundary[b] else 0.0), True
+        adv[b, SG], mask[b, SG] = (a_high[b] if boundary[b] else copy), True
         adv[b, P + 4 : P + 7], mask[b, P + 4 : P + 7] = a_low[b], True  # action tokens + EOS get A_low
     return adv, mask
 

@@ -13,7 +13,7 @@ import pytest
 
 from launch.algos import ALGOS
 from launch.cli import COMMANDS, main
-from launch.config import ConfigError
+from launch.config import DEFAULT_PRESET, ConfigError, behaviour_is_cap, resolve_config
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -79,10 +79,13 @@ def test_dry_run_prints_the_resolved_config(capsys):
     out = capsys.readouterr().out
     assert "preset hiper_textcraft_cpu (" in out and "the default, no preset named" in out
     assert "\n    format_penalty: 0.01\n" in out
-    assert out.endswith(
-        "derived:\n  env.success_reward: 1.0\n  learner.behaviour_is_cap: 0.0\n"
-    )  # null, sync
-    assert main(["train", "--dry-run", "max_staleness=2"]) == 0
+    # null: what this machine derives for the default (auto engine and dtypes: 0 on a CPU without bf16)
+    derived = behaviour_is_cap(resolve_config(DEFAULT_PRESET, []))
+    assert out.endswith(f"derived:\n  env.success_reward: 1.0\n  learner.behaviour_is_cap: {derived!r}\n")
+    fp32_hf = ["rollout.engine=hf", "model.dtype=float32", "learner.dtype=float32"]
+    assert main(["train", "--dry-run", *fp32_hf]) == 0
+    assert capsys.readouterr().out.endswith("\n  learner.behaviour_is_cap: 0.0\n")  # null, sync, fp32 HF
+    assert main(["train", "--dry-run", *fp32_hf, "max_staleness=2"]) == 0
     assert capsys.readouterr().out.endswith("\n  learner.behaviour_is_cap: 2.0\n")
 
 

@@ -70,7 +70,8 @@ def test_every_critic_checks_truncation_by_one_field(algo):
     """On-policy and offline critics share ``algo_config.CriticFields``: the same default, the same one-line error."""
     cfg = resolve_config(None, [f"algo={algo}", "algo.truncation=terminal"])
     assert resolve_algo_config(get_algo(algo).Config, cfg.algo_overrides).truncation == "terminal"
-    assert get_algo(algo).Config().truncation == "bootstrap"
+    # HiPER's authors treat a cut as terminal (HAEConfig.bootstrap_truncated=False); the others bootstrap
+    assert get_algo(algo).Config().truncation == ("terminal" if algo == "hiper" else "bootstrap")
     bad = resolve_config(None, [f"algo={algo}", "algo.truncation=cut"])
     with pytest.raises(
         ConfigError, match=r"^algo\.truncation: unknown value 'cut'; allowed: bootstrap, terminal$"
@@ -277,17 +278,79 @@ def test_presets_compose_one_level_only(tmp_path):
         resolve_config(bad)
 
 
+FP32_HF = ["rollout.engine=hf", "model.dtype=float32", "learner.dtype=float32"]
+
+
 def test_behaviour_is_cap_defaults_on_where_the_loop_lags():
-    """Unset (null): TIS's C = 2 where rollouts may come from an older adapter, off in the synchronous loop; a value
-    that was set, 0 included, is used as it is, and ``null`` on the command line restores the default."""
+    """Unset (null): TIS's C = 2 where rollouts may come from an older adapter, off in the synchronous loop (here
+    with HF in float32, where engine and learner agree); a value that was set, 0 included, is used as it is, and
+    ``null`` on the command line restores the default."""
     assert TrainConfig().learner.behaviour_is_cap is None
-    assert behaviour_is_cap(resolve_config(None, [])) == 0.0
-    assert behaviour_is_cap(resolve_config(None, ["one_step_off=true"])) == 2.0
-    assert behaviour_is_cap(resolve_config(None, ["max_staleness=2"])) == 2.0
+    assert behaviour_is_cap(resolve_config(None, FP32_HF), "cpu") == 0.0
+    assert behaviour_is_cap(resolve_config(None, [*FP32_HF, "one_step_off=true"]), "cpu") == 2.0
+    assert behaviour_is_cap(resolve_config(None, [*FP32_HF, "max_staleness=2"]), "cpu") == 2.0
     assert behaviour_is_cap(resolve_config(None, ["one_step_off=true", "learner.behaviour_is_cap=0"])) == 0.0
-    assert behaviour_is_cap(resolve_config(None, ["learner.behaviour_is_cap=3"])) == 3.0  # sync, asked for
-    cli = ["one_step_off=true", "learner.behaviour_is_cap=0", "learner.behaviour_is_cap=null"]
-    assert behaviour_is_cap(resolve_config(None, cli)) == 2.0
+    assert behaviour_is_cap(resolve_config(None, [*FP32_HF, "learner.behaviour_is_cap=3"]), "cpu") == 3.0
+    cli = [*FP32_HF, "one_step_off=true", "learner.behaviour_is_cap=0", "learner.behaviour_is_cap=null"]
+    assert behaviour_is_cap(resolve_config(None, cli), "cpu") == 2.0
+
+
+@pytest.mark.parametrize(
+    ("overrides", "device", "cap"),
+    [
+        (FP32_HF, "cpu", 0.0),  # the CPU main job's setting: engine and learner agree to ~2e-7 nats
+        (FP32_HF, "cuda", 0.0),  # HF in float32 on a GPU as well
+        (["rollout.engine=vllm", "model.dtype=float32", "learner.dtype=float32"], "cpu", 2.0),  # vLLM
+        (["rollout.engine=hf", "model.dtype=bfloat16", "learner.dtype=float32"], "cpu", 2.0),  # bf16 engine
+        (["rollout.engine=hf", "model.dtype=float32", "learner.dtype=bfloat16"], "cpu", 2.0),  # bf16 learner
+        (["rollout.engine=hf"], "cuda", 2.0),  # dtype auto on CUDA: bf16
+        ([*FP32_HF, "one_step_off=true"], "cpu", 2.0),  # the loop lags
+        ([*FP32_HF, "max_staleness=1"], "cpu", 2.0),
+        (["rollout.engine=vllm", "learner.behaviour_is_cap=0"], "cuda", 0.0),  # an explicit value wins
+        ([*FP32_HF, "learner.behaviour_is_cap=1.5"], "cpu", 1.5),
+    ],
+)
+def test_behaviour_is_cap_is_on_wherever_engine_and_learner_differ(overrides, device, cap):
+    """null: 2 where the rollouts may come from an older adapter or from an engine whose numbers differ from the
+    learner's (vLLM, bf16 on either side: 0.002-0.005 nats per token on a GPU in bf16), 0 only in the synchronous
+    loop with HF in float32 on both sides."""
+    assert behaviour_is_cap(resolve_config(None, overrides), device) == cap
+
+
+def test_the_updater_takes_the_cap_for_the_learners_device():
+    """The driver's updater derives the cap for the device the learner group was built for (a sweep's cell runs on
+    a Ray task that sees no GPU itself), not for the driver's own."""
+    from types import SimpleNamespace
+
+    from launch.specs import updater
+
+    cfg = resolve_config(None, ["rollout.engine=hf"])  # dtypes auto: bf16 on CUDA
+    algo = get_algo(cfg.algo)
+    for device in ("cuda", "cpu"):
+        learner = SimpleNamespace(spec=SimpleNamespace(device=device))
+        up = updater(cfg, algo, algo.Config(), learner, pad_id=0)  # type: ignore[arg-type]
+        assert up.behaviour_is_cap == behaviour_is_cap(cfg, device)
+    assert behaviour_is_cap(cfg, "cuda") == 2.0
+
+
+@pytest.mark.parametrize("vllm", [True, False])
+def test_behaviour_is_cap_resolves_auto_as_the_workers_do(monkeypatch, vllm):
+    """engine "auto": vLLM on CUDA where it is importable (``actors.inference.engine_kind``), HF on CPU; dtype "auto":
+    ``common.dtypes.pick_dtype`` (bf16 on CUDA, and on CPUs with AMX)."""
+    import torch
+
+    from actors import inference
+    from common.dtypes import pick_dtype
+
+    monkeypatch.setattr(inference, "vllm_available", lambda: vllm)
+    fp32_auto = resolve_config(None, ["model.dtype=float32", "learner.dtype=float32"])
+    assert fp32_auto.rollout.engine == "auto"
+    assert inference.engine_kind("auto", "cuda") == ("vllm" if vllm else "hf")
+    assert inference.engine_kind("auto", "cpu") == "hf" and inference.engine_kind("vllm", "cpu") == "vllm"
+    assert behaviour_is_cap(fp32_auto, "cuda") == (2.0 if vllm else 0.0)
+    assert behaviour_is_cap(fp32_auto, "cpu") == 0.0
+    cpu_bf16 = pick_dtype("auto", "cpu") == torch.bfloat16
+    assert behaviour_is_cap(resolve_config(None, ["rollout.engine=hf"]), "cpu") == (2.0 if cpu_bf16 else 0.0)
 
 
 def test_torch_threads_give_each_phase_the_cores_its_workers_share():

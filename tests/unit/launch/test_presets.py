@@ -47,16 +47,18 @@ def test_a_based_preset_matches_its_old_spelled_out_version():
 #   algo.reward_terms — where the agents differ (ReAct has no switch to charge a KEEP penalty on) or a method's
 #     terms are its contribution (HIPIF's process rewards, Eq. 7). Everywhere else the pair pays the same terms:
 #     PPO on the Plan–Execute agent pays HiPER's KEEP terms too.
+#   algo.truncation — each method's own default for a step-limit cut: HiPER's authors treat it as terminal, PPO
+#     bootstraps V(s_{T-1}) (a study that compares them sets it equal: docs/results/learning_fixes.md).
 # The synthetic pairs use the same Plan–Execute agent for both (HiPER vs flat PPO on the same outputs).
 PAIRS: list[tuple[str, str, set[str]]] = [
-    ("hiper_synthetic_small", "ppo_synthetic_small", set()),
-    ("hiper_synthetic_long", "ppo_synthetic_long", set()),
-    ("hiper_synthetic_multi", "ppo_synthetic_multi", set()),
-    ("hiper_synthetic_3stage", "ppo_synthetic_3stage", set()),
+    ("hiper_synthetic_small", "ppo_synthetic_small", {"algo.truncation"}),
+    ("hiper_synthetic_long", "ppo_synthetic_long", {"algo.truncation"}),
+    ("hiper_synthetic_multi", "ppo_synthetic_multi", {"algo.truncation"}),
+    ("hiper_synthetic_3stage", "ppo_synthetic_3stage", {"algo.truncation"}),
     ("ppo_synthetic_3stage", "gigpo_synthetic_3stage", {"algo.gamma"}),  # GiGPO's own 0.95
     ("grpo_alfworld", "rloo_alfworld", set()),
     ("grpo_alfworld", "gigpo_alfworld", set()),
-    ("hiper_alfworld", "ppo_alfworld", {"rollout.agent", "algo.reward_terms"}),
+    ("hiper_alfworld", "ppo_alfworld", {"rollout.agent", "algo.reward_terms", "algo.truncation"}),
     ("ppo_alfworld", "grpo_alfworld", {"rollout.group_size", "rollout.groups_per_iter"}),
     ("hipif_alfworld", "hipif_gigpo_alfworld", set()),
     # HIPIF is its own agent protocol, whose reflection needs a longer response

@@ -399,3 +399,43 @@ def test_hisr_value_clip_is_a_number_or_null():
     assert _error(["algo.value_clip=-1"], "hisr_synthetic_multi") == (
         "algo.value_clip: got -1.0; allowed: a number >= 0 (null: no clipping)"
     )
+
+
+RATIO_ALGOS = ["gigpo", "grpo", "hiper", "hipif", "hipif_gigpo", "hisr", "ppo", "rloo"]
+
+
+def test_the_ratio_algorithms_are_the_ones_that_read_old_logprobs():
+    from launch.algos import ALGOS
+
+    assert sorted(n for n, a in ALGOS.items() if a.uses_old_logprobs) == RATIO_ALGOS
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key", "value"),
+    [
+        (["algo=grpo", "rollout.temperature=0.7"], "rollout.temperature", "0.7"),
+        (["algo=ppo", "rollout.top_p=0.9"], "rollout.top_p", "0.9"),
+        (["rollout.temperature=1.3"], "rollout.temperature", "1.3"),  # hiper, the default preset's
+    ],
+)
+def test_a_ppo_ratio_needs_temperature_and_top_p_1(overrides, key, value, capsys):
+    """The engines report log-probs before temperature and top-p (``actors.inference``) and the learner computes
+    them at T = 1: with a PPO ratio every ratio would be biased, so ``hierarl train`` refuses before Ray (exit 2)."""
+    message = _error(overrides)
+    assert message.startswith(f"{key}: got {value}, but algo=") and "allowed: 1 " in message
+    assert "multi2, sft, step_hrl" in message
+    capsys.readouterr()
+    assert main(["train", "--dry-run", *overrides]) == 2
+    err = capsys.readouterr().err
+    assert err == f"hierarl train: {message}\n"
+
+
+def test_sampling_temperature_is_free_without_a_ratio_and_in_evaluation():
+    """T = 1 passes; evaluation's temperature is not sampling for training; offline AWR (STEP-HRL, Multi2, whose
+    presets collect at 0.7) and behaviour cloning read no π_old."""
+    at_1 = ["rollout.temperature=1.0", "rollout.top_p=1", "rollout.eval_temperature=0.7"]
+    validate(resolve_config(DEFAULT_PRESET, at_1))
+    assert resolve_config("step_hrl_scienceworld").rollout.temperature == 0.7
+    validate(resolve_config("step_hrl_scienceworld"))
+    validate(resolve_config("multi2_scienceworld", ["rollout.top_p=0.9"]))
+    validate(resolve_config(DEFAULT_PRESET, ["algo=sft", "rollout.temperature=0.7"]))

@@ -10,6 +10,7 @@ import torch
 from learners.advantages import (
     HAEResult,
     discounted_returns,
+    equal_outcome_mask,
     gae,
     gigpo_advantages,
     group_advantages,
@@ -314,6 +315,19 @@ def test_group_advantages_golden_grpo_rloo() -> None:
     close(group_advantages(R, torch.tensor([7, 7, 7, 1, 2]), mode="rloo"), rloo)
     with pytest.raises(ValueError):
         group_advantages(R, ids, mode="ppo")  # type: ignore[arg-type]
+
+
+def test_equal_outcome_mask_golden() -> None:
+    """Groups a (all 0), b (0 and 1), c (one member), d (columns won, env return: won equal, returns 0.5 vs 0)."""
+    ids = ["a", "a", "a", "b", "b", "c"]
+    mask = equal_outcome_mask(t64([0.0, 0.0, 0.0, 0.0, 1.0, 1.0]), ids)
+    assert mask.tolist() == [True, True, True, False, False, True]  # a group of one is all-equal
+    two = equal_outcome_mask(t64([[0.0, 0.0], [0.0, 0.5], [1.0, 1.0], [1.0, 1.0]]), ["d", "d", "e", "e"])
+    assert two.tolist() == [False, False, True, True]  # d differs in its second column only
+    assert equal_outcome_mask(t64([0.3, 0.1 + 0.2]), [0, 0]).tolist() == [True, True]  # within atol
+    assert equal_outcome_mask(t64([]), []).numel() == 0
+    with pytest.raises(ValueError):
+        equal_outcome_mask(t64([0.0, 1.0]), ["a"])
 
 
 def _group_loop(R: list[float], ids: list, mode: str, eps: float) -> list[float]:

@@ -70,6 +70,34 @@ def test_aggregate_golden():
     close(L.masked_mean(loss, mask), 2.5)
 
 
+ROW_MODES = [m for m in L.AGG_MODES if m != "episode-mean"]
+"""The modes that need nothing beyond the mask (episode-mean also reads each row's episode weight)."""
+
+
+def test_episode_mean_weighs_every_episode_the_same():
+    """Episode 0: rows 0-1 with 3 + 1 loss tokens; episode 1: row 2 with 2 tokens. row weights 1/4, 1/4, 1/2
+    (``episode_row_weights``); token weights w = mask · row weight / Σ = [1/4 ×3, 1/4, 1/2 ×2] / 2:
+    episode 0's tokens sum to 1/2, episode 1's to 1/2. Loss rows 1, 2, 3 (per token): (3·1 + 1·2)/8 + 2·3/4 =
+    5/8 + 3/2 = 2.125; the token mean would be (3 + 2 + 6) / 6 = 1.8333."""
+    mask = b([[1, 1, 1], [1, 0, 0], [1, 1, 0]])
+    loss = t([[1.0, 1.0, 1.0], [2.0, 9.0, 9.0], [3.0, 3.0, 9.0]])
+    rw = L.episode_row_weights([0, 0, 1], mask)
+    close(rw, [0.25, 0.25, 0.5])
+    w = L.aggregation_weights(mask, "episode-mean", rw)
+    close(w[:2].sum(), 0.5)
+    close(w[2].sum(), 0.5)
+    close(L.aggregate(loss, mask, "episode-mean", rw), 2.125)
+    close(L.aggregate(loss, mask, "token-mean"), 11 / 6)
+    with pytest.raises(ValueError, match="episode weight"):
+        L.aggregation_weights(mask, "episode-mean")
+
+
+def test_episode_row_weights_skip_episodes_without_loss_tokens():
+    """An episode with no loss token (every row masked) gets weight 0, not a division by zero."""
+    mask = b([[0, 0], [1, 1]])
+    close(L.episode_row_weights([0, 1], mask), [0.0, 0.5])
+
+
 def test_aggregate_unequal_lengths_differ_as_expected():
     # row 0: one token of loss 1; row 1: three tokens of loss 0.
     loss = t([[1.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
@@ -81,7 +109,7 @@ def test_aggregate_unequal_lengths_differ_as_expected():
     close(L.aggregate(loss, full, "token-mean"), L.aggregate(loss, full, "seq-mean-token-mean"))
 
 
-@pytest.mark.parametrize("mode", L.AGG_MODES)
+@pytest.mark.parametrize("mode", ROW_MODES)
 def test_aggregate_all_empty_is_zero_not_nan(mode):
     loss = t([[1.0, float("nan")], [float("inf"), 2.0]], requires_grad=True)
     mask = b([[0, 0], [0, 0]])
@@ -112,7 +140,7 @@ def _loop_aggregate(loss: torch.Tensor, mask: torch.Tensor, mode: str) -> float:
     return sum(sum(r) for r in rows) / len(rows)
 
 
-@pytest.mark.parametrize("mode", L.AGG_MODES)
+@pytest.mark.parametrize("mode", ROW_MODES)
 def test_aggregate_matches_loop(mode):
     g = torch.Generator().manual_seed(0)
     for _ in range(5):
@@ -200,7 +228,7 @@ def _loop_ppo(lp, old, adv, mask, cl, ch, mode):
     return _loop_aggregate(mat, mask, mode)
 
 
-@pytest.mark.parametrize("mode", L.AGG_MODES)
+@pytest.mark.parametrize("mode", ROW_MODES)
 def test_ppo_matches_loop(mode):
     g = torch.Generator().manual_seed(1)
     for _ in range(4):
@@ -213,7 +241,7 @@ def test_ppo_matches_loop(mode):
         close(loss, _loop_ppo(lp, old, adv, mask, 0.2, 0.28, mode), REF_TOL)
 
 
-@pytest.mark.parametrize("mode", L.AGG_MODES)
+@pytest.mark.parametrize("mode", ROW_MODES)
 def test_ppo_masked_values_do_not_matter(mode):
     """Garbage (large, inf, nan) under masked tokens changes neither the loss, the metrics nor the gradient."""
     g = torch.Generator().manual_seed(2)

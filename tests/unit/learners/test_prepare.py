@@ -95,13 +95,17 @@ def test_behaviour_cloning_reports_no_gap():
 
 
 def test_negative_control_flips_every_advantage_and_nothing_else():
-    """``learner.negate_advantages``: token_adv → −token_adv; masks, log-probs and critic targets unchanged."""
+    """``learner.advantage_scale=-1``: token_adv → −token_adv; 0: every advantage 0; masks, log-probs and critic
+    targets unchanged."""
     _, (pos, _) = _hiper_case()
-    _, (neg, _) = _hiper_case(negate_advantages=True)
+    _, (neg, _) = _hiper_case(advantage_scale=-1.0)
+    _, (zero, _) = _hiper_case(advantage_scale=0.0)
     np.testing.assert_array_equal(neg.token_adv, -pos.token_adv)
+    assert not zero.token_adv.any()
     assert pos.token_adv[pos.loss_mask].any()
     for name in ("loss_mask", "old_logprobs", "ref_logprobs", "value_target", "value_valid", "old_values"):
         np.testing.assert_array_equal(getattr(neg, name), getattr(pos, name))
+        np.testing.assert_array_equal(getattr(zero, name), getattr(pos, name))
 
 
 def test_critic_fields_come_from_the_values_and_the_targets():
@@ -122,11 +126,14 @@ def test_critic_fields_come_from_the_values_and_the_targets():
 
 def test_shaping_uses_the_algorithms_own_constants():
     """A malformed turn costs ``algo.shaping.format_penalty``: with 0.25, rewards [0 - 0.25, 1] and GRPO's episode
-    return 0.75 (against a well-formed sibling's 1.0: A = (0.75 - 0.875) / std, std = 0.1767767 → -0.7071068)."""
+    return 0.75 (against a well-formed sibling's 1.0: A = (0.75 - 0.875) / std, std = 0.1767767 → -0.7071068). Both
+    episodes have the same outcome, so GRPO's default would skip the group: ``equal_outcome_groups="keep"``."""
     bad = glue_traj("bad", [0.0, 1.0])
     bad.turns[0].decision = Decision(action="", valid=False)
     good = glue_traj("good", [0.0, 1.0])
-    cfg = grpo.Config(shaping=grpo.Config().shaping.__class__(format_penalty=0.25), kl_coef=0.0)
+    cfg = grpo.Config(
+        shaping=grpo.Config().shaping.__class__(format_penalty=0.25), kl_coef=0.0, equal_outcome_groups="keep"
+    )
     turns, (batch, _) = _prepare("grpo", [bad, good], cfg, ref=False)
     assert [t.reward for t in bad.turns] == pytest.approx([-0.25, 1.0])
     assert bad.episode_return == pytest.approx(0.75)

@@ -74,6 +74,119 @@ def test_grpo_golden():
     assert tg.token_adv[1, 3] == pytest.approx(-0.5 / (np.sqrt(0.5) + 1e-6), abs=1e-6)
 
 
+def _episode(tid, gid, env_reward, *, won, format_penalty=0.0):
+    """Two turns: env reward on the last; a format penalty (as ``reward.shaping`` writes it) on the first."""
+    first, last = _turn(0.0, switch=True), _turn(env_reward, switch=False, last=True)
+    if format_penalty:
+        first.decision.valid = False
+        first.shaped = {"format": -format_penalty}
+    traj = Trajectory(
+        traj_id=tid,
+        group_id=gid,
+        task_id="t",
+        env_name="synthetic",
+        turns=[first, last],
+        status="finished",
+        won=won,
+    )
+    return traj
+
+
+def _grpo_rows(trajs, **cfg):
+    """Per-trajectory advantage (every response token of both turns carries it) and the stats."""
+    batch = build_turn_batch(trajs, max_len=64, pad_id=0)
+    tg = get_algo("grpo").compute_targets(trajs, batch, None, get_algo("grpo").Config(**cfg))
+    resp = batch.response_mask.numpy()
+    per_traj = []
+    for i in range(len(trajs)):
+        rows = [r for r, (k, _) in enumerate(batch.index) if k == i]
+        values = tg.token_adv[rows][resp[rows]]
+        assert np.all(values == values[0])
+        per_traj.append(float(values[0]))
+    return np.array(per_traj), tg.stats
+
+
+# Group "lost": four lost episodes, one with a format penalty: returns [0, -0.01, 0, 0], mean -0.0025, deviations
+# [0.0025, -0.0075, 0.0025, 0.0025], unbiased var 7.5e-5 / 3 = 2.5e-5, std 0.005:
+# A = dev / (0.005 + 1e-6) = [0.4999000, -1.4997001, 0.4999000, 0.4999000] (format noise at full strength).
+LOST_KEEP = [0.0025 / 0.005001, -0.0075 / 0.005001, 0.0025 / 0.005001, 0.0025 / 0.005001]
+# Group "mixed": one win (R = 1) and the same three losses: returns [1, -0.01, 0, 0], mean 0.2475, deviations
+# [0.7525, -0.2575, -0.2475, -0.2475], unbiased var 0.755075 / 3 = 0.25169167, std 0.50168881:
+# A = [1.4999308, -0.5132654, -0.4933327, -0.4933327].
+MIXED_STD = 0.755075**0.5 / 3**0.5
+MIXED = [d / (MIXED_STD + 1e-6) for d in (0.7525, -0.2575, -0.2475, -0.2475)]
+
+
+def _lost_and_mixed():
+    lost = [
+        _episode("l0", "lost", 0.0, won=False),
+        _episode("l1", "lost", 0.0, won=False, format_penalty=0.01),
+        _episode("l2", "lost", 0.0, won=False),
+        _episode("l3", "lost", 0.0, won=False),
+    ]
+    mixed = [
+        _episode("m0", "mixed", 1.0, won=True),
+        _episode("m1", "mixed", 0.0, won=False, format_penalty=0.01),
+        _episode("m2", "mixed", 0.0, won=False),
+        _episode("m3", "mixed", 0.0, won=False),
+    ]
+    return lost + mixed
+
+
+def test_grpo_skips_groups_whose_outcomes_are_all_equal():
+    """Default ``equal_outcome_groups="skip"``: the all-lost group's format noise gets 0 (it would be ±0.5..1.5
+    advantages under the std division), the mixed group keeps GRPO's values; half of the groups were equal."""
+    adv, stats = _grpo_rows(_lost_and_mixed())
+    np.testing.assert_allclose(adv[:4], [0.0] * 4, atol=1e-6)
+    np.testing.assert_allclose(adv[4:], MIXED, atol=1e-5)
+    assert stats["groups_equal_outcome"] == 0.5
+    keep, keep_stats = _grpo_rows(_lost_and_mixed(), equal_outcome_groups="keep")
+    np.testing.assert_allclose(keep[:4], LOST_KEEP, atol=1e-5)
+    np.testing.assert_allclose(keep[4:], MIXED, atol=1e-5)
+    assert keep_stats["groups_equal_outcome"] == 0.5  # reported either way
+
+
+def test_grpo_equal_outcome_reads_won_and_the_env_return():
+    """All won (R = 1, one with a format penalty): equal, skipped. All lost but with different env returns (partial
+    credit 0.5 vs 0): not equal, kept: returns [0.5, 0], mean 0.25, std sqrt(0.125) -> ±0.25 / (0.3535534 + 1e-6).
+    Equal env returns (0) but one won: not equal, kept: returns [0, -0.01], mean -0.005, std 0.0070711 ->
+    ±0.005 / (0.0070711 + 1e-6). One group of three of the batch's three groups was equal: 1/3 (3/7 of the
+    trajectories)."""
+    won = [
+        _episode("w0", "won", 1.0, won=True),
+        _episode("w1", "won", 1.0, won=True, format_penalty=0.01),
+        _episode("w2", "won", 1.0, won=True),
+    ]
+    partial = [_episode("p0", "partial", 0.5, won=False), _episode("p1", "partial", 0.0, won=False)]
+    flag = [
+        _episode("f0", "flag", 0.0, won=True),
+        _episode("f1", "flag", 0.0, won=False, format_penalty=0.01),
+    ]
+    adv, stats = _grpo_rows(won + partial + flag)
+    e = 0.25 / (0.125**0.5 + 1e-6)
+    f = 0.005 / (0.00005**0.5 + 1e-6)
+    np.testing.assert_allclose(adv, [0.0, 0.0, 0.0, e, -e, f, -f], atol=1e-5)
+    assert stats["groups_equal_outcome"] == pytest.approx(1 / 3)
+
+
+def test_grpo_scale_none_is_dr_grpo():
+    """``scale="none"``: A = R − mean, no std division: the mixed group [1, -0.01, 0, 0] (mean 0.2475) gets
+    [0.7525, -0.2575, -0.2475, -0.2475]; the all-lost group is still skipped, or with "keep" gets its deviations
+    [0.0025, -0.0075, 0.0025, 0.0025] (format noise at its own, small, size)."""
+    adv, _ = _grpo_rows(_lost_and_mixed(), scale="none")
+    np.testing.assert_allclose(adv, [0.0] * 4 + [0.7525, -0.2575, -0.2475, -0.2475], atol=1e-6)
+    keep, _ = _grpo_rows(_lost_and_mixed(), scale="none", equal_outcome_groups="keep")
+    np.testing.assert_allclose(keep[:4], [0.0025, -0.0075, 0.0025, 0.0025], atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"), [("equal_outcome_groups", "drop"), ("scale", "mad")], ids=["groups", "scale"]
+)
+def test_grpo_options_are_checked(field, value):
+    with pytest.raises(ValueError, match=f"algo.{field}: unknown value"):
+        get_algo("grpo").Config(**{field: value})
+
+
 def test_ppo_reward_raise_raises_advantage():
     base = _traj("a", "g", [0.0, 0.0, 0.0], [True, False, False])
     more = _traj("b", "g", [0.0, 1.0, 0.0], [True, False, False])

@@ -229,7 +229,7 @@ def test_learner_batch_takes_no_reference_offline_and_carries_it_online():
     hipif = get_algo("hipif")
     with pytest.raises(ValueError, match="needs the reference"):
         learner_batch(hipif, hipif.Config(), [traj], turns, sequences(turns, ()), zeros, None, None)
-    neg, _ = learner_batch(algo, cfg, [traj], turns, seqs, zeros, None, _values(5), negate_advantages=True)
+    neg, _ = learner_batch(algo, cfg, [traj], turns, seqs, zeros, None, _values(5), advantage_scale=-1.0)
     np.testing.assert_array_equal(neg.token_adv, -offline.token_adv)
 
 

@@ -241,7 +241,7 @@ def test_learner_batch_carries_the_iql_targets_and_flips_the_advantage_sign():
     assert stats["adv_mean/won"] == pytest.approx(want[resp.astype(bool)].mean())  # the one episode won
     assert stats["adv_mean/won_last"] == -5.0  # its last turn: the winning low step, A = −5
     neg, neg_stats = learner_batch(
-        algo, cfg, [traj], turns, seqs, zeros, None, _values(7), negate_advantages=True
+        algo, cfg, [traj], turns, seqs, zeros, None, _values(7), advantage_scale=-1.0
     )
     np.testing.assert_array_equal(neg.token_adv, -want)
     # the diagnostic reads the advantages the loss trains on: the control's are negated
