@@ -68,6 +68,10 @@ def _run_config(run: Path, overrides: list[str]) -> Any:
     from launch.config import resolve_config
 
     text = (run / "config.yaml").read_text().split("\nresolved_algo:\n", 1)[0]
+    # a run written before the controls became learner.advantage_scale
+    text = text.replace("  negate_advantages: false\n", "").replace(
+        "  negate_advantages: true\n", "  advantage_scale: -1\n"
+    )
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
         f.write(text)
     return resolve_config(f.name, overrides)
@@ -376,7 +380,7 @@ TABLE_PROBE = (
 def table(out: dict[str, Any]) -> str:
     """Markdown: one row per variant; update KL per token group (x1e3), then Δ log P(expert) on the probe."""
     head = ["variant", *(c.replace("kl_update", "KL").replace("/", " ") for c in TABLE_KL), "steps"]
-    head += [f"dlogP {c.replace('/', ' | ')}" for c in TABLE_PROBE]
+    head += [f"dlogP {c.replace('/', ' ')}" for c in TABLE_PROBE]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in out["rows"]:
         m, p = row["metrics"], row["probe"]

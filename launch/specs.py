@@ -26,6 +26,7 @@ from launch.config import (
     LearnerConfig,
     TrainConfig,
     behaviour_is_cap,
+    engine_old_logprobs,
     reference_adapters,
     torch_threads,
 )
@@ -70,6 +71,7 @@ def updater(cfg: TrainConfig, algo: Algorithm, algo_cfg: Any, learner: LearnerGr
         role_adapters=cfg.model.role_adapters,
         ref_adapters=reference_adapters(cfg, algo, algo_cfg),
         behaviour_is_cap=behaviour_is_cap(cfg, learner.spec.device),
+        engine_old_logprobs=engine_old_logprobs(cfg, learner.spec.device),
     )
 
 

@@ -31,6 +31,26 @@ Annotate = Callable[[list[Trajectory], TurnBatch, np.ndarray], dict[str, float]]
 ALL_STEPS = 1 << 62
 """``critic_only_steps`` that covers every optimizer step of an update."""
 
+ENGINE_CHECK_ROWS = 4
+"""Rows of each batch whose engine log-probs are checked against the learner's (``learner.old_logprobs``)."""
+ENGINE_TOLERANCE = 1e-3
+"""Nats by which the engine's π_old may differ from the learner's on a checked token (fp32 HF: 2e-7)."""
+
+
+def measure_sample(n: int, rows: int, seed: int) -> np.ndarray:
+    """The sorted rows of an n-row batch the update's KL is measured on: ``rows`` of them drawn from ``seed``, or
+    all (``rows`` 0 or >= n). Pure."""
+    if rows <= 0 or rows >= n:
+        return np.arange(n)
+    return np.sort(np.random.default_rng(seed + 4099).choice(n, rows, replace=False))
+
+
+def _restrict(rows_of: dict[str | None, np.ndarray], sample: np.ndarray) -> dict[str | None, np.ndarray]:
+    """``rows_of`` (batch rows per adapter) for the batch cut to ``sample``: positions within the sample."""
+    where = {int(r): i for i, r in enumerate(sample)}
+    out = {k: np.array([where[int(r)] for r in v if int(r) in where], np.int64) for k, v in rows_of.items()}
+    return {k: v for k, v in out.items() if v.size}
+
 
 def update_arguments(
     algo: Algorithm,
@@ -83,7 +103,8 @@ class Updater:
     ``cfg``: the run's ``LearnerConfig``; ``role_adapters``: role → policy adapter (empty: one adapter for every
     role); ``ref_adapters``: the frozen copies the KL term reads (empty: the base model with adapters disabled);
     ``success_reward``: the env's R, the unit of every shaping amount; ``behaviour_is_cap``: decoupled PPO's cap
-    (0: off). ``learner`` may be replaced (a rebuilt group) between updates."""
+    (0: off); ``engine_old_logprobs``: π_old is the engine's reported log-probs (checked on the first rows of each
+    batch, ``old_logprobs``), not a learner pass. ``learner`` may be replaced (a rebuilt group) between updates."""
 
     def __init__(
         self,
@@ -95,6 +116,7 @@ class Updater:
         role_adapters: dict[str, str],
         ref_adapters: Sequence[str],
         behaviour_is_cap: float,
+        engine_old_logprobs: bool = False,
     ) -> None:
         self.learner = learner
         self.cfg = cfg
@@ -104,6 +126,9 @@ class Updater:
         self.adapters = sorted(set(self.role_adapters.values()))
         self.ref_adapters = tuple(ref_adapters)
         self.behaviour_is_cap = behaviour_is_cap
+        self.engine_old_logprobs = engine_old_logprobs
+        self.reference_is_policy = False
+        """True from ``freeze_reference`` until the policy's next step: π_ref's log-probs are π_old's, no pass."""
 
     def update(
         self,
@@ -144,15 +169,20 @@ class Updater:
             # behaviour cloning reads no π_old: its pass is skipped (zeros stand in)
             logprobs = np.zeros(seqs.input_ids.shape, np.float32)
             if algo.uses_old_logprobs:
-                logprobs = self.policy_logprobs(seqs, rows_of)
+                logprobs = self.old_logprobs(seqs, rows_of, turns)
             ref = None
             if algo.uses_reference(algo_cfg) and reference:
-                ref = self.reference_logprobs(seqs, rows_of)
+                ref = (
+                    logprobs
+                    if self.reference_is_policy and algo.uses_old_logprobs
+                    else self.reference_logprobs(seqs, rows_of)
+                )
         measure = measure and self.cfg.measure_update
-        before = logprobs
+        sample = measure_sample(len(seqs), self.cfg.measure_rows, seed)
+        before = logprobs[sample]
         if measure and not algo.uses_old_logprobs:
             with timed(timings, "measure"):
-                before = self.policy_logprobs(seqs, rows_of)
+                before = self.policy_logprobs(seqs.rows(sample), _restrict(rows_of, sample))
         model_stats: dict[str, float] = {}
         if annotate is not None:
             with timed(timings, "reward_models"):
@@ -204,11 +234,35 @@ class Updater:
                     self.learner.set_lr(self.cfg.actor_lr)
             else:
                 metrics.update(self._update_adapters(batch, algo, rows_of, lr, common))
+        self.reference_is_policy = False
         if measure:
             with timed(timings, "measure"):  # what the update did to the policy, per token group
-                after = self.policy_logprobs(seqs, rows_of)
-                metrics.update(update_kl(before, after, token_groups(trajs, turns)))
+                after = self.policy_logprobs(seqs.rows(sample), _restrict(rows_of, sample))
+                groups = {k: v[sample] for k, v in token_groups(trajs, turns).items()}
+                metrics.update(update_kl(before, after, groups))
         return metrics, timings
+
+    def old_logprobs(
+        self, seqs: Sequences, rows_of: dict[str | None, np.ndarray], turns: TurnBatch
+    ) -> np.ndarray:
+        """π_old of every row: the learner's recomputation, or (``engine_old_logprobs``) the engine's own log-probs,
+        checked against a recomputation of the first ``ENGINE_CHECK_ROWS`` rows: a gap above ``ENGINE_TOLERANCE``
+        nats recomputes them all (printed once per update)."""
+        if not self.engine_old_logprobs:
+            return self.policy_logprobs(seqs, rows_of)
+        engine = turns.old_logprobs.numpy()
+        head = np.arange(min(ENGINE_CHECK_ROWS, len(seqs)))
+        check = self.policy_logprobs(seqs.rows(head), _restrict(rows_of, head))
+        resp = seqs.response_mask[head].astype(bool)
+        gap = float(np.abs(check - engine[head])[resp].max()) if resp.any() else 0.0
+        if gap <= ENGINE_TOLERANCE:
+            return engine.astype(np.float32)
+        print(
+            f"[hierarl] the engine's log-probs differ from the learner's by up to {gap:.2g} nats "
+            f"(> {ENGINE_TOLERANCE}): π_old recomputed for every row",
+            flush=True,
+        )
+        return self.policy_logprobs(seqs, rows_of)
 
     def policy_logprobs(self, seqs: Sequences, rows_of: dict[str | None, np.ndarray]) -> np.ndarray:
         """float32[B, L]: each row's log-probs under the adapter of its turn's role (``adapter_rows``)."""
@@ -229,9 +283,11 @@ class Updater:
 
     def freeze_reference(self) -> None:
         """Copy each policy adapter into its frozen ``ref_<name>``: the KL term's reference from here on (RL's start:
-        the BC policy; an offline algorithm's first online iteration: π_off)."""
+        the BC policy; an offline algorithm's first online iteration: π_off). Until the policy's next step their
+        log-probs are equal, and the reference's pass is skipped."""
         for name in self.adapters or ["default"]:
             self.learner.load_adapter_weights(self.learner.adapter_weights(name), adapter=f"ref_{name}")
+        self.reference_is_policy = True
 
     def warm_up_critic(
         self,

@@ -132,6 +132,8 @@ def update_kl(
     every = np.zeros(d.shape, bool)
     out: dict[str, float] = {}
     for g, m in groups.items():
+        if not m.any():  # a measured sample of rows may hold no token of a group
+            continue
         every |= m
         out[f"kl_update/{g}"] = float(k3[m].mean())
     out["kl_update"] = float(k3[every].mean()) if every.any() else 0.0
@@ -184,7 +186,9 @@ def probe_deltas(
         "final": final,
         "nonfinal": ~final,
     }
-    if all("start_greedy" in s for s in splits):  # whether the start policy's greedy reply is already the expert's
+    if all(
+        "start_greedy" in s for s in splits
+    ):  # whether the start policy's greedy reply is already the expert's
         greedy = np.array([s["start_greedy"] for s in splits], bool)
         groups.update({"greedy_right": greedy, "greedy_wrong": ~greedy})
     per_role = {f"{r}.": roles == r for r in sorted(set(roles.tolist()) - {"agent"})}

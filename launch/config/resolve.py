@@ -17,7 +17,14 @@ from typing import Any
 
 import yaml
 
-from launch.config.schema import PRESET_DIR, ConfigError, TrainConfig, behaviour_is_cap, one_line
+from launch.config.schema import (
+    PRESET_DIR,
+    ConfigError,
+    TrainConfig,
+    behaviour_is_cap,
+    engine_old_logprobs,
+    one_line,
+)
 
 
 def _coerce(value: Any, tp: Any, key: str) -> Any:
@@ -336,6 +343,7 @@ def resolved_text(cfg: TrainConfig, algo_cfg: Any, device: str | None = None) ->
     derived = (
         f"derived:\n  env.success_reward: {success_reward(cfg.env.name, cfg.env.options)!r}\n"
         f"  learner.behaviour_is_cap: {behaviour_is_cap(cfg, device)!r}\n"
+        f"  learner.old_logprobs: {'engine' if engine_old_logprobs(cfg, device) else 'recompute'}\n"
     )
     return dump_yaml(cfg) + "resolved_algo:\n" + "".join(_resolved_lines(algo_cfg, "  ")) + derived
 

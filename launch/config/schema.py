@@ -175,8 +175,16 @@ class LearnerConfig:
     """The policy's learning rate rises linearly to ``actor_lr`` over the first k RL optimizer steps (0: none): a
     fresh AdamW's first steps are sign-like, lr in every coordinate, whatever the gradient's size."""
     measure_update: bool = True
-    """After every RL update, one more log-prob pass over the batch measures what the update did to the policy:
-    ``kl_update`` and ``kl_update/<token group>`` (``learners.diagnostics``). Costs one forward pass."""
+    """After every RL update, one more log-prob pass measures what the update did to the policy: ``kl_update`` and
+    ``kl_update/<token group>`` (``learners.diagnostics``), over ``measure_rows`` rows of the batch."""
+    measure_rows: int = 32
+    """Rows of each batch the update's KL is measured on, drawn afresh each update from the run's seed (0: every
+    row): the measure is a mean, and a full forward pass for it cost 9 % of a main-job iteration."""
+    old_logprobs: str = "auto"
+    """Where π_old, the PPO ratio's denominator, comes from: "recompute" (a learner log-prob pass over the batch);
+    "engine" (the log-probs the rollout engine reported as it sampled); "auto": "engine" in the synchronous loop
+    when engine and learner compute alike (HF in float32 on both sides: measured gap 1.9e-7 nats), checked on the
+    first rows of every batch (a gap above 1e-3 recomputes them all), else "recompute"."""
     micro_batch_size: int = 8
     """Rows per forward/backward (bounds memory; gradients accumulate over the mini-batch)."""
     gradient_checkpointing: bool = False
@@ -378,6 +386,18 @@ def engine_differs(cfg: TrainConfig, device: str) -> bool:
     if engine_kind(cfg.rollout.engine, device) == "vllm":
         return True
     return any(pick_dtype(d, device) == torch.bfloat16 for d in (cfg.model.dtype, cfg.learner.dtype))
+
+
+OLD_LOGPROBS: tuple[str, ...] = ("auto", "engine", "recompute")
+
+
+def engine_old_logprobs(cfg: TrainConfig, device: str | None = None) -> bool:
+    """Whether π_old is the rollout engine's log-probs (``learner.old_logprobs``): "auto" where the rollouts come
+    from the learner's current adapter (the synchronous loop) and the engine computes as the learner does."""
+    mode = cfg.learner.old_logprobs
+    if mode != "auto":
+        return mode == "engine"
+    return not overlapping_loop(cfg) and not engine_differs(cfg, device or this_device())
 
 
 def behaviour_is_cap(cfg: TrainConfig, device: str | None = None) -> float:

@@ -19,6 +19,7 @@ from launch.config.resolve import flatten, read_run_config, resolve_algo_config,
 from launch.config.schema import (
     DTYPES,
     ENGINES,
+    OLD_LOGPROBS,
     RL_OPTIMIZERS,
     WEIGHT_SYNCS,
     ConfigError,
@@ -126,6 +127,8 @@ def _check_ranges(cfg: TrainConfig) -> None:
             lr.advantage_scale,
             "1 (as computed), -1 (negated) or 0 (none): benchmark controls",
         ),
+        (lr.old_logprobs in OLD_LOGPROBS, "learner.old_logprobs", lr.old_logprobs, ", ".join(OLD_LOGPROBS)),
+        (lr.measure_rows >= 0, "learner.measure_rows", lr.measure_rows, "an integer >= 0 (0: every row)"),
         (lr.rl_optimizer in RL_OPTIMIZERS, "learner.rl_optimizer", lr.rl_optimizer, ", ".join(RL_OPTIMIZERS)),
         (lr.rl_warmup_steps >= 0, "learner.rl_warmup_steps", lr.rl_warmup_steps, "an integer >= 0 (0: none)"),
         (

@@ -132,3 +132,27 @@ def test_task_info_is_the_reset_commands_on_every_step(env: TextCraftEnv):
     task_id = next(t for t in env.task_ids() if t.startswith("depth3-"))
     _, info, infos = _solve(env, task_id)
     assert info["won"] and len({i["task_info"] for i in infos}) == 1 and infos[0]["task_info"] != block
+
+
+def test_every_expert_response_of_depths_1_to_3_fits_the_default_response_budget():
+    """The longest Plan–Execute expert response over every TextCraft task of depths 1-3 (train and test) is 51
+    SmolLM2 tokens (depth3-rabbit_stew); at the old default of 40, 9 of 104 depth-1 train tasks and 2 of 21 test
+    tasks could never be won. The default ``rollout.max_new_tokens`` holds every one (``check_demos_fit`` refuses a
+    run whose demonstrations do not fit)."""
+    import transformers
+
+    from actors.demos import expert_text, flatten_plan
+    from actors.models import resolve_model_path
+    from launch.config import RolloutConfig
+
+    tok = transformers.AutoTokenizer.from_pretrained(resolve_model_path("smollm2"))
+    longest = (0, "")
+    for depth in (1, 2, 3):
+        env = TextCraftEnv(depths=(depth,))
+        for task in env.task_ids("train") + env.task_ids("test"):
+            env.reset(task_id=task, seed=0)
+            for step in flatten_plan(env.expert_plan()):
+                text = expert_text("plan_execute", "agent", step)
+                longest = max(longest, (len(tok.encode(text, add_special_tokens=False)), task))
+    assert longest == (51, "depth3-rabbit_stew")
+    assert RolloutConfig().max_new_tokens >= longest[0]

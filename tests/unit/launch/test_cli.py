@@ -81,12 +81,18 @@ def test_dry_run_prints_the_resolved_config(capsys):
     assert "\n    format_penalty: 0.01\n" in out
     # null: what this machine derives for the default (auto engine and dtypes: 0 on a CPU without bf16)
     derived = behaviour_is_cap(resolve_config(DEFAULT_PRESET, []))
-    assert out.endswith(f"derived:\n  env.success_reward: 1.0\n  learner.behaviour_is_cap: {derived!r}\n")
+    old = "engine" if derived == 0 else "recompute"  # π_old from the engine where engine and learner agree
+    assert out.endswith(
+        f"derived:\n  env.success_reward: 1.0\n  learner.behaviour_is_cap: {derived!r}\n"
+        f"  learner.old_logprobs: {old}\n"
+    )
     fp32_hf = ["rollout.engine=hf", "model.dtype=float32", "learner.dtype=float32"]
     assert main(["train", "--dry-run", *fp32_hf]) == 0
-    assert capsys.readouterr().out.endswith("\n  learner.behaviour_is_cap: 0.0\n")  # null, sync, fp32 HF
+    out = capsys.readouterr().out  # null, sync, fp32 HF
+    assert out.endswith("\n  learner.behaviour_is_cap: 0.0\n  learner.old_logprobs: engine\n")
     assert main(["train", "--dry-run", *fp32_hf, "max_staleness=2"]) == 0
-    assert capsys.readouterr().out.endswith("\n  learner.behaviour_is_cap: 2.0\n")
+    out = capsys.readouterr().out  # a lagging loop: the engine's adapter is older than the learner's
+    assert out.endswith("\n  learner.behaviour_is_cap: 2.0\n  learner.old_logprobs: recompute\n")
 
 
 def _env_without_ray() -> dict[str, str]:

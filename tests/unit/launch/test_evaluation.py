@@ -170,3 +170,37 @@ def test_hierarl_eval_compares_two_runs_task_by_task(tmp_path, capsys):
     assert main(["eval", str(a), str(other)]) == 2
     assert "no shared panel" in capsys.readouterr().err
     assert main(["eval", str(a), str(_run(tmp_path / "d", [{"phase": "rl"}]))]) == 2
+
+
+def test_several_samples_a_task_give_its_rate_and_the_interval_over_every_episode():
+    """4 tasks × 4 samples, wins [4, 1, 0, 2]: success 7/16 = 0.4375 over 16 episodes, task rates [1, 0.25, 0,
+    0.5]; outcomes keep one character a task (the first sample's). Catches the denominator left at 4 tasks."""
+    ev = summary(_panel4(), "1000", None, None, [4, 1, 0, 2], samples=4)
+    assert (ev["success"], ev["wins"], ev["n"], ev["samples"]) == (0.4375, 7, 4, 4)
+    assert ev["task_rates"] == [1.0, 0.25, 0.0, 0.5]
+    assert ev["per_type"] == {"stages2": pytest.approx(0.4375)}
+    fields = eval_fields({**ev, "valid_format": 1.0, "valid_roles": {}}, prefix="train_eval_")
+    assert fields["train_eval_task_rates"] == [1.0, 0.25, 0.0, 0.5] and fields["train_eval_samples"] == 4
+
+
+def test_the_final_table_prints_the_paired_rl_gain_per_panel():
+    """BC: RL-task rates [0, 0.5, 1, 0.25], held-out [1, 0]; last eval [0.5, 0.5, 1, 0.75] and [1, 0].
+    RL tasks: differences [0.5, 0, 0, 0.5], mean 0.25, sd 0.288675, half t(3) 3.182446 · 0.288675 / 2 =
+    0.459347 -> [-0.209, +0.709]; held-out: nothing changed, said as such."""
+    bc = {"phase": "bc", "iteration": 0, "train_eval_task_rates": [0, 0.5, 1, 0.25], "eval_task_rates": [1, 0]}
+    last = {
+        "phase": "rl",
+        "iteration": 2,
+        "train_eval_task_rates": [0.5, 0.5, 1, 0.75],
+        "train_eval_samples": 4,
+        "train_eval_temperature": 1.0,
+        "eval_task_rates": [1, 0],
+        "eval_samples": 1,
+    }
+    text = final_table([bc, {"phase": "rl", "iteration": 1}, last])
+    assert (
+        "RL gain over BC on the 4 tasks RL trains on at T = 1: +0.250 [-0.209, +0.709] (paired over 4 tasks × "
+        "4 samples, t over tasks)"
+    ) in text
+    assert "RL gain over BC on 2 held-out tasks: +0.000: the policy did not change any task's outcome" in text
+    assert "RL gain" not in final_table([bc, {"phase": "rl", "iteration": 1}])  # no eval after RL yet

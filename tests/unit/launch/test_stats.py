@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from launch.stats import Z95, paired, rate_text, seed_mean, sign_test, t95, wilson
+from launch.stats import Z95, paired, paired_gain, rate_text, seed_mean, sign_test, t95, wilson
 
 
 def test_wilson_at_zero_wins_is_not_a_point():
@@ -81,3 +81,17 @@ def test_paired_counts_on_shared_tasks_only():
     # b wins task 8 (A won it too: both) and task 9 (A lost: B only); A only: 0..7
     p = paired(a, b)
     assert (p.a_only, p.b_only, p.both, p.neither) == (8, 1, 1, 2) and p.p == pytest.approx(0.0390625)
+
+
+def test_paired_gain_is_a_t_interval_over_tasks():
+    """Before [0, 0.5, 1, 0.25], after [0.5, 0.5, 1, 0.75]: differences [0.5, 0, 0, 0.5], mean 0.25, sd
+    sqrt((3 · 0.0625 + 0.0625) / 3) = 0.288675, half 3.182446 · 0.288675 / 2 = 0.459347; 2 tasks changed.
+    Identical outcomes say so instead of ±0."""
+    g = paired_gain([0, 0.5, 1, 0.25], [0.5, 0.5, 1, 0.75])
+    assert (g.mean, g.tasks, g.changed) == (0.25, 4, 2)
+    assert (g.low, g.high) == pytest.approx((0.25 - 0.459347, 0.25 + 0.459347), abs=1e-6)
+    assert paired_gain([1, 0], [1, 0]).text(2) == (
+        "+0.000: the policy did not change any task's outcome (paired over 2 tasks × 2 samples)"
+    )
+    with pytest.raises(ValueError, match="4 tasks before but 3 after"):
+        paired_gain([0] * 4, [0] * 3)

@@ -230,6 +230,14 @@ def test_every_listed_protocol_option_is_an_agent_field():
         ("model.lora_rank=0", "model.lora_rank"),
         ("model.lora_dropout=1.0", "model.lora_dropout"),
         ("bc.episodes=0", "bc.episodes"),
+        ("learner.rl_optimizer=reset", "learner.rl_optimizer"),
+        ("learner.rl_warmup_steps=-1", "learner.rl_warmup_steps"),
+        ("learner.advantage_scale=0.5", "learner.advantage_scale"),
+        ("learner.old_logprobs=vllm", "learner.old_logprobs"),
+        ("learner.measure_rows=-1", "learner.measure_rows"),
+        ("env.train_tasks=-1", "env.train_tasks"),
+        ("eval_samples=0", "eval_samples"),
+        ("eval_train_samples=0", "eval_train_samples"),
     ],
 )
 def test_numeric_ranges(override, key):

@@ -9,7 +9,7 @@ import pytest
 
 from actors.trajectory import Decision
 from launch.algos import get_algo
-from learners.algos import grpo, hiper, hipif, ppo, sft
+from learners.algos import grpo, hiper, hipif, ppo, rloo, sft
 from learners.prepare import learner_batch, minibatch, shaped_turns
 from learners.targets import sequences
 from tests.unit.glue_turns import (
@@ -281,3 +281,21 @@ def test_narrowing_a_learner_batch_cuts_every_per_token_field_and_keeps_the_rest
     assert np.array_equal(cut.seqs.value_pos, batch.seqs.value_pos)
     assert np.array_equal(cut.value_weight, batch.value_weight)
     assert np.array_equal(cut.value_target, batch.value_target)
+
+
+def test_episode_mean_gives_a_long_lost_episode_the_weight_of_a_short_won_one():
+    """Episode a: 1 turn (7 response tokens), episode b: 3 turns (21 tokens), one mini-batch of all 4 rows. Under
+    token-mean each token weighs 1/28, so b's tokens carry 21/28 = 0.75 of the loss; under episode-mean each
+    episode carries 1/2: a's row 1/2 (1/14 a token), b's rows 1/6 each (1/42 a token). Rows from another batch
+    order (a mini-batch of b's first two rows only) still sum to 1."""
+    trajs = [glue_traj("a", [1.0]), glue_traj("b", [0.0, 0.0, 0.0])]
+    cfg = rloo.Config(agg="episode-mean")
+    _, (batch, _) = _prepare("rloo", trajs, cfg)
+    np.testing.assert_allclose(batch.episode_weight, [1 / 7, 1 / 21, 1 / 21, 1 / 21], rtol=1e-6)
+    mb = minibatch(batch, np.arange(4), "episode-mean")
+    np.testing.assert_allclose(mb.loss_weight[0].sum(), 0.5, rtol=1e-6)
+    np.testing.assert_allclose(mb.loss_weight[1:].sum(), 0.5, rtol=1e-6)
+    tm = minibatch(batch, np.arange(4), "token-mean")
+    np.testing.assert_allclose(tm.loss_weight[1:].sum(), 0.75, rtol=1e-6)
+    part = minibatch(batch, np.array([1, 2]), "episode-mean")
+    np.testing.assert_allclose(part.loss_weight.sum(), 1.0, rtol=1e-6)

@@ -212,3 +212,30 @@ def test_hiper_joint_whitening_flips_switch_signs_per_type_does_not():
 def test_hiper_rejects_unknown_choices(key, value):
     with pytest.raises(ValueError, match=key):
         hiper.Config(**{key: value})
+
+
+def test_a_cut_is_terminal_by_default():
+    """HiPER's default ``truncation`` is the authors' terminal cut: one truncated turn, r = 0, V_high(s_0) = 0.5,
+    V_low(s_0, o_0) = 0.2: A_low = 0 + 0.99 · 0 − 0.2 = −0.2 (bootstrapped it would read V_high(s_0): 0.99 · 0.5
+    − 0.2 = 0.295). Catches the default left at "bootstrap"."""
+    assert hiper.Config().truncation == "terminal"
+    traj = glue_traj("a", [0.0], truncated=True)
+    batch = glue_batch([traj])
+    values = np.array([[0.5, 0.0, 0.2, 0.0]], np.float32)
+    tg = hiper.compute_targets([traj], batch, values, hiper.Config(normalize_advantages=False))
+    assert tg.token_adv[0, P + 4] == pytest.approx(-0.2, abs=1e-6)
+
+
+@pytest.mark.parametrize("keep_copy_adv", ["low", "none"])
+def test_a_keep_turns_copied_subgoal_carries_the_turns_action_advantage(keep_copy_adv):
+    """The reference case's KEEP turn (row 1): its copied subgoal's tokens get the turn's A_low = −0.002
+    (``keep_copy_adv="low"``, the default) or 0 ("none"), and stay in the loss mask either way (the KL anchor);
+    boundary turns' subgoals keep A_high. Catches the copy left without an advantage (the KEEP copies then took
+    HiPER's largest update KL)."""
+    _batch, tg = _hiper_targets(normalize_advantages=False, keep_copy_adv=keep_copy_adv)
+    want = -0.002 if keep_copy_adv == "low" else 0.0
+    assert tg.token_adv[1, SG].tolist() == pytest.approx([want] * 2, abs=1e-6)
+    assert tg.loss_mask[1, SG].all()
+    assert tg.token_adv[0, SG].tolist() == pytest.approx([A_HIGH[0]] * 2, abs=1e-6)
+    adv, _mask = hiper_expected(A_SWITCH, A_HIGH, A_LOW, [True, False, True], keep_copy_adv)
+    np.testing.assert_allclose(tg.token_adv, adv, atol=1e-6)
