@@ -187,7 +187,12 @@ def test_the_final_table_prints_the_paired_rl_gain_per_panel():
     """BC: RL-task rates [0, 0.5, 1, 0.25], held-out [1, 0]; last eval [0.5, 0.5, 1, 0.75] and [1, 0].
     RL tasks: differences [0.5, 0, 0, 0.5], mean 0.25, sd 0.288675, half t(3) 3.182446 · 0.288675 / 2 =
     0.459347 -> [-0.209, +0.709]; held-out: nothing changed, said as such."""
-    bc = {"phase": "bc", "iteration": 0, "train_eval_task_rates": [0, 0.5, 1, 0.25], "eval_task_rates": [1, 0]}
+    bc = {
+        "phase": "bc",
+        "iteration": 0,
+        "train_eval_task_rates": [0, 0.5, 1, 0.25],
+        "eval_task_rates": [1, 0],
+    }
     last = {
         "phase": "rl",
         "iteration": 2,

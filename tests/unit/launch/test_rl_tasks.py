@@ -36,7 +36,9 @@ def test_a_fixed_rl_task_set_is_the_train_panels_head_and_bc_demonstrates_the_re
 def test_rl_tasks_must_leave_bc_its_demonstrations():
     panel = rl_task_panel(resolve_config(None, ["env.train_tasks=2"]))
     ids = [t.task_id for t in panel.tasks] + ["x"]
-    with pytest.raises(ValueError, match=r"^env.train_tasks 2 leaves 1 of the 3 train tasks for bc.episodes 16"):
+    with pytest.raises(
+        ValueError, match=r"^env.train_tasks 2 leaves 1 of the 3 train tasks for bc.episodes 16"
+    ):
         rl_and_bc_tasks(ids, panel, 16)
 
 
@@ -48,7 +50,9 @@ def test_pi_old_comes_from_the_engine_only_where_engine_and_learner_agree():
     assert not engine_old_logprobs(resolve_config(None, [*fp32_hf, "one_step_off=true"]), "cpu")
     assert not engine_old_logprobs(resolve_config(None, ["rollout.engine=vllm"]), "cpu")
     assert not engine_old_logprobs(resolve_config(None, [*fp32_hf, "learner.old_logprobs=recompute"]), "cpu")
-    assert engine_old_logprobs(resolve_config(None, ["rollout.engine=vllm", "learner.old_logprobs=engine"]), "cpu")
+    assert engine_old_logprobs(
+        resolve_config(None, ["rollout.engine=vllm", "learner.old_logprobs=engine"]), "cpu"
+    )
 
 
 def test_the_update_kl_is_measured_on_a_seeded_sample_of_rows():

@@ -24,5 +24,7 @@ def test_minibatches_are_equal_not_a_full_one_and_a_remainder():
 
 def test_warmup_rises_linearly_to_the_learning_rate():
     """Over 4 steps: lr/4, lr/2, 3lr/4, lr, then lr; no warm-up (0 steps): lr from the first step."""
-    assert [warmup_lr(1e-4, k, 4) for k in range(6)] == pytest.approx([2.5e-5, 5e-5, 7.5e-5, 1e-4, 1e-4, 1e-4])
+    assert [warmup_lr(1e-4, k, 4) for k in range(6)] == pytest.approx(
+        [2.5e-5, 5e-5, 7.5e-5, 1e-4, 1e-4, 1e-4]
+    )
     assert warmup_lr(1e-4, 0, 0) == 1e-4
