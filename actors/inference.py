@@ -93,7 +93,10 @@ def _shm_dir() -> Path:
 class HFEngine:
     """HF ``generate`` with peft multi-adapter; the fallback where vLLM is not installed.
 
-    Requests are grouped by adapter; each group is generated as one left-padded batch.
+    Requests are grouped by adapter; each group is generated as one left-padded batch. ``merged=True``
+    (``rollout.weight_sync=merged``, one adapter): a plain model whose projections hold W + α/r·B·A, recomputed
+    from the kept base weights at every load, so generation runs without peft's per-layer LoRA products; requests
+    naming an adapter get the merged model, ``None`` cannot (the base is gone).
     """
 
     def __init__(
@@ -104,6 +107,7 @@ class HFEngine:
         dtype: str = "auto",
         device: str = "cpu",
         adapters: Sequence[str] = ("policy",),
+        merged: bool = False,
     ) -> None:
         from peft import get_peft_model
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -113,11 +117,14 @@ class HFEngine:
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         base = AutoModelForCausalLM.from_pretrained(model_path, dtype=self.dtype).to(device)
         self.lora = lora
-        self.model = get_peft_model(base, self._lora_config(), adapter_name=adapters[0])
-        for name in adapters[1:]:
+        self.merged = merged
+        self._base = projection_weights(model_path) if merged else {}
+        self._shapes: dict[str, tuple[int, ...]] = {}
+        self.model = base if merged else get_peft_model(base, self._lora_config(), adapter_name=adapters[0])
+        for name in [] if merged else adapters[1:]:
             self.model.add_adapter(name, self._lora_config())
         self.model.eval()
-        self._versions: dict[str, int] = dict.fromkeys(adapters, 0)
+        self._versions: dict[str, int] = {} if merged else dict.fromkeys(adapters, 0)
         self._pad = self.tokenizer.pad_token_id
         if self._pad is None:
             self._pad = self.tokenizer.eos_token_id
@@ -135,9 +142,32 @@ class HFEngine:
             lora_dropout=0.0,
         )
 
+    def _load_merged(self, name: str, weights: dict[str, np.ndarray], version: int) -> bool:
+        if self._versions and name not in self._versions:
+            raise ValueError(
+                f"weight_sync=merged serves one adapter ({next(iter(self._versions))!r}), not {name!r}"
+            )
+        check_adapter_shapes(weights, self._shapes, self.lora.rank)
+        merged = merge_lora(self._base, weights, self.lora.alpha / self.lora.rank)
+        with torch.no_grad():
+            for key, w in merged.items():
+                layer = self.model.get_submodule(key.removesuffix(".weight"))
+                layer.weight.copy_(torch.from_numpy(w).to(layer.weight.dtype))
+        self._shapes = self._shapes or {k: tuple(np.shape(v)) for k, v in weights.items()}
+        self._versions[name] = version
+        return True
+
     def load_adapter(self, name: str, weights: dict[str, np.ndarray], version: int) -> bool:
         from peft import set_peft_model_state_dict
 
+        if self.merged:
+            try:
+                return self._load_merged(name, weights, version)
+            except Exception as e:  # the engine keeps the last merged weights; the caller reports the failure
+                print(
+                    f"[hierarl] adapter {name!r} v{version} failed to merge, keeping v{self._versions.get(name)}: {e}"
+                )
+                return False
         try:
             if name not in self._versions:
                 self.model.add_adapter(name, self._lora_config())
@@ -179,7 +209,13 @@ class HFEngine:
             kwargs.update(temperature=params.temperature, top_p=params.top_p, top_k=0)
         if params.seed is not None:
             torch.manual_seed(params.seed)
-        if adapter is None:
+        if self.merged:
+            if adapter not in self._versions:
+                raise KeyError(
+                    f"weight_sync=merged serves adapter(s) {sorted(self._versions)}, not {adapter!r}"
+                )
+            out = self.model.generate(**kwargs)
+        elif adapter is None:
             with self.model.disable_adapter():
                 out = self.model.generate(**kwargs)
         else:
@@ -449,8 +485,6 @@ def make_engine(
             seed=seed,
             merged=merged,
         )
-    if merged:
-        raise ValueError("weight_sync=merged needs the vLLM engine")
     if kind == "hf":
-        return HFEngine(model_path, lora, dtype=dtype, device=device)
+        return HFEngine(model_path, lora, dtype=dtype, device=device, merged=merged)
     raise ValueError(f"rollout.engine must be vllm, hf or auto, got {kind!r}")

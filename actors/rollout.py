@@ -43,7 +43,7 @@ class WorkerConfig:
     engine: str
     """"vllm", "hf" or "auto" (``rollout.engine``)."""
     weight_sync: str
-    """"lora" or "merged" (``rollout.weight_sync``: vLLM serves the adapter merged into its base weights)."""
+    """"lora" or "merged" (``rollout.weight_sync``: the engine serves the adapter merged into its base weights)."""
     dtype: str
     lora: LoraSpec
     protocol: str

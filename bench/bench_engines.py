@@ -1,5 +1,6 @@
-"""Generation throughput and adapter push cost per rollout engine, one run: HF + peft, vLLM with LoRA hot-swap
-(``rollout.weight_sync=lora``) and vLLM with the adapter merged into its weights (``rollout.weight_sync=merged``).
+"""Generation throughput and adapter push cost per rollout engine, one run: HF + peft, HF with the adapter merged
+into a plain model's weights, vLLM with LoRA hot-swap (``rollout.weight_sync=lora``) and vLLM with the adapter
+merged into its weights (``rollout.weight_sync=merged``).
 
 Each engine runs in its own subprocess (one vLLM per process), on the same prompts: ``--batch`` prompts of about
 ``--prompt-tokens`` random token ids (the main job's prompts are ~300 tokens), ``--new-tokens`` sampled tokens at
@@ -38,7 +39,12 @@ ROOT = setup()
 
 from bench_prompts import cpu_model  # noqa: E402
 
-KINDS = {"hf": ("hf", False), "vllm_lora": ("vllm", False), "vllm_merged": ("vllm", True)}
+KINDS = {
+    "hf": ("hf", False),
+    "hf_merged": ("hf", True),
+    "vllm_lora": ("vllm", False),
+    "vllm_merged": ("vllm", True),
+}
 
 
 def _rss_mb() -> float:

@@ -108,8 +108,9 @@ class RolloutConfig:
     2-iteration main job took the same time both ways (docs/results/main_job_hf_vs_vllm.md), so ``auto`` keeps
     HF there; set it for long runs."""
     weight_sync: str = "lora"
-    """How a new adapter reaches the engine: "lora" (hot-swapped LoRA tensors) or "merged" (``rollout.engine=vllm``
-    on CPU, one adapter: merged into the base weights in place, so vLLM generates on its fast no-LoRA path)."""
+    """How a new adapter reaches the engine: "lora" (hot-swapped LoRA tensors) or "merged" (one adapter: merged into
+    the base weights at every push, W + α/r·B·A from a kept copy of the base, so the engine generates without the
+    per-layer LoRA products; vLLM on CPU, or HF)."""
     agent: str = "plan_execute"
     """react | plan_execute | hipif | step_hrl | multi2."""
     agent_options: dict[str, Any] = field(default_factory=lambda: {"compact": True})

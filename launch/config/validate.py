@@ -416,11 +416,9 @@ def validate(cfg: TrainConfig) -> Any:
     _choice("env.name", cfg.env.name, env_names())
     _choice("rollout.engine", cfg.rollout.engine, ENGINES)
     _choice("rollout.weight_sync", cfg.rollout.weight_sync, WEIGHT_SYNCS)
-    if cfg.rollout.weight_sync == "merged" and (cfg.rollout.engine != "vllm" or cfg.model.role_adapters):
+    if cfg.rollout.weight_sync == "merged" and cfg.model.role_adapters:
         raise ConfigError(
-            "rollout.weight_sync: 'merged' needs rollout.engine=vllm and one adapter (no model.role_adapters); "
-            f"got engine {cfg.rollout.engine!r}{' and role adapters' if cfg.model.role_adapters else ''}; "
-            "allowed: lora"
+            "rollout.weight_sync: 'merged' serves one adapter, got model.role_adapters; allowed: lora"
         )
     _choice("model.dtype", cfg.model.dtype, DTYPES)
     _choice("learner.dtype", cfg.learner.dtype, DTYPES)

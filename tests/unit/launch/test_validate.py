@@ -349,13 +349,16 @@ def test_an_existing_run_is_continued_never_overwritten(tmp_path, capsys):
     ("overrides", "needle"),
     [
         (["rollout.weight_sync=merge"], "rollout.weight_sync: unknown value 'merge' (did you mean merged?)"),
-        (["rollout.weight_sync=merged", "rollout.engine=hf"], "needs rollout.engine=vllm and one adapter"),
-        (["rollout.weight_sync=merged", "rollout.engine=auto"], "got engine 'auto'"),
+        (
+            ["rollout.weight_sync=merged", 'model.role_adapters={"planner": "p", "executor": "e"}'],
+            "'merged' serves one adapter, got model.role_adapters",
+        ),
     ],
 )
-def test_merged_weight_sync_needs_vllm_and_one_adapter(overrides, needle):
+def test_merged_weight_sync_needs_one_adapter(overrides, needle):
     assert needle in _error(overrides)
-    validate(resolve_config(DEFAULT_PRESET, ["rollout.weight_sync=merged", "rollout.engine=vllm"]))
+    for engine in ("vllm", "hf", "auto"):
+        validate(resolve_config(DEFAULT_PRESET, ["rollout.weight_sync=merged", f"rollout.engine={engine}"]))
 
 
 def test_asynchronous_rollouts_are_checked_before_ray():
