@@ -111,6 +111,11 @@ def curve(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "iteration": int(r["iteration"]),
                 "train_success": r.get("success"),
                 "eval_success": r.get("eval_success"),
+                "rl_tasks_success": r.get("train_eval_success"),
+                "eval_task_rates": r.get("eval_task_rates"),
+                "rl_task_rates": r.get("train_eval_task_rates"),
+                "eval_samples": r.get("eval_samples"),
+                "rl_task_samples": r.get("train_eval_samples"),
                 "eval_random": r.get("eval_random"),
                 "eval_base": r.get("eval_base"),
                 "valid_format": r.get("valid_format", r.get("eval_valid_format")),
@@ -128,7 +133,7 @@ def aggregate(curves: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
     out = []
     for i, label in enumerate(labels):
         row: dict[str, Any] = {"label": label, "iteration": curves[0][i]["iteration"]}
-        for key in ("train_success", "eval_success", "eval_random", "eval_base"):
+        for key in ("train_success", "eval_success", "rl_tasks_success", "eval_random", "eval_base"):
             vals = [
                 c[i][key]
                 for c in curves
@@ -150,6 +155,40 @@ def eval_gain(c: list[dict[str, Any]]) -> float | None:
     if not start or evals[-1]["label"] == "bc":
         return None
     return evals[-1]["eval_success"] - start[0]
+
+
+def task_gain(c: list[dict[str, Any]], key: str) -> list[float] | None:
+    """Per-task success rates at the last evaluated point minus after BC (``key``: ``rl_task_rates`` or
+    ``eval_task_rates``), None without both: what ``launch.stats.paired_gain`` reads."""
+    start = next((p[key] for p in c if p["label"] == "bc" and p.get(key)), None)
+    end = next((p[key] for p in reversed(c) if p["label"] != "bc" and p.get(key)), None)
+    if start is None or end is None or len(start) != len(end):
+        return None
+    return [b - a for a, b in zip(start, end, strict=True)]
+
+
+def gain_table(curves: dict[str, list[list[dict[str, Any]]]], names: dict[str, list[str]]) -> dict[str, Any]:
+    """Per label and panel: each seed's paired RL gain over BC (mean per-task change with its t-interval over tasks,
+    ``paired_gain``), and the tasks' changes averaged over seeds with a t-interval over tasks (the task the unit;
+    seeds of one task are not independent evidence)."""
+    from launch.stats import paired_gain
+
+    out: dict[str, Any] = {}
+    for label, cs in curves.items():
+        for key, panel in (("rl_task_rates", "rl_tasks"), ("eval_task_rates", "held_out")):
+            diffs = [
+                (n, d) for n, c in zip(names[label], cs, strict=True) if (d := task_gain(c, key)) is not None
+            ]
+            if not diffs:
+                continue
+            per_seed = {n: paired_gain([0.0] * len(d), d).__dict__ for n, d in diffs}
+            same = {len(d) for _, d in diffs}
+            pooled = None
+            if len(same) == 1:
+                mean_per_task = [sum(d[i] for _, d in diffs) / len(diffs) for i in range(same.pop())]
+                pooled = paired_gain([0.0] * len(mean_per_task), mean_per_task).__dict__
+            out[f"{label}/{panel}"] = {"per_seed": per_seed, "over_seeds_by_task": pooled}
+    return out
 
 
 def label_of(run_name: str) -> str:
@@ -272,9 +311,11 @@ def main(argv: list[str] | None = None) -> int:
             if history:
                 runs[f"{label}_seed{seed}"] = curve(history)
     curves: dict[str, list[list[dict[str, Any]]]] = {}
+    names: dict[str, list[str]] = {}
     for name, c in sorted(runs.items()):
         print_run(name, c)
         curves.setdefault(label_of(name), []).append(c)
+        names.setdefault(label_of(name), []).append(name)
     summary = {label: aggregate(cs) for label, cs in curves.items()}
     gains = {label: [g for g in map(eval_gain, cs) if g is not None] for label, cs in curves.items()}
     print(
@@ -292,8 +333,18 @@ def main(argv: list[str] | None = None) -> int:
             m = seed_mean(g)
             ci = f" ± {m.half:.3f} (95 % t over {m.n} seeds)" if m.n > 1 else ""
             print(f"{label}: eval gain over BC per seed {per_seed}; mean {m.mean:+.3f}{ci}")
+    paired = gain_table(curves, names)
+    for key, g in paired.items():
+        print(f"\n{key}: RL gain over BC, mean per-task change [95 % t over tasks]")
+        for name, x in g["per_seed"].items():
+            print(
+                f"  {name:<24} {x['mean']:+.3f} [{x['low']:+.3f}, {x['high']:+.3f}] ({x['changed']} of {x['tasks']} changed)"
+            )
+        if g["over_seeds_by_task"]:
+            x = g["over_seeds_by_task"]
+            print(f"  {'tasks, mean over seeds':<24} {x['mean']:+.3f} [{x['low']:+.3f}, {x['high']:+.3f}]")
     (out / "learning.json").write_text(
-        json.dumps({"summary": summary, "gains": gains, "runs": runs}, indent=1)
+        json.dumps({"summary": summary, "gains": gains, "paired_gains": paired, "runs": runs}, indent=1)
     )
     if summary:
         plot(summary, out / "learning.png", f"{', '.join(summary)} — {out.name}")

@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import tempfile
 import time
 from dataclasses import dataclass, replace
@@ -54,6 +53,8 @@ import numpy as np
 from _env import setup
 
 ROOT = setup()
+
+from bench_prompts import cpu_model  # noqa: E402
 
 
 def parse_variant(text: str) -> tuple[str, list[str]]:
@@ -292,7 +293,7 @@ def replay(args: argparse.Namespace) -> int:
             "train_probe_tasks": batch_tasks,
             "train_probe_states": len(probes["train/"].splits),
             "train_probe_greedy_right": sum(bool(x.get("start_greedy")) for x in probes["train/"].splits),
-            "cpu": platform.processor() or platform.machine(),
+            "cpu": cpu_model(),
             "rows": rows,
         }
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -359,7 +359,7 @@ class Trainer:
         ev = self.evaluate(self.cfg.eval_episodes)
         fields, text = eval_fields(ev), eval_text(ev)
         if self.rl_evaluator is not None:
-            rl = self.rl_evaluator.evaluate(0, is_base=self.serves_base())
+            rl = self.rl_evaluator.evaluate(self.cfg.env.train_tasks, is_base=self.serves_base())
             fields.update(eval_fields(rl, prefix="train_eval_"))
             text += f"\n[hierarl]   on the {rl['n']} tasks RL trains on: {eval_text(rl)}"
         return fields, text
