@@ -209,3 +209,42 @@ def test_the_kl_reference_is_the_policy_rl_starts_from(ray_local, tmp_path, refe
     assert all((frozen_0[k] == bc_policy[k]).all() and (frozen_1[k] == bc_policy[k]).all() for k in bc_policy)
     assert max(float(abs(trained[k] - bc_policy[k]).max()) for k in bc_policy) > 0
     assert abs(rl["kl"]) < 1e-6
+
+
+@pytest.mark.slow
+def test_a_fixed_rl_task_set_is_trained_and_scored_beside_the_held_out_panel(ray_local, tmp_path, capsys):
+    """``env.train_tasks=2``: RL plays only the first 2 tasks of the train panel, BC demonstrates others, every
+    evaluation scores those 2 tasks × 2 samples beside the held-out panel's 2 tasks × 2 samples (per-task rates in
+    halves), and the final table prints the paired RL gain on both."""
+    extra = [
+        "env.train_tasks=2",
+        "eval_train_samples=2",
+        "eval_samples=2",
+        "iterations=2",
+        "save_trajectories=true",
+    ]
+    cfg = resolve_config(None, [*TINY, f"run_dir={tmp_path}", *extra])
+    trainer = Trainer(cfg)
+    try:
+        rl_tasks = [t.task_id for t in trainer.rl_panel.tasks]
+        assert trainer.train_ids == rl_tasks and len(rl_tasks) == 2
+        assert not set(trainer.bc_ids) & set(rl_tasks)
+        rows = trainer.run()
+    finally:
+        trainer.close()
+    evals = [r for r in rows if "train_eval_task_rates" in r]
+    assert [r["phase"] for r in evals] == ["bc", "rl"]
+    for r in evals:
+        assert r["train_eval_samples"] == 2 and r["eval_samples"] == 2
+        for key in ("train_eval_task_rates", "eval_task_rates"):
+            assert len(r[key]) == 2 and set(r[key]) <= {0.0, 0.5, 1.0}
+        assert "train" in r["train_eval_panel"]  # the train split's panel, its first 2 tasks
+    played = {
+        line.split('"task_id": "')[1].split('"')[0]
+        for k in (1, 2)
+        for line in (tmp_path / "trajectories" / f"iter_{k}.jsonl").read_text().splitlines()
+    }
+    assert played <= set(rl_tasks)
+    out = capsys.readouterr().out
+    assert "RL gain over BC on the 2 tasks RL trains on at T = " in out
+    assert "RL gain over BC on 2 held-out tasks at T = " in out

@@ -29,7 +29,7 @@ TINY = [
     "rollout.engine=hf",
     "rollout.group_size=2",
     "rollout.groups_per_iter=2",
-    "rollout.max_new_tokens=12",
+    "rollout.max_new_tokens=28",  # the longest demonstration response (26 tokens) fits (check_demos_fit)
     "learner.dtype=float32",
     "learner.micro_batch_size=8",
     "learner.mini_batch_size=8",
@@ -37,6 +37,8 @@ TINY = [
     "bc.epochs=1",
     "eval_episodes=2",
     "eval_every=2",
+    "eval_samples=1",
+    "env.train_tasks=0",  # RL draws from every train task (the main job plays a fixed set)
 ]
 
 HISR_TINY = [
