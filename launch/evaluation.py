@@ -106,10 +106,19 @@ class EvalScope:
     eval_panel: str
     eval_episodes: int
     eval_baselines: bool
+    eval_base_model: bool = True
 
 
 def scope(cfg: TrainConfig) -> EvalScope:
-    return EvalScope(cfg.env, cfg.model, cfg.rollout, cfg.eval_panel, cfg.eval_episodes, cfg.eval_baselines)
+    return EvalScope(
+        cfg.env,
+        cfg.model,
+        cfg.rollout,
+        cfg.eval_panel,
+        cfg.eval_episodes,
+        cfg.eval_baselines,
+        cfg.eval_base_model,
+    )
 
 
 class Evaluation:
@@ -133,8 +142,13 @@ class Evaluation:
         return random_rates(self.cfg, panel.tasks) if self.cfg.eval_baselines else None
 
     def base_missing(self, panel: Panel) -> list[PanelTask]:
-        """The panel tasks the base model has not played yet in this setting (none with ``eval_baselines=false``)."""
-        return self.base_cache.missing(panel.tasks) if self.cfg.eval_baselines else []
+        """The panel tasks the base model has not played yet in this setting (none with ``eval_baselines=false`` or
+        ``eval_base_model=false``)."""
+        return self.base_cache.missing(panel.tasks) if self._with_base else []
+
+    @property
+    def _with_base(self) -> bool:
+        return self.cfg.eval_baselines and self.cfg.eval_base_model
 
     def store_base(self, panel: Panel, trajs: Sequence[Trajectory]) -> None:
         """Cache the base model's outcome on each task it played (a dropped task is not stored: played again)."""
@@ -153,9 +167,9 @@ class Evaluation:
         """``summary`` of the policy's episodes on ``panel`` with its valid-format rates (``stats``:
         ``trajectory_stats`` of ``trajs``). ``is_base``: the policy is the base model (a zero adapter), whose
         outcomes are cached as the base model's. ``samples``: episodes played per task."""
-        if is_base and self.cfg.eval_baselines:
+        if is_base and self._with_base:
             self.store_base(panel, trajs)
-        base = self.base_cache.values(panel.tasks) if self.cfg.eval_baselines else None
+        base = self.base_cache.values(panel.tasks) if self._with_base else None
         out = summary(
             panel, outcome_string(panel, trajs), self.chance(panel), base, task_wins(panel, trajs), samples
         )

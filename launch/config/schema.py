@@ -301,6 +301,10 @@ class TrainConfig:
     """Print every eval beside the random policy and the zero-shot base model on the same panel pairs, each
     computed once per task and setting and cached on disk (``launch/baselines.py``, ``~/.cache/hierarl/baselines``;
     the first run on a panel plays the base model's episodes with a zero adapter). false: neither (nan)."""
+    eval_base_model: bool = True
+    """With ``eval_baselines``, the zero-shot base model's column too: one episode per panel task, played once per
+    setting and cached (SmolLM2 zero-shot wins none of TextCraft's tasks; its first evaluation on a new machine
+    costs the run about 3 s per task). false: the random policy alone (the base column reads nan)."""
     checkpoint_every: int = 1
     """Checkpoint every k RL iterations (0: only after BC)."""
     checkpoint_keep_last: int = 2

@@ -27,6 +27,7 @@ ALFWORLD_TINY = [
     ],
     "model.max_model_len=1024",
     "env.name=alfworld",
+    "env.train_tasks=0",
     "env.max_steps=12",
     "env.train_split=valid_train",
     "env.eval_split=valid_train",
@@ -48,7 +49,10 @@ ALFWORLD_TINY = [
         (
             "multi2",
             ("executor", "planner"),
-            ['model.role_adapters={"planner": "planner", "executor": "executor"}'],
+            [
+                'model.role_adapters={"planner": "planner", "executor": "executor"}',
+                "rollout.max_new_tokens=25",  # Multi2's longest demonstration response (check_demos_fit)
+            ],
         ),
     ],
 )

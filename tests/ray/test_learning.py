@@ -56,6 +56,9 @@ SETTING = [
     "learner.actor_lr=2e-3",
     "learner.critic_lr=2e-3",
     "bc.enabled=false",
+    "env.train_tasks=0",  # the main job's own: a fixed RL task set, merged pushes, several samples a task
+    "rollout.weight_sync=lora",
+    "eval_samples=1",
 ]
 TASKS = 4
 UPDATES = 3

@@ -33,6 +33,9 @@ TINY_TEXTCRAFT = [
     "rollout.max_new_tokens=4",
     "learner.dtype=float32",
     "bc.enabled=false",
+    "env.train_tasks=0",  # the main job's own: a fixed RL task set, merged pushes, several samples a task
+    "rollout.weight_sync=lora",
+    "eval_samples=1",
     "eval_episodes=6",
 ]
 

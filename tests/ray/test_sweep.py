@@ -20,7 +20,7 @@ set: [model.path=tiny, model.dtype=float32, model.lora_rank=4, model.lora_alpha=
       env.name=synthetic, env.max_steps=3, env.workers_per_rollout=4, rollout.engine=hf, rollout.agent=react,
       rollout.group_size=2, rollout.groups_per_iter=2, rollout.max_new_tokens=8, learner.dtype=float32,
       learner.micro_batch_size=8, learner.mini_batch_size=8, bc.enabled=false, iterations=2, eval_every=1,
-      eval_episodes=2]
+      eval_episodes=2, eval_samples=1, env.train_tasks=0, rollout.weight_sync=lora]
 grid:
   algo: [grpo, rloo]
   seed: [0, 1]

@@ -174,11 +174,12 @@ def test_bc_from_run_reuses_another_algorithms_bc(ray_local, tmp_path):
 @pytest.mark.parametrize("reference", ["start", "base"])
 def test_the_kl_reference_is_the_policy_rl_starts_from(ray_local, tmp_path, reference):
     """``learner.kl_reference=start`` (default): after BC the learner keeps a frozen copy of the policy
-    (``ref_default``, in every checkpoint), the reference log-probs are read under it, and the first update (one
-    optimizer step, taken before the policy moves) measures KL 0. ``base``: the adapter disabled, no copy."""
+    (``ref_default``, in every checkpoint), the reference log-probs are read under it from the second update on (the
+    first one's equal π_old: its pass is skipped), and the first update (one optimizer step, taken before the policy
+    moves) measures KL 0. ``base``: the adapter disabled, no copy."""
     from actors.rollout import read_peft_adapter
 
-    one_step = ["algo=ppo", "iterations=1", "eval_every=0", "learner.mini_batch_size=64"]
+    one_step = ["algo=ppo", "iterations=2", "eval_every=0", "learner.mini_batch_size=64"]
     cfg = resolve_config(None, [*TINY, f"run_dir={tmp_path}", *one_step, f"learner.kl_reference={reference}"])
     trainer = Trainer(cfg)
     calls: list[dict] = []
@@ -200,7 +201,7 @@ def test_the_kl_reference_is_the_policy_rl_starts_from(ray_local, tmp_path, refe
         )
         assert not (ckpt / "iter_0" / "adapter" / "ref_default").exists()
         return
-    assert {"adapter": "ref_default"} in calls and not any(c.get("reference") for c in calls)
+    assert calls.count({"adapter": "ref_default"}) == 1 and not any(c.get("reference") for c in calls)
     bc_policy, _ = read_peft_adapter(ckpt / "iter_0" / "adapter")
     frozen_0, _ = read_peft_adapter(ckpt / "iter_0" / "adapter" / "ref_default")
     frozen_1, _ = read_peft_adapter(ckpt / "iter_1" / "adapter" / "ref_default")

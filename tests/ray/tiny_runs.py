@@ -29,7 +29,7 @@ TINY = [
     "rollout.engine=hf",
     "rollout.group_size=2",
     "rollout.groups_per_iter=2",
-    "rollout.max_new_tokens=28",  # the longest demonstration response (26 tokens) fits (check_demos_fit)
+    "rollout.max_new_tokens=34",  # the longest demonstration response (34 tokens, HIPIF's) fits (check_demos_fit)
     "learner.dtype=float32",
     "learner.micro_batch_size=8",
     "learner.mini_batch_size=8",
@@ -37,8 +37,11 @@ TINY = [
     "bc.epochs=1",
     "eval_episodes=2",
     "eval_every=2",
+    # the main job's evaluation and RL task set are its own: one episode a task, RL on every train task, LoRA pushes
     "eval_samples=1",
-    "env.train_tasks=0",  # RL draws from every train task (the main job plays a fixed set)
+    "env.train_tasks=0",
+    "rollout.weight_sync=lora",
+    "eval_base_model=true",
 ]
 
 HISR_TINY = [

@@ -124,14 +124,35 @@ def test_the_run_config_holds_no_algorithm_defaults():
     assert TrainConfig().algo_overrides == {}
 
 
-def test_the_cpu_main_job_preset_is_the_defaults_sized_for_cpu():
-    """``hierarl train`` (no preset) loads hiper_textcraft_cpu: the dataclass defaults + CPU-sized learner
-    micro-batches (bench_memory.py). Its shaping needs no override: the constants are in units of the env's success
-    reward, and HiPER App. C's c_KEEP 0.3 and format 0.1 against R = 10 are 0.03 and 0.01 of TextCraft's R = 1."""
+MAIN_JOB = {
+    "env.max_steps": 5,
+    "env.options": {"depths": [1], "distractors": 4},
+    "env.train_tasks": 8,
+    "rollout.groups_per_iter": 4,
+    "rollout.eval_temperature": 1.0,
+    "rollout.weight_sync": "merged",
+    "bc.epochs": 2,
+    "learner.actor_lr": 1e-4,
+    "learner.measure_rows": 16,
+    "learner.micro_batch_size": 2,
+    "iterations": 3,
+    "eval_every": 3,
+    "eval_episodes": 16,
+    "eval_samples": 2,
+    "eval_train_samples": 2,
+    "eval_base_model": False,
+}
+"""What the main job's preset sets beside the dataclass defaults (docs/results/main_job_learns.md: why each)."""
+
+
+def test_the_cpu_main_job_preset_is_the_defaults_and_the_settings_it_declares():
+    """``hierarl train`` (no preset) loads hiper_textcraft_cpu: the dataclass defaults and exactly ``MAIN_JOB``. Its
+    shaping needs no override: the constants are in units of the env's success reward, and HiPER App. C's c_KEEP
+    0.3 and format 0.1 against R = 10 are 0.03 and 0.01 of TextCraft's R = 1."""
     assert DEFAULT_PRESET == "hiper_textcraft_cpu"
     cfg = resolve_config(DEFAULT_PRESET)
-    base = TrainConfig()
-    assert cfg == dataclasses.replace(base, learner=dataclasses.replace(base.learner, micro_batch_size=2))
+    got, base = flatten(dataclasses.asdict(cfg)), flatten(dataclasses.asdict(TrainConfig()))
+    assert {k: v for k, v in got.items() if v != base[k]} == MAIN_JOB
     algo_cfg = resolve_algo_config(get_algo(cfg.algo).Config, cfg.algo_overrides)
     assert (algo_cfg.shaping.c_keep, algo_cfg.shaping.format_penalty) == (0.03, 0.01)
 

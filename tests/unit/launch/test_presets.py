@@ -177,7 +177,7 @@ BC_PASSES = {
     "hiper_synthetic_long": 2,
     "hiper_synthetic_multi": 4,
     "hiper_synthetic_small": 2,
-    "hiper_textcraft_cpu": 4,
+    "hiper_textcraft_cpu": 2,
     "hipif_alfworld_cpu": 3,
     "hipif_synthetic_multi": 4,
     "hisr_alfworld": 3,
