@@ -15,7 +15,13 @@ def _run(run_dir: Path, before: list[float], after: list[float]) -> None:
     rows = [
         {"phase": "bc", "iteration": 0, "eval_success": sum(before) / 4, "eval_task_rates": before},
         {"phase": "rl", "iteration": 1, "success": 0.5},
-        {"phase": "rl", "iteration": 2, "success": 0.5, "eval_success": sum(after) / 4, "eval_task_rates": after},
+        {
+            "phase": "rl",
+            "iteration": 2,
+            "success": 0.5,
+            "eval_success": sum(after) / 4,
+            "eval_task_rates": after,
+        },
     ]
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
