@@ -11,6 +11,7 @@ cannot drop events), W&B continues its run.
 
 from __future__ import annotations
 
+import math
 import json
 import shutil
 from collections.abc import Sequence
@@ -147,9 +148,10 @@ def eval_text(ev: dict[str, Any]) -> str:
     types = ", ".join(f"{k} {v:.2f}" for k, v in ev["per_type"].items()) if len(ev["per_type"]) > 1 else ""
     k = ev.get("samples", 1)
     samples = f" × {k} samples" if k > 1 else ""
+    base = "" if math.isnan(ev["base"]) else f" · base model {ev['base']:.3f}"  # nan: eval_base_model=false
     return (
         f"success {ev['success']:.3f} [{ev['ci_low']:.3f}, {ev['ci_high']:.3f}] (Wilson 95 %) on {ev['n']} tasks"
-        f"{samples} of panel {ev['panel']}{dropped} · random policy {ev['random']:.3f} · base model {ev['base']:.3f} · "
+        f"{samples} of panel {ev['panel']}{dropped} · random policy {ev['random']:.3f}{base} · "
         f"valid format {ev['valid_format']:.2f}" + (f" · per type: {types}" if types else "")
     )
 
@@ -186,9 +188,10 @@ def iteration_line(r: dict[str, Any]) -> str:
 def eval_short(r: dict[str, Any]) -> str:
     """``EVAL 0.33 [0.18,0.53] (random 0.02, base 0.00)``: a metrics row's eval with its Wilson 95 % interval."""
     nan = float("nan")
+    base = r.get("eval_base", nan)
     return (
         f"EVAL {r['eval_success']:.2f} [{r.get('eval_ci_low', nan):.2f},{r.get('eval_ci_high', nan):.2f}] "
-        f"(random {r.get('eval_random', nan):.2f}, base {r.get('eval_base', nan):.2f})"
+        f"(random {r.get('eval_random', nan):.2f}" + ("" if math.isnan(base) else f", base {base:.2f}") + ")"
     )
 
 

@@ -62,11 +62,16 @@ def test_eval_metrics_lines_and_table_carry_the_interval_and_both_baselines():
         in eval_text(ev)
     )
     assert "random policy 0.062 · base model 0.250" in eval_text(ev)
+    assert "random policy 0.062 · valid format" in eval_text({**ev, "base": float("nan")})  # eval_base_model=false
     line = iteration_line(
         {**row, "success": 0.25, "return": 0.1, "valid_format": 1.0, "switch_rate": 0.2, "segment_len": 1.0}
         | {"prompt_tokens": 10.0, "response_tokens": 5.0}
     )
     assert "EVAL 0.50 [0.15,0.85] (random 0.06, base 0.25)" in line
+    assert "EVAL 0.50 [0.15,0.85] (random 0.06) " in iteration_line(
+        {**row, "eval_base": float("nan"), "success": 0.25, "return": 0.1, "valid_format": 1.0}
+        | {"switch_rate": 0.2, "segment_len": 1.0, "prompt_tokens": 10.0, "response_tokens": 5.0}
+    )
     table = final_table([row])
     assert "0.500  [0.150, 0.850]" in table and table.rstrip().endswith(
         "eval panel: synthetic_multi_test@1[:4] (4 tasks); random / base: the random policy / the zero-shot base model"
