@@ -11,8 +11,8 @@ cannot drop events), W&B continues its run.
 
 from __future__ import annotations
 
-import math
 import json
+import math
 import shutil
 from collections.abc import Sequence
 from pathlib import Path

@@ -62,7 +62,9 @@ def test_eval_metrics_lines_and_table_carry_the_interval_and_both_baselines():
         in eval_text(ev)
     )
     assert "random policy 0.062 · base model 0.250" in eval_text(ev)
-    assert "random policy 0.062 · valid format" in eval_text({**ev, "base": float("nan")})  # eval_base_model=false
+    assert "random policy 0.062 · valid format" in eval_text(
+        {**ev, "base": float("nan")}
+    )  # eval_base_model=false
     line = iteration_line(
         {**row, "success": 0.25, "return": 0.1, "valid_format": 1.0, "switch_rate": 0.2, "segment_len": 1.0}
         | {"prompt_tokens": 10.0, "response_tokens": 5.0}
