@@ -91,12 +91,30 @@ class Checkpointer:
         for path in checkpoint_candidates(self.root):
             try:
                 learner.load_checkpoint(str(path))
-                return path, torch.load(path / "driver.pt", weights_only=False)
+                state = torch.load(path / "driver.pt", weights_only=False)
             except Exception as e:
                 print(
                     f"[hierarl] checkpoint {path} is unreadable ({type(e).__name__}: {e}); trying an older one"
                 )
+                continue
+            check_driver_state(path, state)
+            return path, state
         return None
+
+
+DRIVER_KEYS = ("iteration", "version", "rng")
+"""What ``Trainer.resume`` reads from every ``driver.pt``; older code wrote no ``rng``."""
+
+
+def check_driver_state(path: Path, state: dict[str, Any]) -> None:
+    """Refuse, in one line, a checkpoint that older code wrote: it is readable but cannot resume exactly (a resume
+    without the RNG state would silently draw other rollouts than the killed run)."""
+    missing = [k for k in DRIVER_KEYS if k not in state]
+    if missing:
+        raise RuntimeError(
+            f"checkpoint {path} was written by an older hierarl (its driver.pt lacks {', '.join(missing)}) and "
+            "cannot resume exactly: start a new run_dir, or resume with the version that wrote it"
+        )
 
 
 def behaviour_adapter(path: Path) -> dict[str, np.ndarray] | None:

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from common.rng import process_rngs, restore_process_rngs
-from launch.checkpoints import checkpoint_iterations, checkpoints_to_prune
+from launch.checkpoints import check_driver_state, checkpoint_iterations, checkpoints_to_prune
 from launch.config import resolve_config
 from launch.sources import EmptyIterations
 
@@ -33,6 +33,16 @@ def test_only_complete_checkpoint_folders_count(tmp_path):
         (tmp_path / name).mkdir()
     (tmp_path / "latest").write_text("iter_3")
     assert checkpoint_iterations(tmp_path) == [0, 3]
+
+
+def test_a_checkpoint_from_older_code_is_refused_in_one_line(tmp_path):
+    """A driver.pt without the RNG state (older code) resumed into ``KeyError: 'rng'``; now it is named."""
+    torch.save({"iteration": 3, "version": 4}, tmp_path / "driver.pt")
+    old = torch.load(tmp_path / "driver.pt", weights_only=False)
+    with pytest.raises(RuntimeError, match=r"older hierarl \(its driver.pt lacks rng\)") as e:
+        check_driver_state(tmp_path, old)
+    assert "\n" not in str(e.value) and "start a new run_dir" in str(e.value)
+    check_driver_state(tmp_path, {**old, "rng": process_rngs()})  # today's: accepted
 
 
 def test_restored_rngs_draw_again_what_they_drew_after_the_save(tmp_path):
