@@ -33,7 +33,7 @@ ALFWORLD_TINY = [
     "env.eval_split=valid_train",
     'env.options={"task_types": ["pick_and_place"]}',
     "env.workers_per_rollout=2",
-    "rollout.max_new_tokens=8",
+    "rollout.max_new_tokens=33",  # STEP-HRL's longest demonstration response on these games (check_demos_fit)
     "bc.episodes=3",
     "eval_episodes=1",
     "iterations=0",  # BC, its evaluation and the offline dataset
@@ -49,10 +49,7 @@ ALFWORLD_TINY = [
         (
             "multi2",
             ("executor", "planner"),
-            [
-                'model.role_adapters={"planner": "planner", "executor": "executor"}',
-                "rollout.max_new_tokens=25",  # Multi2's longest demonstration response (check_demos_fit)
-            ],
+            ['model.role_adapters={"planner": "planner", "executor": "executor"}'],
         ),
     ],
 )

@@ -148,7 +148,7 @@ def test_multi2_is_checked_before_ray():
 
 
 def test_role_adapters_name_every_role_and_refuse_single_adapter_features():
-    m2 = ["rollout.agent=multi2"]
+    m2 = ["rollout.agent=multi2", "rollout.weight_sync=lora"]  # the main job merges its one adapter
     both = 'model.role_adapters={"planner": "planner", "executor": "executor"}'
     assert validate(resolve_config(None, [*m2, both, 'learner.adapter_lr={"planner": 1e-5}'])) is not None
     message = _error([*m2, 'model.role_adapters={"planner": "p"}'])
@@ -373,6 +373,7 @@ def test_asynchronous_rollouts_are_checked_before_ray():
     adapters = [
         "rollout.agent=multi2",
         'model.role_adapters={"planner": "p", "executor": "e"}',
+        "rollout.weight_sync=lora",
         "max_staleness=2",
     ]
     assert _error(adapters).startswith("max_staleness: 2 is not supported with several adapters")
