@@ -85,6 +85,18 @@ def _shm_dir() -> Path:
     return Path(tempfile.mkdtemp(prefix="hierarl_lora_", dir=base))
 
 
+def merge_or_keep(engine: Any, name: str, weights: dict[str, np.ndarray], version: int) -> bool:
+    """``weight_sync=merged``: merge ``weights`` into ``engine``'s base; on failure the engine keeps the last merged
+    weights and the caller reports the failed push (False)."""
+    try:
+        return engine._load_merged(name, weights, version)
+    except Exception as e:
+        print(
+            f"[hierarl] adapter {name!r} v{version} failed to merge, keeping v{engine._versions.get(name)}: {e}"
+        )
+        return False
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # transformers engine
 # ---------------------------------------------------------------------------------------------------------------
@@ -161,13 +173,7 @@ class HFEngine:
         from peft import set_peft_model_state_dict
 
         if self.merged:
-            try:
-                return self._load_merged(name, weights, version)
-            except Exception as e:  # the engine keeps the last merged weights; the caller reports the failure
-                print(
-                    f"[hierarl] adapter {name!r} v{version} failed to merge, keeping v{self._versions.get(name)}: {e}"
-                )
-                return False
+            return merge_or_keep(self, name, weights, version)
         try:
             if name not in self._versions:
                 self.model.add_adapter(name, self._lora_config())
@@ -370,13 +376,7 @@ class VLLMEngine:
         from vllm.lora.request import LoRARequest
 
         if self.merged:
-            try:
-                return self._load_merged(name, weights, version)
-            except Exception as e:  # the engine keeps the last merged weights; the caller reports the failure
-                print(
-                    f"[hierarl] adapter {name!r} v{version} failed to merge, keeping v{self._versions.get(name)}: {e}"
-                )
-                return False
+            return merge_or_keep(self, name, weights, version)
         path = self._dir / f"{name}_v{version}"
         try:
             check_adapter_shapes(weights, self._shapes, self.lora.rank)

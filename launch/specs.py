@@ -158,10 +158,15 @@ def expert_demonstrations(cfg: TrainConfig, tokenizer: Any, task_ids: Sequence[s
     """The env expert's won episodes on ``bc.episodes`` of ``task_ids`` (drawn from the run's seed), in the agent's
     format and with its prompts."""
     ids = random.Random(cfg.seed).sample(list(task_ids), min(cfg.bc.episodes, len(task_ids)))
+    return demonstrations_on(cfg, tokenizer, ids)
+
+
+def demonstrations_on(cfg: TrainConfig, tokenizer: Any, task_ids: Sequence[str]) -> list[Trajectory]:
+    """The env expert's won episodes on exactly ``task_ids``, in the run's agent format and with its prompts."""
     return collect_demonstrations(
         cfg.env.name,
         cfg.rollout.agent,
-        ids,
+        list(task_ids),
         tokenizer=tokenizer,
         env_options=dict(cfg.env.options),
         max_steps=cfg.env.max_steps,

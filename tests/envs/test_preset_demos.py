@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from actors.demos import check_demos_fit, collect_demonstrations
+from actors.demos import check_demos_fit
 from launch.config import PRESET_DIR, resolve_config
-from launch.specs import env_task_ids
+from launch.specs import demonstrations_on, env_task_ids
 
 IN_PROCESS = ("synthetic", "textcraft")
 PRESETS = [p.stem for p in sorted(PRESET_DIR.glob("*.yaml")) if resolve_config(p.stem).env.name in IN_PROCESS]
@@ -27,15 +27,6 @@ def tok():
 def test_a_presets_demonstrations_fit_its_response_budget(preset, tok):
     cfg = resolve_config(preset)
     ids = env_task_ids(cfg, cfg.env.train_split)[:: max(1, len(env_task_ids(cfg, cfg.env.train_split)) // 12)]
-    demos = collect_demonstrations(
-        cfg.env.name,
-        cfg.rollout.agent,
-        ids,
-        tokenizer=tok,
-        env_options=dict(cfg.env.options),
-        max_steps=cfg.env.max_steps,
-        history_length=cfg.rollout.history_length,
-        agent_options=dict(cfg.rollout.agent_options),
-    )
+    demos = demonstrations_on(cfg, tok, ids)
     assert demos, preset
     check_demos_fit(demos, cfg.rollout.max_new_tokens, tok)

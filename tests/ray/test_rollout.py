@@ -9,6 +9,7 @@ reported logprobs match an HF forward pass within ``LOGPROB_TOL`` (the measured 
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import numpy as np
 import pytest
@@ -183,13 +184,36 @@ def test_hf_and_vllm_agree_greedy_and_logprobs(tiny):
         hf.close()
 
 
+def assert_merged_matches_lora(lora: Any, merged: Any, prompts: list, weights: dict, label: str) -> None:
+    """Greedy tokens and log-probs of ``merged`` (an engine with ``merged=True``) equal ``lora``'s (HF + peft) for
+    ``weights`` and for a second adapter pushed on top; a base request is refused (the base is gone)."""
+    from actors.inference import GenerationRequest, SamplingParams
+
+    reqs = [GenerationRequest(tuple(p), "policy") for p in prompts]
+    params = SamplingParams(temperature=0.0, max_tokens=16)
+    second = {k: (-3.0 * v if "lora_B" in k else v) for k, v in weights.items()}
+    outputs, gap = [], 0.0
+    for version, w in ((1, weights), (2, second)):
+        assert lora.load_adapter("policy", w, version) and merged.load_adapter("policy", w, version)
+        for a, b in zip(lora.generate(reqs, params), out := merged.generate(reqs, params), strict=True):
+            assert a.response_ids == b.response_ids, f"version {version}"
+            assert b.adapter_version == version
+            gap = max(gap, float(np.max(np.abs(np.asarray(a.logprobs) - np.asarray(b.logprobs)))))
+        outputs.append([r.response_ids for r in out])
+    print(f"\n{label} vs HF LoRA: max |Δ logprob| = {gap:.3g} (tolerance {LOGPROB_TOL})")
+    assert gap < LOGPROB_TOL
+    assert outputs[0] != outputs[1]  # the second push changed the served weights
+    with pytest.raises(KeyError, match="merged serves"):
+        merged.generate([GenerationRequest(tuple(prompts[0]), None)], params)
+
+
 def test_hf_with_merged_weights_matches_the_hf_lora_model_across_updates(tiny):
     """``rollout.weight_sync=merged`` on the HF engine: a plain model whose projections hold W + α/r·B·A, recomputed
     from the kept base at every push. Greedy tokens and log-probs equal the peft LoRA model's for a first adapter and
     a second one pushed on top; a base request is refused."""
     from actors.agents.parsing import render_prompt
     from actors.agents.plan_execute import build_plan_execute_messages
-    from actors.inference import GenerationRequest, HFEngine, SamplingParams
+    from actors.inference import HFEngine
 
     path, spec, weights = tiny
     lora = HFEngine(path, spec, dtype="float32")
@@ -198,23 +222,7 @@ def test_hf_with_merged_weights_matches_the_hf_lora_model_across_updates(tiny):
         render_prompt(lora.tokenizer, build_plan_execute_messages(f"craft item {i}", obs, ["go to shelf"]))
         for i, obs in enumerate(["You are in the hallway.", "You are at the shelf. You see: wood."])
     ]
-    reqs = [GenerationRequest(tuple(p), "policy") for p in prompts]
-    params = SamplingParams(temperature=0.0, max_tokens=16)
-    second = {k: (-3.0 * v if "lora_B" in k else v) for k, v in weights.items()}
-    outputs, gap = [], 0.0
-    for version, w in ((1, weights), (2, second)):
-        assert lora.load_adapter("policy", w, version) and merged.load_adapter("policy", w, version)
-        out_lora, out_merged = lora.generate(reqs, params), merged.generate(reqs, params)
-        for a, b in zip(out_lora, out_merged, strict=True):
-            assert a.response_ids == b.response_ids, f"version {version}"
-            assert b.adapter_version == version
-            gap = max(gap, float(np.max(np.abs(np.asarray(a.logprobs) - np.asarray(b.logprobs)))))
-        outputs.append([r.response_ids for r in out_merged])
-    print(f"\nmerged HF vs HF LoRA: max |Δ logprob| = {gap:.3g} (tolerance {LOGPROB_TOL})")
-    assert gap < LOGPROB_TOL
-    assert outputs[0] != outputs[1]  # the second push changed the served weights
-    with pytest.raises(KeyError, match="merged serves"):
-        merged.generate([GenerationRequest(tuple(prompts[0]), None)], params)
+    assert_merged_matches_lora(lora, merged, prompts, weights, "merged HF")
 
 
 def test_vllm_with_merged_weights_matches_the_hf_lora_model_across_updates(tiny):
@@ -225,7 +233,7 @@ def test_vllm_with_merged_weights_matches_the_hf_lora_model_across_updates(tiny)
     pytest.importorskip("vllm")
     from actors.agents.parsing import render_prompt
     from actors.agents.plan_execute import build_plan_execute_messages
-    from actors.inference import GenerationRequest, HFEngine, SamplingParams, VLLMEngine
+    from actors.inference import HFEngine, VLLMEngine
 
     path, spec, weights = tiny
     hf = HFEngine(path, spec, dtype="float32")
@@ -235,23 +243,7 @@ def test_vllm_with_merged_weights_matches_the_hf_lora_model_across_updates(tiny)
             render_prompt(hf.tokenizer, build_plan_execute_messages(f"craft item {i}", obs, ["go to shelf"]))
             for i, obs in enumerate(["You are in the hallway.", "You are at the shelf. You see: wood."])
         ]
-        reqs = [GenerationRequest(tuple(p), "policy") for p in prompts]
-        params = SamplingParams(temperature=0.0, max_tokens=16)
-        second = {k: (-3.0 * v if "lora_B" in k else v) for k, v in weights.items()}
-        outputs, gap = [], 0.0
-        for version, w in ((1, weights), (2, second)):
-            assert hf.load_adapter("policy", w, version) and vl.load_adapter("policy", w, version)
-            out_hf, out_vl = hf.generate(reqs, params), vl.generate(reqs, params)
-            for a, b in zip(out_hf, out_vl, strict=True):
-                assert a.response_ids == b.response_ids, f"version {version}"
-                assert b.adapter_version == version
-                gap = max(gap, float(np.max(np.abs(np.asarray(a.logprobs) - np.asarray(b.logprobs)))))
-            outputs.append([r.response_ids for r in out_vl])
-        print(f"\nmerged vLLM vs HF LoRA: max |Δ logprob| = {gap:.3g} (tolerance {LOGPROB_TOL})")
-        assert gap < LOGPROB_TOL
-        assert outputs[0] != outputs[1]  # the second push changed the served weights
-        with pytest.raises(KeyError, match="merged serves"):
-            vl.generate([GenerationRequest(tuple(prompts[0]), None)], params)
+        assert_merged_matches_lora(hf, vl, prompts, weights, "merged vLLM")
     finally:
         vl.close()
         hf.close()
