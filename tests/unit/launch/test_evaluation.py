@@ -114,6 +114,8 @@ def test_base_model_outcomes_are_cached_per_task(cache):
         scope(resolve_config("hiper_synthetic_multi", ["rollout.eval_temperature=1.0"])), "smollm2"
     )
     assert other.base_missing(panel) == list(panel.tasks)  # another sampling setting: not the same baseline
+    off = Evaluation(scope(resolve_config("hiper_synthetic_multi", ["eval_base_model=false"])), "smollm2")
+    assert off.base_missing(panel) == []  # eval_base_model=false: the base model plays nothing
 
 
 def test_paired_rows_per_type_and_all():
