@@ -56,6 +56,8 @@ PAIRS: list[tuple[str, str, set[str]]] = [
     ("hiper_synthetic_multi", "ppo_synthetic_multi", {"algo.truncation"}),
     ("hiper_synthetic_3stage", "ppo_synthetic_3stage", {"algo.truncation"}),
     ("ppo_synthetic_3stage", "gigpo_synthetic_3stage", {"algo.gamma"}),  # GiGPO's own 0.95
+    ("hiper_textcraft_d2", "ppo_textcraft_d2", set()),  # the study sets PPO's cut terminal, as HiPER's
+    ("ppo_textcraft_d2", "gigpo_textcraft_d2", {"algo.gamma"}),
     ("grpo_alfworld", "rloo_alfworld", set()),
     ("grpo_alfworld", "gigpo_alfworld", set()),
     ("hiper_alfworld", "ppo_alfworld", {"rollout.agent", "algo.reward_terms", "algo.truncation"}),
@@ -68,6 +70,14 @@ PAIRS: list[tuple[str, str, set[str]]] = [
         {"rollout.agent", "rollout.max_new_tokens", "algo.reward_terms"},
     ),
 ]
+
+
+def test_the_depth2_study_is_the_main_job_at_depth_2():
+    """hiper_textcraft_d2 (spelled out: presets compose one level) is the main job with depth-2 goals and a step
+    limit to match; nothing else differs, so its results read against main_job_learns."""
+    fa, fb = _flat_fields(resolve_config("hiper_textcraft_cpu")), _flat_fields(resolve_config("hiper_textcraft_d2"))
+    assert {k for k in fa if fa[k] != fb[k]} == {"env.max_steps", "env.options"}
+    assert (fb["env.max_steps"], fb["env.options"]) == (8, {"depths": [2], "distractors": 4})
 
 
 def _flat_fields(cfg) -> dict:
@@ -172,12 +182,14 @@ def test_alfworld_paper_presets_carry_the_papers_settings():
 # small/long ones (1 x 2) 2. A base preset's change reaches every child, so the table is checked whole.
 BC_PASSES = {
     "gigpo_synthetic_3stage": 2,
+    "gigpo_textcraft_d2": 2,
     "hiper_alfworld_cpu": 3,
     "hiper_synthetic_3stage": 2,
     "hiper_synthetic_long": 2,
     "hiper_synthetic_multi": 4,
     "hiper_synthetic_small": 2,
     "hiper_textcraft_cpu": 2,
+    "hiper_textcraft_d2": 2,
     "hipif_alfworld_cpu": 3,
     "hipif_synthetic_multi": 4,
     "hisr_alfworld": 3,
@@ -194,6 +206,7 @@ BC_PASSES = {
     "ppo_synthetic_long": 2,
     "ppo_synthetic_multi": 4,
     "ppo_synthetic_small": 2,
+    "ppo_textcraft_d2": 2,
     "step_hrl_alfworld": 5,
     "step_hrl_alfworld_cpu": 3,
     "step_hrl_scienceworld": 5,
