@@ -195,29 +195,43 @@ def eval_short(r: dict[str, Any]) -> str:
     )
 
 
+def _cell(value: Any, spec: str, width: int) -> str:
+    """``value`` formatted right-aligned in ``width``; ``-`` where the row has none (no eval on a train row, the
+    base model off): a missing figure reads as missing, not as ``nan``."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return f"{'-':>{width}}"
+    return f"{format(value, spec):>{width}}"
+
+
 def final_table(history: Sequence[dict[str, Any]]) -> str:
-    """The run's rows: train success, eval success with its Wilson 95 % interval beside the random policy and the
-    zero-shot base model on the same panel pairs, eval format validity, return, iteration time."""
-    nan = float("nan")
+    """The run's rows: train success, eval success with its Wilson 95 % interval beside the random policy and (where
+    it played, ``eval_base_model``) the zero-shot base model on the same panel pairs, eval format validity, return,
+    iteration time."""
+    base = any(not math.isnan(r.get("eval_base", math.nan)) for r in history)
     rows = [
         "",
-        "phase      iter  train_success  eval_success  [95% Wilson]   eval_random  eval_base  eval_valid  return   "
-        "iter_time_s",
+        "phase      iter  train_success  eval_success  [95% Wilson]   eval_random"
+        + ("  eval_base" if base else "")
+        + "  eval_valid  return   iter_time_s",
     ]
     for r in history:
         ci = f"[{r['eval_ci_low']:.3f}, {r['eval_ci_high']:.3f}]" if "eval_ci_low" in r else ""
         rows.append(
             f"{r.get('phase', ''):<10} {r.get('iteration', ''):>4}  "
-            f"{r.get('success', nan):>13.3f}  {r.get('eval_success', nan):>12.3f}  {ci:<14} "
-            f"{r.get('eval_random', nan):>11.3f}  {r.get('eval_base', nan):>9.3f}  "
-            f"{r.get('eval_valid_format', nan):>10.2f}  "
-            f"{r.get('return', nan):>+7.2f}  {r.get('time_iteration', nan):>11.1f}"
+            f"{_cell(r.get('success'), '.3f', 13)}  {_cell(r.get('eval_success'), '.3f', 12)}  {ci:<14} "
+            f"{_cell(r.get('eval_random'), '.3f', 11)}  "
+            + (f"{_cell(r.get('eval_base'), '.3f', 9)}  " if base else "")
+            + f"{_cell(r.get('eval_valid_format'), '.2f', 10)}  "
+            f"{_cell(r.get('return'), '+.2f', 7)}  {_cell(r.get('time_iteration'), '.1f', 11)}"
         )
     panels = sorted({f"{r['eval_panel']} ({r['eval_n']} tasks)" for r in history if "eval_n" in r})
     if panels:
-        rows.append(
-            f"eval panel: {', '.join(panels)}; random / base: the random policy / the zero-shot base model"
+        who = (
+            "random / base: the random policy / the zero-shot base model"
+            if base
+            else "random: the random policy"
         )
+        rows.append(f"eval panel: {', '.join(panels)}; {who}")
     rows += gain_lines(history)
     return "\n".join(rows)
 

@@ -78,6 +78,10 @@ def test_eval_metrics_lines_and_table_carry_the_interval_and_both_baselines():
     assert "0.500  [0.150, 0.850]" in table and table.rstrip().endswith(
         "eval panel: synthetic_multi_test@1[:4] (4 tasks); random / base: the random policy / the zero-shot base model"
     )
+    # eval_base_model=false: no base column, and a row without a figure shows "-" (never "nan")
+    off = final_table([{**row, "eval_base": float("nan")}, {"phase": "rl", "iteration": 1, "success": 0.25}])
+    assert "eval_base" not in off and "nan" not in off and "random: the random policy" in off
+    assert off.splitlines()[3].split()[:4] == ["rl", "1", "0.250", "-"]
 
 
 def test_random_baseline_is_computed_once_per_task_and_setting(cache):
