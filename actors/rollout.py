@@ -149,7 +149,7 @@ class RolloutWorker:
         """``engine``: an already built engine to use instead of building one from ``config`` (tests, or an
         engine shared with an evaluator); its ``tokenizer`` then renders the prompts. ``rank`` of ``world_size``
         rollout workers names this one in its progress lines."""
-        from actors.inference import make_engine
+        from actors.engines import make_engine
         from actors.models import resolve_model_path
 
         self.config = config

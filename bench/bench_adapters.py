@@ -44,8 +44,10 @@ def run(
 ) -> dict[str, Any]:
     import numpy as np
 
-    from actors.inference import GenerationRequest, HFEngine, SamplingParams, VLLMEngine
+    from actors.hf_engine import HFEngine
+    from actors.inference import GenerationRequest, SamplingParams
     from actors.models import resolve_model_path
+    from actors.vllm_engine import VLLMEngine
     from common.lora import LoraSpec
     from learners.algos import grpo
     from learners.learner_spec import LearnerSpec

@@ -111,7 +111,8 @@ def measure(kind: str, args: argparse.Namespace) -> dict[str, Any]:
     """One engine, in this process."""
     import numpy as np
 
-    from actors.inference import GenerationRequest, SamplingParams, make_engine
+    from actors.engines import make_engine
+    from actors.inference import GenerationRequest, SamplingParams
     from actors.models import resolve_model_path
     from actors.rollout import zero_lora_weights
     from common.lora import LoraSpec

@@ -2,7 +2,7 @@
 
 Our GPU machine has CUDA torch, transformers and peft but no Ray or vLLM (docs/platform.md: their wheels do not travel;
 DeepSpeed's pure-Python wheel does), and no model weights. So this runs the plain classes the Ray actors wrap —
-``learners.worker.LearnerWorker`` (DeepSpeed over NCCL, world size 1) and ``actors.inference.HFEngine`` — in one
+``learners.worker.LearnerWorker`` (DeepSpeed over NCCL, world size 1) and ``actors.hf_engine.HFEngine`` — in one
 process, on random-weight Llama models of real shapes with the SmolLM2 tokenizer (``--tokenizer``: a folder with
 its files). Per shape it reports, each a median over ``--repeats`` after one warm-up:
 
@@ -134,7 +134,8 @@ def engine_check(model: str, spec: Any, worker: Any, prompt_len: int, rows: int,
     """The updated adapter pushed into the HF engine; tok/s and the learner-vs-engine log-prob gap."""
     import numpy as np
 
-    from actors.inference import GenerationRequest, HFEngine, SamplingParams
+    from actors.hf_engine import HFEngine
+    from actors.inference import GenerationRequest, SamplingParams
     from learners.batch import Sequences
 
     engine = HFEngine(model, spec.lora, dtype=spec.dtype, device=spec.device)

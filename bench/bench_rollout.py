@@ -213,7 +213,8 @@ def bench_rollout_workers(
 
 def bench_raw(engine_kind: str, batches: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, Any]:
     """The same batches through a bare engine in this process (LoRA adapter loaded, as in the workers)."""
-    from actors.inference import GenerationRequest, SamplingParams, make_engine
+    from actors.engines import make_engine
+    from actors.inference import GenerationRequest, SamplingParams
     from actors.models import resolve_model_path
     from actors.rollout import zero_lora_weights
 

@@ -44,7 +44,7 @@ class Receiver:
     """A rollout worker reduced to its weight path: one engine, ``receive`` = fetch the ref + ``load_adapter``."""
 
     def __init__(self, engine_kind: str, model_path: str, rank: int, targets: tuple[str, ...]) -> None:
-        from actors.inference import make_engine
+        from actors.engines import make_engine
         from actors.rollout import zero_lora_weights
         from common.lora import LoraSpec
 

@@ -181,9 +181,11 @@ def swap(dtype: str, device: str, model: str) -> dict[str, Any]:
     import numpy as np
     import ray
 
-    from actors.inference import GenerationRequest, HFEngine, SamplingParams, VLLMEngine
+    from actors.hf_engine import HFEngine
+    from actors.inference import GenerationRequest, SamplingParams
     from actors.models import resolve_model_path
     from actors.rollout import zero_lora_weights
+    from actors.vllm_engine import VLLMEngine
     from learners.algos import grpo
     from learners.learner_spec import LearnerSpec
     from learners.worker import LearnerWorker
@@ -361,9 +363,11 @@ def decode_one(kind: str, a: argparse.Namespace) -> dict[str, Any]:
     """One engine in this process: its start-up and decode steps/s at batch 1 and ``--batch`` per adapter case."""
     import numpy as np
 
-    from actors.inference import GenerationRequest, HFEngine, SamplingParams, VLLMEngine
+    from actors.hf_engine import HFEngine
+    from actors.inference import GenerationRequest, SamplingParams
     from actors.models import resolve_model_path
     from actors.rollout import zero_lora_weights
+    from actors.vllm_engine import VLLMEngine
 
     path, lora = resolve_model_path(a.model), lora_spec()
     weights = random_adapter(zero_lora_weights(path, lora), 1)

@@ -12,7 +12,7 @@ modules an offline ``LLM`` with LoRA loads in its engine on CUDA (engine core, G
 LoRA layers and Triton kernels, attention backends, sampler, loader, compiler) and reports each as imported or
 where it stopped. ``CUDA_VISIBLE_DEVICES`` is set empty so that vLLM keeps Triton on without a GPU driver (its
 rule for a distributed set-up), as the machine's Triton would be. It then checks the vLLM API that
-``actors.inference.VLLMEngine`` calls (``API``), and lists the CUDA extensions' shared libraries (why their import
+``actors.vllm_engine.VLLMEngine`` calls (``API``), and lists the CUDA extensions' shared libraries (why their import
 stops here). ``--each`` hides each requirement in turn and records the first import that fails without it: the
 evidence that it is needed. Writes JSON.
 
@@ -112,7 +112,7 @@ checks["SamplingParams(temperature, top_p, max_tokens, logprobs, seed)"] = {
 checks["TokensPrompt(prompt_token_ids=)"] = "prompt_token_ids" in TokensPrompt.__annotations__
 print("API " + json.dumps(checks), flush=True)
 """
-"""What ``actors.inference.VLLMEngine`` calls, checked against the vLLM tree: every keyword ``LLM`` is given, the
+"""What ``actors.vllm_engine.VLLMEngine`` calls, checked against the vLLM tree: every keyword ``LLM`` is given, the
 LoRA request it builds, the methods it calls, the sampling fields and prompt type it uses."""
 
 

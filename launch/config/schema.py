@@ -381,11 +381,11 @@ def this_device() -> str:
 def engine_differs(cfg: TrainConfig, device: str) -> bool:
     """Whether the rollout engine's log-probs differ from the learner's recomputation by more than float32 round-off
     on ``device``: the vLLM engine (its own kernels), or bfloat16 in the engine (``model.dtype``) or the learner
-    (``learner.dtype``). "auto" resolves as the engines and the learner resolve it (``actors.inference.engine_kind``,
+    (``learner.dtype``). "auto" resolves as the engines and the learner resolve it (``actors.engines.engine_kind``,
     ``common.dtypes.pick_dtype``)."""
     import torch
 
-    from actors.inference import engine_kind
+    from actors.engines import engine_kind
     from common.dtypes import pick_dtype
 
     if engine_kind(cfg.rollout.engine, device) == "vllm":

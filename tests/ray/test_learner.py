@@ -516,7 +516,7 @@ def _engine_vs_learner(engine, worker, weights) -> tuple[float, float]:
 
 
 def test_adapter_round_trip_hf_engine(model_path, trained):
-    from actors.inference import HFEngine
+    from actors.hf_engine import HFEngine
 
     worker, weights = trained
     gap, base_gap = _engine_vs_learner(HFEngine(model_path, LORA, dtype="float32"), worker, weights)
@@ -539,7 +539,7 @@ class _Remote:
 
 def test_adapter_round_trip_vllm_engine(ray_local, model_path, trained):
     pytest.importorskip("vllm")
-    from actors.inference import VLLMEngine
+    from actors.vllm_engine import VLLMEngine
 
     worker, weights = trained
     # its own process: vLLM replaces this process's torch.distributed group, which breaks later learners here
@@ -750,7 +750,7 @@ def test_two_adapters_train_apart_and_each_equals_a_single_adapter_learner(model
 def test_two_adapters_served_at_once_by_the_hf_engine(model_path, trained):
     """The rollout engine holds both adapters; a request names its adapter and gets that adapter's log-probs,
     equal to the learner's for the same adapter."""
-    from actors.inference import HFEngine
+    from actors.hf_engine import HFEngine
 
     _, weights = trained
     two = _worker(model_path, adapters=TWO)

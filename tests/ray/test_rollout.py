@@ -146,7 +146,9 @@ def test_hf_and_vllm_agree_greedy_and_logprobs(tiny):
 
     from actors.agents.parsing import render_prompt
     from actors.agents.plan_execute import build_plan_execute_messages
-    from actors.inference import GenerationRequest, HFEngine, SamplingParams, VLLMEngine
+    from actors.hf_engine import HFEngine
+    from actors.inference import GenerationRequest, SamplingParams
+    from actors.vllm_engine import VLLMEngine
 
     path, spec, weights = tiny
     hf = HFEngine(path, spec, dtype="float32")
@@ -213,7 +215,7 @@ def test_hf_with_merged_weights_matches_the_hf_lora_model_across_updates(tiny):
     a second one pushed on top; a base request is refused."""
     from actors.agents.parsing import render_prompt
     from actors.agents.plan_execute import build_plan_execute_messages
-    from actors.inference import HFEngine
+    from actors.hf_engine import HFEngine
 
     path, spec, weights = tiny
     lora = HFEngine(path, spec, dtype="float32")
@@ -233,7 +235,8 @@ def test_vllm_with_merged_weights_matches_the_hf_lora_model_across_updates(tiny)
     pytest.importorskip("vllm")
     from actors.agents.parsing import render_prompt
     from actors.agents.plan_execute import build_plan_execute_messages
-    from actors.inference import HFEngine, VLLMEngine
+    from actors.hf_engine import HFEngine
+    from actors.vllm_engine import VLLMEngine
 
     path, spec, weights = tiny
     hf = HFEngine(path, spec, dtype="float32")

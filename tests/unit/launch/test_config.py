@@ -356,18 +356,18 @@ def test_the_updater_takes_the_cap_for_the_learners_device():
 
 @pytest.mark.parametrize("vllm", [True, False])
 def test_behaviour_is_cap_resolves_auto_as_the_workers_do(monkeypatch, vllm):
-    """engine "auto": vLLM on CUDA where it is importable (``actors.inference.engine_kind``), HF on CPU; dtype "auto":
+    """engine "auto": vLLM on CUDA where it is importable (``actors.engines.engine_kind``), HF on CPU; dtype "auto":
     ``common.dtypes.pick_dtype`` (bf16 on CUDA, and on CPUs with AMX)."""
     import torch
 
-    from actors import inference
+    from actors import engines
     from common.dtypes import pick_dtype
 
-    monkeypatch.setattr(inference, "vllm_available", lambda: vllm)
+    monkeypatch.setattr(engines, "vllm_available", lambda: vllm)
     fp32_auto = resolve_config(None, ["model.dtype=float32", "learner.dtype=float32"])
     assert fp32_auto.rollout.engine == "auto"
-    assert inference.engine_kind("auto", "cuda") == ("vllm" if vllm else "hf")
-    assert inference.engine_kind("auto", "cpu") == "hf" and inference.engine_kind("vllm", "cpu") == "vllm"
+    assert engines.engine_kind("auto", "cuda") == ("vllm" if vllm else "hf")
+    assert engines.engine_kind("auto", "cpu") == "hf" and engines.engine_kind("vllm", "cpu") == "vllm"
     assert behaviour_is_cap(fp32_auto, "cuda") == (2.0 if vllm else 0.0)
     assert behaviour_is_cap(fp32_auto, "cpu") == 0.0
     cpu_bf16 = pick_dtype("auto", "cpu") == torch.bfloat16
