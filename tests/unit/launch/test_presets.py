@@ -73,14 +73,18 @@ PAIRS: list[tuple[str, str, set[str]]] = [
 
 
 def test_the_depth2_study_is_the_main_job_at_depth_2():
-    """hiper_textcraft_d2 (spelled out: presets compose one level) is the main job with depth-2 goals and a step
-    limit to match; nothing else differs, so its results read against main_job_learns."""
+    """hiper_textcraft_d2 (spelled out: presets compose one level) is the main job with depth-2 goals, a step limit
+    and a number of demonstrations to match; nothing else differs, so its results read against main_job_learns."""
     fa, fb = (
         _flat_fields(resolve_config("hiper_textcraft_cpu")),
         _flat_fields(resolve_config("hiper_textcraft_d2")),
     )
-    assert {k for k in fa if fa[k] != fb[k]} == {"env.max_steps", "env.options"}
-    assert (fb["env.max_steps"], fb["env.options"]) == (8, {"depths": [2], "distractors": 4})
+    assert {k for k in fa if fa[k] != fb[k]} == {"env.max_steps", "env.options", "bc.episodes"}
+    assert (fb["env.max_steps"], fb["env.options"], fb["bc.episodes"]) == (
+        8,
+        {"depths": [2], "distractors": 4},
+        48,
+    )
 
 
 def _flat_fields(cfg) -> dict:
