@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from actors.inference import GenerationRequest, GenerationResult, SamplingParams, merge_or_keep
-from actors.lora_weights import check_adapter_shapes, merge_lora, projection_weights
+from actors.lora_weights import projection_weights
 from common.dtypes import pick_dtype
 from common.lora import LoraSpec
 
@@ -67,20 +67,12 @@ class HFEngine:
             lora_dropout=0.0,
         )
 
-    def _load_merged(self, name: str, weights: dict[str, np.ndarray], version: int) -> bool:
-        if self._versions and name not in self._versions:
-            raise ValueError(
-                f"weight_sync=merged serves one adapter ({next(iter(self._versions))!r}), not {name!r}"
-            )
-        check_adapter_shapes(weights, self._shapes, self.lora.rank)
-        merged = merge_lora(self._base, weights, self.lora.alpha / self.lora.rank)
+    def _apply_merged(self, merged: dict[str, np.ndarray]) -> None:
+        """``merge_or_keep``'s last step: the merged projections copied into the plain model's layers."""
         with torch.no_grad():
             for key, w in merged.items():
                 layer = self.model.get_submodule(key.removesuffix(".weight"))
                 layer.weight.copy_(torch.from_numpy(w).to(layer.weight.dtype))
-        self._shapes = self._shapes or {k: tuple(np.shape(v)) for k, v in weights.items()}
-        self._versions[name] = version
-        return True
 
     def load_adapter(self, name: str, weights: dict[str, np.ndarray], version: int) -> bool:
         from peft import set_peft_model_state_dict

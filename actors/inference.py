@@ -21,6 +21,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from actors.lora_weights import check_adapter_shapes, merge_lora
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -68,12 +70,21 @@ class InferenceEngine(Protocol):
 
 
 def merge_or_keep(engine: Any, name: str, weights: dict[str, np.ndarray], version: int) -> bool:
-    """``weight_sync=merged``: merge ``weights`` into ``engine``'s base; on failure the engine keeps the last merged
-    weights and the caller reports the failed push (False)."""
+    """``weight_sync=merged``: merge ``weights`` into ``engine``'s kept base projections (W + α/r·B·A) and hand them to
+    its ``_apply_merged``; on failure (another adapter than the one it serves, shapes that differ from the last
+    push, the engine refusing) the engine keeps the last merged weights and the caller reports the failed push."""
     try:
-        return engine._load_merged(name, weights, version)
+        if engine._versions and name not in engine._versions:
+            raise ValueError(
+                f"weight_sync=merged serves one adapter ({next(iter(engine._versions))!r}), not {name!r}"
+            )
+        check_adapter_shapes(weights, engine._shapes, engine.lora.rank)
+        engine._apply_merged(merge_lora(engine._base, weights, engine.lora.alpha / engine.lora.rank))
     except Exception as e:
         print(
             f"[hierarl] adapter {name!r} v{version} failed to merge, keeping v{engine._versions.get(name)}: {e}"
         )
         return False
+    engine._shapes = engine._shapes or {k: tuple(np.shape(v)) for k, v in weights.items()}
+    engine._versions[name] = version
+    return True

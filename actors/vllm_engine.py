@@ -17,7 +17,6 @@ from actors.inference import GenerationRequest, GenerationResult, SamplingParams
 from actors.lora_weights import (
     check_adapter_shapes,
     fused_linears,
-    merge_lora,
     projection_weights,
     write_peft_adapter,
 )
@@ -105,13 +104,10 @@ class VLLMEngine:
     def adapter_version(self, name: str | None) -> int:
         return 0 if name is None else self._versions.get(name, -1)
 
-    def _load_merged(self, name: str, weights: dict[str, np.ndarray], version: int) -> bool:
-        if self._versions and name not in self._versions:
-            raise ValueError(
-                f"weight_sync=merged serves one adapter ({next(iter(self._versions))!r}), not {name!r}"
-            )
-        check_adapter_shapes(weights, self._shapes, self.lora.rank)
-        layers = fused_linears(merge_lora(self._base, weights, self.lora.alpha / self.lora.rank), self._base)
+    def _apply_merged(self, merged: dict[str, np.ndarray]) -> None:
+        """``merge_or_keep``'s last step: the merged projections fused as vLLM's layers hold them, each layer replaced
+        and repacked, and the prefix cache (computed by the old weights) reset."""
+        layers = fused_linears(merged, self._base)
         dtype = self._dtype
 
         def replace(model: Any) -> int:
@@ -123,9 +119,6 @@ class VLLMEngine:
 
         self.llm.apply_model(replace)
         self.llm.reset_prefix_cache()
-        self._shapes = self._shapes or {k: tuple(np.shape(v)) for k, v in weights.items()}
-        self._versions[name] = version
-        return True
 
     def load_adapter(self, name: str, weights: dict[str, np.ndarray], version: int) -> bool:
         from vllm.lora.request import LoRARequest

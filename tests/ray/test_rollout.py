@@ -188,7 +188,8 @@ def test_hf_and_vllm_agree_greedy_and_logprobs(tiny):
 
 def assert_merged_matches_lora(lora: Any, merged: Any, prompts: list, weights: dict, label: str) -> None:
     """Greedy tokens and log-probs of ``merged`` (an engine with ``merged=True``) equal ``lora``'s (HF + peft) for
-    ``weights`` and for a second adapter pushed on top; a base request is refused (the base is gone)."""
+    ``weights`` and for a second adapter pushed on top; a refused push keeps what is served; a base request is
+    refused (the base is gone)."""
     from actors.inference import GenerationRequest, SamplingParams
 
     reqs = [GenerationRequest(tuple(p), "policy") for p in prompts]
@@ -205,6 +206,11 @@ def assert_merged_matches_lora(lora: Any, merged: Any, prompts: list, weights: d
     print(f"\n{label} vs HF LoRA: max |Δ logprob| = {gap:.3g} (tolerance {LOGPROB_TOL})")
     assert gap < LOGPROB_TOL
     assert outputs[0] != outputs[1]  # the second push changed the served weights
+    # a refused push (another adapter; shapes unlike the last push's) keeps the served weights and their version
+    bad = {k: v[..., :-1] for k, v in second.items()}
+    assert not merged.load_adapter("other", weights, 3) and not merged.load_adapter("policy", bad, 3)
+    kept = merged.generate(reqs, params)
+    assert [r.response_ids for r in kept] == outputs[1] and {r.adapter_version for r in kept} == {2}
     with pytest.raises(KeyError, match="merged serves"):
         merged.generate([GenerationRequest(tuple(prompts[0]), None)], params)
 
