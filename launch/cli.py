@@ -7,6 +7,7 @@ hierarl eval RUN_A RUN_B [--panel P]     two runs compared task by task on the p
 hierarl panel list|show|make|check       the evaluation panels (fixed (task, env seed) lists, launch/panels/)
 hierarl rollout [options]                play episodes, write trajectories as JSONL (+ summary)
 hierarl sweep [--dry-run] SPEC.yaml      a grid of runs on one Ray cluster, resumable; a results table + curves
+hierarl view RUN [RUN_B] [-o FILE]       a run's curves, episodes and eval grid as one HTML page (RUN_B overlaid)
 hierarl download-alfworld [DEST]         the official ALFWorld data download (needs the internet)
 hierarl presets                          list the YAML presets
 """
@@ -252,6 +253,31 @@ def cmd_sweep(args: Sequence[str]) -> int:
     return run_sweep(spec, grid)
 
 
+def cmd_view(args: Sequence[str]) -> int:
+    """``hierarl view RUN [RUN_B] [-o report.html] [--episodes N]``: one self-contained HTML page of a run folder
+    (learning curves, with RUN_B's overlaid; RUN's kept episodes; its eval grid before and after RL)."""
+    from launch.view.page import build_page
+    from launch.view.run_data import ViewError, read_run
+
+    p = argparse.ArgumentParser(prog="hierarl view", description=cmd_view.__doc__)
+    p.add_argument("runs", nargs="+", metavar="RUN")
+    p.add_argument("-o", "--out", default="", help="the HTML file (default: RUN/report.html)")
+    p.add_argument("--episodes", type=int, default=16, help="episodes shown per iteration (default 16)")
+    a = p.parse_args(args)
+    if len(a.runs) > 2:
+        print(f"hierarl view: one run, or two to overlay; got {len(a.runs)}", file=sys.stderr)
+        return 2
+    try:
+        runs = [read_run(r, episodes_per_iteration=a.episodes) for r in a.runs]
+    except ViewError as e:
+        print(f"hierarl view: {e}", file=sys.stderr)
+        return 2
+    out = Path(a.out) if a.out else Path(a.runs[0]) / "report.html"
+    out.write_text(build_page(runs))
+    print(f"[hierarl] wrote {out} ({out.stat().st_size / 1e6:.1f} MB): open it in a browser")
+    return 0
+
+
 COMMANDS = {
     "train": cmd_train,
     "eval": cmd_eval,
@@ -260,6 +286,7 @@ COMMANDS = {
     "panel": cmd_panel,
     "download-alfworld": cmd_download_alfworld,
     "presets": cmd_presets,
+    "view": cmd_view,
 }
 
 

@@ -92,6 +92,7 @@ def summary(
         "dropped": outcomes.count("-"),
         "panel": panel.label,
         "outcomes": outcomes,
+        "task_ids": [t.task_id for t in panel.tasks],
     }
 
 

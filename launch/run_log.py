@@ -119,8 +119,9 @@ def eval_fields(ev: dict[str, Any], prefix: str = "eval_") -> dict[str, Any]:
     """An eval result as metric keys: eval_success with its Wilson 95 % interval (eval_ci_low, eval_ci_high, over
     eval_n tasks × eval_samples episodes), eval_random, eval_base (the zero-shot base model), eval_valid_format,
     eval_<task type>..., the panel's label and per-task outcomes (``eval_panel``, ``eval_outcomes``: one character
-    per task, in panel order, the first sample's), which paired comparisons of two runs read, and each task's
-    success rate over its samples (``eval_task_rates``), which the RL gain reads. ``prefix``: ``train_eval_`` for
+    per task, in panel order, the first sample's), which paired comparisons of two runs read, each task's
+    success rate over its samples (``eval_task_rates``), which the RL gain reads, and the tasks' ids
+    (``eval_task_ids``), which ``hierarl view``'s eval grid names. ``prefix``: ``train_eval_`` for
     the evaluation of the RL tasks (``env.train_tasks``)."""
     keys = (
         "success",
@@ -136,7 +137,7 @@ def eval_fields(ev: dict[str, Any], prefix: str = "eval_") -> dict[str, Any]:
         "temperature",
     )
     out: dict[str, Any] = {
-        f"{prefix}{k}": ev[k] for k in (*keys, "panel", "outcomes", "task_rates") if k in ev
+        f"{prefix}{k}": ev[k] for k in (*keys, "panel", "outcomes", "task_rates", "task_ids") if k in ev
     }
     out.update({f"{prefix}valid_format_{role}": v for role, v in ev.get("valid_roles", {}).items()})
     out.update({f"{prefix}{k}": v for k, v in ev.get("per_type", {}).items()})

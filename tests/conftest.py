@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.chromium import chromium  # noqa: F401  (the suite-wide headless browser fixture)
+
 pytest_plugins = ["pytester"]
 
 _MISSING_DEPENDENCY = ("could not import", "no module named", "not installed", "pip install")

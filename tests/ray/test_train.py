@@ -213,10 +213,13 @@ def test_the_kl_reference_is_the_policy_rl_starts_from(ray_local, tmp_path, refe
 
 
 @pytest.mark.slow
-def test_a_fixed_rl_task_set_is_trained_and_scored_beside_the_held_out_panel(ray_local, tmp_path, capsys):
+def test_a_fixed_rl_task_set_is_trained_and_scored_beside_the_held_out_panel(
+    ray_local, tmp_path, capsys, chromium
+):
     """``env.train_tasks=2``: RL plays only the first 2 tasks of the train panel, BC demonstrates others, every
     evaluation scores those 2 tasks × 2 samples beside the held-out panel's 2 tasks × 2 samples (per-task rates in
-    halves), and the final table prints the paired RL gain on both."""
+    halves), and the final table prints the paired RL gain on both. The run's report (``hierarl view``) opens in
+    Chromium with its episodes and both panels' grids, named by task."""
     extra = [
         "env.train_tasks=2",
         "eval_train_samples=2",
@@ -249,3 +252,18 @@ def test_a_fixed_rl_task_set_is_trained_and_scored_beside_the_held_out_panel(ray
     out = capsys.readouterr().out
     assert "RL gain over BC on the 2 tasks RL trains on at T = " in out
     assert "RL gain over BC on 2 held-out tasks at T = " in out
+    from selenium.webdriver.common.by import By
+
+    from launch.cli import main
+    from tests.chromium import console_errors
+
+    assert main(["view", str(tmp_path)]) == 0
+    chromium.get((tmp_path / "report.html").as_uri())
+    items = chromium.find_elements(By.CSS_SELECTOR, "#episode-list li")
+    assert len(items) == 2 * 4  # 2 iterations × 2 groups of 2, every episode kept (save_trajectories=true)
+    items[-1].click()
+    turns = chromium.find_elements(By.CSS_SELECTOR, "#episode .turn")
+    assert turns and all(t.find_elements(By.CSS_SELECTOR, ".resp span") for t in turns)
+    named = {td.text for td in chromium.find_elements(By.CSS_SELECTOR, "table.grid td:first-child")}
+    assert set(rl_tasks) <= named  # the RL tasks' grid names its tasks (eval_task_ids)
+    assert console_errors(chromium) == []

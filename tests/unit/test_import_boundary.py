@@ -31,6 +31,8 @@ def _pure_modules() -> list[str]:
         "launch.stats",
         "launch.report",
         "launch.episode_stats",
+        "launch.view.run_data",
+        "launch.view.page",
         "envs.alfworld_plan",
     ]
     for pkg in ("reward", "actors.agents", "learners.algos"):

@@ -194,6 +194,8 @@ def test_several_samples_a_task_give_its_rate_and_the_interval_over_every_episod
     assert ev["per_type"] == {"stages2": pytest.approx(0.4375)}
     fields = eval_fields({**ev, "valid_format": 1.0, "valid_roles": {}}, prefix="train_eval_")
     assert fields["train_eval_task_rates"] == [1.0, 0.25, 0.0, 0.5] and fields["train_eval_samples"] == 4
+    # the rates' tasks, in panel order (hierarl view's eval grid names them)
+    assert fields["train_eval_task_ids"] == [t.task_id for t in _panel4().tasks]
 
 
 def test_the_final_table_prints_the_paired_rl_gain_per_panel():

@@ -1,0 +1,224 @@
+"""What ``hierarl view`` shows, read from a run folder and nothing else: the metrics rows (``metrics.jsonl``), the
+episodes the run kept (``trajectories/iter_<k>.jsonl``) and the evaluations' per-task rates. Pure: no Ray, no model,
+no env; a folder from older code or a cut run reads as far as it goes, and what is missing is said in ``notes``."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+TAGS = ("think", "switch", "subgoal", "action", "reflection", "progress", "completion")
+"""The response tags a span is coloured by (the agent protocols' blocks; anything else is "other")."""
+_TAG = re.compile(r"<(" + "|".join(TAGS) + r")>(.*?)(?:</\1>|$)", re.S)
+_ITER = re.compile(r"iter_(\d+)\.jsonl$")
+
+
+class ViewError(ValueError):
+    """A run folder the viewer cannot read at all (its message is the one line the command prints)."""
+
+
+@dataclass(frozen=True)
+class Span:
+    """A piece of a response: its text and the block it belongs to (a tag of ``TAGS`` or ``other``)."""
+
+    text: str
+    kind: str
+
+
+@dataclass(frozen=True)
+class TurnView:
+    observation: str
+    spans: tuple[Span, ...]
+    switch: bool | None
+    subgoal: str | None
+    action: str
+    valid: bool
+    error: str
+    env_reward: float
+    shaped: dict[str, float]
+    segment: int
+
+
+@dataclass(frozen=True)
+class EpisodeView:
+    iteration: int
+    task_id: str
+    won: bool
+    status: str
+    turns: tuple[TurnView, ...]
+
+    @property
+    def episode_return(self) -> float:
+        return sum(t.env_reward + sum(t.shaped.values()) for t in self.turns)
+
+
+@dataclass(frozen=True)
+class PanelGrid:
+    """One evaluation panel before RL and at the last evaluation: each task's success rate over its samples."""
+
+    label: str
+    panel: str
+    task_ids: tuple[str, ...]
+    before: tuple[float, ...]
+    after: tuple[float, ...]
+    samples: int
+
+    def change(self, i: int) -> str:
+        d = self.after[i] - self.before[i]
+        return "same" if abs(d) < 1e-9 else ("gained" if d > 0 else "lost")
+
+
+@dataclass
+class RunView:
+    name: str
+    history: list[dict[str, Any]]
+    episodes: list[EpisodeView] = field(default_factory=list)
+    grids: list[PanelGrid] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def spans(text: str) -> tuple[Span, ...]:
+    """``text`` cut into tagged blocks (tag text included, as the learner's masks cover it) and the rest; an
+    unclosed tag runs to the end of the text, as the parsers read it."""
+    out, at = [], 0
+    for m in _TAG.finditer(text):
+        if m.start() > at:
+            out.append(Span(text[at : m.start()], "other"))
+        out.append(Span(m.group(0), m.group(1)))
+        at = m.end()
+    if at < len(text):
+        out.append(Span(text[at:], "other"))
+    return tuple(out)
+
+
+def _turn(d: dict[str, Any]) -> TurnView:
+    dec = d.get("decision") or {}
+    return TurnView(
+        observation=str(d.get("observation", "")),
+        spans=spans(str(d.get("response_text", ""))),
+        switch=dec.get("switch"),
+        subgoal=dec.get("subgoal"),
+        action=str(dec.get("action", "")),
+        valid=bool(dec.get("valid", True)),
+        error=str(dec.get("error", "")),
+        env_reward=float(d.get("env_reward", 0.0)),
+        shaped={k: float(v) for k, v in (d.get("shaped") or {}).items()},
+        segment=int(d.get("segment_index", 0)),
+    )
+
+
+def read_episodes(path: Path, iteration: int, limit: int) -> tuple[list[EpisodeView], str | None]:
+    """The first ``limit`` episodes of one iteration's file; a line that does not parse (a cut write) ends the read
+    with a note instead of an error."""
+    out: list[EpisodeView] = []
+    with path.open() as f:
+        for n, line in enumerate(f, 1):
+            if len(out) >= limit:
+                break
+            if not line.strip():
+                continue
+            try:
+                d = json.loads(line)
+                out.append(
+                    EpisodeView(
+                        iteration=iteration,
+                        task_id=str(d.get("task_id", "")),
+                        won=bool(d.get("won", False)),
+                        status=str(d.get("status", "")),
+                        turns=tuple(_turn(t) for t in d.get("turns", [])),
+                    )
+                )
+            except (json.JSONDecodeError, TypeError, ValueError, AttributeError) as e:
+                return out, f"{path.name}: line {n} unreadable ({type(e).__name__}); read up to there"
+    return out, None
+
+
+def _grid(history: list[dict[str, Any]], prefix: str, label: str) -> PanelGrid | None:
+    start = next((r for r in history if r.get("phase") == "bc" and f"{prefix}task_rates" in r), None)
+    if start is None:
+        start = next((r for r in history if f"{prefix}task_rates" in r), None)
+    end = next((r for r in reversed(history) if f"{prefix}task_rates" in r), None)
+    if start is None or end is None or end is start:
+        return None
+    before, after = start[f"{prefix}task_rates"], end[f"{prefix}task_rates"]
+    if len(before) != len(after):
+        return None
+    ids = end.get(f"{prefix}task_ids") or [f"task {i + 1}" for i in range(len(after))]
+    return PanelGrid(
+        label=f"{label}: {start.get('phase', '?')} {start.get('iteration', '')} → "
+        f"{end.get('phase', '?')} {end.get('iteration', '')}",
+        panel=str(end.get(f"{prefix}panel", "")),
+        task_ids=tuple(ids),
+        before=tuple(float(x) for x in before),
+        after=tuple(float(x) for x in after),
+        samples=int(end.get(f"{prefix}samples", 1)),
+    )
+
+
+def _row(line: str) -> dict[str, Any] | None:
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    return row if isinstance(row, dict) else None
+
+
+def read_run(run_dir: str | Path, *, episodes_per_iteration: int = 16) -> RunView:
+    """The run folder's metrics, kept episodes (at most ``episodes_per_iteration`` an iteration) and eval grids.
+    Raises ``ViewError`` only where there is nothing to show (no folder, no readable metrics row)."""
+    run = Path(run_dir)
+    if not run.is_dir():
+        raise ViewError(f"{run}: no such run folder")
+    metrics = run / "metrics.jsonl"
+    if not metrics.is_file():
+        raise ViewError(
+            f"{run}: no metrics.jsonl (not a hierarl run folder, or a run cut before its first row)"
+        )
+    lines = [ln for ln in metrics.read_text().splitlines() if ln.strip()]
+    history = [r for r in map(_row, lines) if r is not None]
+    if not history:
+        raise ViewError(f"{metrics}: no readable row")
+    view = RunView(name=run.name, history=history)
+    if len(history) < len(lines):
+        view.notes.append(f"metrics.jsonl: {len(lines) - len(history)} unreadable line(s) left out")
+    files = sorted(
+        (
+            (int(m.group(1)), p)
+            for p in (run / "trajectories").glob("iter_*.jsonl")
+            if (m := _ITER.search(p.name))
+        ),
+    )
+    if not files:
+        view.notes.append("no episodes kept: the run had save_trajectories=false")
+    for it, path in files:
+        eps, note = read_episodes(path, it, episodes_per_iteration)
+        view.episodes += eps
+        if note:
+            view.notes.append(note)
+    for prefix, label in (("eval_", "held-out panel"), ("train_eval_", "RL tasks")):
+        grid = _grid(history, prefix, label)
+        if grid is not None:
+            view.grids.append(grid)
+    if not view.grids:
+        view.notes.append("no before/after evaluation pair yet: the eval grid needs two evaluations")
+    return view
+
+
+def series(history: list[dict[str, Any]], key: str) -> tuple[list[int], list[float]]:
+    """(iterations, values) of ``key`` over the rows that have a finite one (BC is iteration 0)."""
+    xs, ys = [], []
+    for r in history:
+        v = r.get(key)
+        if isinstance(v, int | float) and not math.isnan(v) and "iteration" in r:
+            xs.append(int(r["iteration"]))
+            ys.append(float(v))
+    return xs, ys
+
+
+def keys_with(history: list[dict[str, Any]], prefix: str) -> list[str]:
+    """Every metric key starting with ``prefix`` in any row, sorted (the token groups of ``kl_update/``, ...)."""
+    return sorted({k for r in history for k in r if k.startswith(prefix)})
