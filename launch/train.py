@@ -195,7 +195,10 @@ class Trainer:
             print(iteration_line(self.log.history[-1]), flush=True)
         source.close()
         print(final_table(self.log.history), flush=True)
-        print(f"[hierarl] curves, episodes and the eval grid as one page: hierarl view {self.run_dir}", flush=True)
+        print(
+            f"[hierarl] curves, episodes and the eval grid as one page: hierarl view {self.run_dir}",
+            flush=True,
+        )
         return self.log.history
 
     # -- starting: a warm start, or a resume -----------------------------------------------------------------
