@@ -41,6 +41,7 @@ from launch.config import (
 )
 from launch.evaluation import Evaluation, scope
 from launch.evaluator import PanelEvaluator
+from launch.kept_episodes import EpisodeKeeper
 from launch.rollout_pool import Weights
 from launch.run_log import RunLog, eval_fields, eval_text, final_table, iteration_line
 from launch.sources import EmptyIterations
@@ -105,6 +106,8 @@ class Trainer:
         self.adapters = cfg.model.adapter_names
         """The policy adapters of ``model.role_adapters`` (empty: one adapter for every role)."""
         self.checkpoints = Checkpointer(self.run_dir / "checkpoints", cfg.checkpoint_keep_last)
+        slots = [s.name for s in self.algo.value_slots]
+        self.keeper = EpisodeKeeper(self.run_dir, self.tokenizer, cfg.keep_episodes, slots)
         self.log = RunLog(self.run_dir, cfg.log, algo=cfg.algo, env=cfg.env.name, config=to_dict(cfg))
         self.evaluator = PanelEvaluator(
             self.pool,
@@ -288,6 +291,7 @@ class Trainer:
             algo,
             algo_cfg,
             seed=seed,
+            observe=self.keeper.observer(iteration),
             reference=offline is None or offline.online(iteration),
             annotate=self.hisr.annotate if algo.reward_models and self.hisr is not None else None,
             warmup_left=0 if offline is None else offline.warmup_left(),

@@ -18,7 +18,7 @@ import numpy as np
 
 from actors.trajectory import Trajectory
 from learners.algorithm import Algorithm
-from learners.batch import Sequences, TurnBatch
+from learners.batch import LearnerBatch, Sequences, TurnBatch
 from learners.diagnostics import token_groups, update_kl
 from learners.group import LearnerGroup
 from learners.prepare import learner_batch, shaped_turns
@@ -145,6 +145,7 @@ class Updater:
         critic_warmup: int = 0,
         measure: bool = True,
         epochs: int | None = None,
+        observe: Callable[[list[Trajectory], TurnBatch, LearnerBatch], None] | None = None,
     ) -> tuple[dict[str, Any], dict[str, float]]:
         """Returns (metrics, timings). ``reference``: the KL term's reference is read when the algorithm has one
         (an offline phase has none); ``annotate``: HISR's model rewards; ``warmup_left``: critic steps still owed to a
@@ -153,7 +154,9 @@ class Updater:
         (``warm_up_critic``); ``lr``: this update's policy learning rate (BC), restored after; ``epochs``: passes
         over the batch (None: ``learner.ppo_epochs``; BC: 1, its epochs counted by ``bc.epochs``); ``measure`` (and
         ``learner.measure_update``): log the update's KL per token group (``kl_update/<group>``), which costs an
-        algorithm without π_old (STEP-HRL, Multi2) a log-prob pass before the update as well as the one after."""
+        algorithm without π_old (STEP-HRL, Multi2) a log-prob pass before the update as well as the one after;
+        ``observe``: called with the shaped turns and the batch before the policy steps (the run's kept episodes,
+        ``launch.kept_episodes``)."""
         timings: dict[str, float] = {}
         with timed(timings, "advantage"):
             turns = shaped_turns(
@@ -212,6 +215,8 @@ class Updater:
                 behaviour_is_cap=self.behaviour_is_cap,
             )
             metrics.update(model_stats)
+            if observe is not None:
+                observe(trajs, turns, batch)
         with timed(timings, "update"):
             common = update_arguments(
                 algo,

@@ -205,3 +205,27 @@ def probe_deltas(
             if (rows & has).any():
                 out[f"{prefix}{part}/all"] = float(d[rows & has].mean())
     return out
+
+
+def turn_annotations(
+    trajectories: Sequence[Trajectory], turns: TurnBatch, batch: Any, slots: Sequence[str]
+) -> dict[tuple[int, int], dict[str, Any]]:
+    """Per turn, keyed (trajectory index, turn index): each response token's group (``token_groups``: switch,
+    subgoal, subgoal_keep, action, other, ...), the advantage it was trained with (``batch.token_adv``, the controls'
+    scale included), whether the loss covered it, and the critic's value at each value slot (``slots``, its names;
+    none without a critic): what ``hierarl view`` colours a kept episode's tokens by. ``batch``: the
+    ``LearnerBatch`` built from ``turns``."""
+    names = np.full(batch.token_adv.shape, "", dtype=object)
+    for group, mask in token_groups(trajectories, turns).items():
+        names[mask] = group
+    resp = turns.response_mask.numpy().astype(bool)
+    out: dict[tuple[int, int], dict[str, Any]] = {}
+    for b, key in enumerate(turns.index):
+        m = resp[b]
+        out[key] = {
+            "groups": names[b][m].tolist(),
+            "token_adv": [round(float(x), 5) for x in batch.token_adv[b][m]],
+            "in_loss": batch.loss_mask[b][m].tolist(),
+            "values": {s: round(float(v), 5) for s, v in zip(slots, batch.old_values[b], strict=False)},
+        }
+    return out

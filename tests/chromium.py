@@ -48,3 +48,16 @@ def chromium():
 def console_errors(browser) -> list[str]:
     """The console's errors since the last call (uncaught exceptions included)."""
     return [e["message"] for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+
+
+def open_page(browser, path, timeout: float = 30.0) -> None:
+    """Load the local file ``path`` and wait until its script has drawn it (``document.body.dataset.ready``, which
+    the report sets last): a large inline script may still run when the load returns."""
+    from pathlib import Path
+
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.get(Path(path).as_uri())
+    WebDriverWait(browser, timeout).until(
+        lambda b: b.execute_script("return document.body.dataset.ready === '1'")
+    )

@@ -1,5 +1,6 @@
-"""A run folder as ``hierarl train`` writes it (metrics rows, kept episodes through ``actors.trajectory.to_jsonl``),
-small enough to reason about: what the viewer's unit and browser tests read."""
+"""A run folder as ``hierarl train`` writes it (metrics rows; the kept episodes through ``launch.kept_episodes``'
+writer, each response token's group and advantage given here; or, as older runs have them, ``trajectories/``
+through ``actors.trajectory.to_jsonl``), small enough to reason about: what the viewer's tests read."""
 
 from __future__ import annotations
 
@@ -7,16 +8,30 @@ import json
 from pathlib import Path
 
 from actors.trajectory import Decision, Trajectory, Turn, to_jsonl
+from launch.kept_episodes import episode_record
 
 TASKS = ("depth2-bow", "depth2-acacia_slab")
 
 
+BLOCKS = ("switch", "subgoal", "action")
+"""Each fixture response is three blocks, one token each: the tokenizer's pieces are the blocks' texts."""
+VOCAB: dict[str, int] = {}
+"""piece → token id, filled as the fixture's turns are made (its inverse is the fixture's tokenizer)."""
+
+
+def blocks(text: str) -> list[str]:
+    return [
+        text[text.index(f"<{b}>") : (text.index(f"</{b}>") + len(b) + 3 if f"</{b}>" in text else None)]
+        for b in BLOCKS
+    ]
+
+
 def turn(text: str, *, switch: bool | None, segment: int, valid: bool = True, reward: float = 0.0) -> Turn:
-    n = 3
+    ids = [VOCAB.setdefault(piece, len(VOCAB)) for piece in blocks(text)]
     return Turn(
         prompt_ids=[1, 2],
-        response_ids=list(range(n)),
-        logprobs=[-0.1] * n,
+        response_ids=ids,
+        logprobs=[-0.1] * len(ids),
         decision=Decision(action="get 1 stick", valid=valid, switch=switch, subgoal="craft stick", error=""
                           if valid else "no <action> block"),
         observation="Crafting commands: ...\nGoal: craft bow.",
@@ -64,9 +79,29 @@ def eval_row(phase: str, iteration: int, rates: list[float]) -> dict:
     }
 
 
-def write_run(run: Path, *, iterations: int = 2) -> Path:
+def notes(traj: Trajectory) -> dict[int, dict]:
+    """Per turn, what the update's ``turn_annotations`` gives: a won episode's tokens +0.5 each (the action +1), a
+    lost one's −0.5 (−1); the KEEP turn's subgoal copy ``subgoal_keep``; values V_high 0.25, V_low 0.5."""
+    sign = 1.0 if traj.won else -1.0
+    return {
+        j: {
+            "groups": ["switch", "subgoal" if t.decision.switch else "subgoal_keep", "action"],
+            "token_adv": [0.5 * sign, 0.5 * sign, 1.0 * sign],
+            "in_loss": [True, True, True],
+            "values": {"v_high": 0.25, "v_low": 0.5},
+        }
+        for j, t in enumerate(traj.turns)
+    }
+
+
+def pieces(ids: list[int]) -> list[str]:
+    text = {i: p for p, i in VOCAB.items()}
+    return [text[i] for i in ids]
+
+
+def write_run(run: Path, *, iterations: int = 2, kept: bool = True) -> Path:
     """BC, then ``iterations`` RL rows (the last evaluated: bow gained 0 → 0.5, acacia slab lost 1 → 0.5) and each
-    iteration's 2 episodes (one won, one lost) in ``trajectories/``."""
+    iteration's 2 episodes (one won, one lost) in ``episodes/`` (``kept=False``: in ``trajectories/``)."""
     run.mkdir(parents=True, exist_ok=True)
     rows = [eval_row("bc", 0, [0.0, 1.0])]
     for it in range(1, iterations + 1):
@@ -81,9 +116,12 @@ def write_run(run: Path, *, iterations: int = 2) -> Path:
         if it == iterations:
             row |= eval_row("rl", it, [0.5, 0.5])
         rows.append(row)
-        to_jsonl(
-            [episode(TASKS[0], True, 0), episode(TASKS[1], False, 1)],
-            run / "trajectories" / f"iter_{it}.jsonl",
-        )
+        eps = [episode(TASKS[0], True, 0), episode(TASKS[1], False, 1)]
+        if kept:
+            (run / "episodes").mkdir(exist_ok=True)
+            lines = [json.dumps(episode_record(e, it, notes(e), pieces)) for e in eps]
+            (run / "episodes" / f"iter_{it}.jsonl").write_text("".join(ln + "\n" for ln in lines))
+        else:
+            to_jsonl(eps, run / "trajectories" / f"iter_{it}.jsonl")
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     return run

@@ -342,6 +342,10 @@ class TrainConfig:
     save_trajectories: bool = False
     """Write every RL iteration's trajectories to ``<run_dir>/trajectories/iter_<k>.jsonl`` (what the update
     replay, ``bench/bench_replay.py``, trains on)."""
+    keep_episodes: int = 16
+    """Episodes of each RL iteration kept for ``hierarl view`` (``<run_dir>/episodes/iter_<k>.jsonl``; half won,
+    half lost where both occur), as the update trained on them: each response token's text, group and advantage,
+    the critic's values, the reward terms. 0: none."""
 
 
 def reference_adapters(cfg: TrainConfig, algo: Algorithm, algo_cfg: Any) -> tuple[str, ...]:

@@ -163,6 +163,7 @@ def _check_ranges(cfg: TrainConfig) -> None:
             cfg.checkpoint_keep_last,
             "an integer >= 0 (0: all)",
         ),
+        (cfg.keep_episodes >= 0, "keep_episodes", cfg.keep_episodes, "an integer >= 0 (0: none)"),
         (bool(cfg.run_dir), "run_dir", cfg.run_dir, "a folder path"),
     ]
     for ok, key, value, allowed in checks:

@@ -175,11 +175,15 @@ def build_page(runs: list[RunView]) -> str:
 <section id="episodes"><h2>Episodes of {html.escape(main.name)}</h2>
 <div class="filters">iteration <select id="f-iter"></select> task <select id="f-task"></select>
 outcome <select id="f-won"><option value="">all</option><option value="1">won</option>
-<option value="0">lost</option></select></div>
+<option value="0">lost</option></select> colour tokens by <select id="f-colour">
+<option value="block">block</option><option value="adv">advantage</option></select></div>
 <div class="browser"><ol id="episode-list"></ol><div id="episode"></div></div>
-<p class="legend"><span class="k-switch">switch</span> <span class="k-subgoal">subgoal</span>
-<span class="k-action">action</span> <span class="k-think">think</span> <span class="k-other">other</span>
-· the band left of a turn marks its subgoal segment</p></section>
+<p class="legend">blocks: <span class="k-switch">switch</span> <span class="k-subgoal">subgoal</span>
+<span class="g-subgoal_keep">subgoal copied on a KEEP turn</span> <span class="k-action">action</span>
+<span class="k-think">think</span> <span class="k-other">other</span> · advantage: <span
+style="background: rgb(64, 64, 255); color: #fff">+<span id="adv-scale"></span></span> … 0 …
+<span style="background: rgb(255, 64, 64); color: #fff">−</span> (hover a token for its value) · the band left of a
+turn marks its subgoal segment</p></section>
 <section id="grid"><h2>Eval grid: before and after RL, task by task</h2>{grids}</section>
 <script type="application/json" id="data">{payload}</script>
 <script>{_asset("view.js")}</script>

@@ -1,5 +1,6 @@
 """What ``hierarl view`` shows, read from a run folder and nothing else: the metrics rows (``metrics.jsonl``), the
-episodes the run kept (``trajectories/iter_<k>.jsonl``) and the evaluations' per-task rates. Pure: no Ray, no model,
+episodes the run kept (``episodes/iter_<k>.jsonl``, ``keep_episodes``: with each token's advantage; else
+``trajectories/iter_<k>.jsonl``, ``save_trajectories``) and the evaluations' per-task rates. Pure: no Ray, no model,
 no env; a folder from older code or a cut run reads as far as it goes, and what is missing is said in ``notes``."""
 
 from __future__ import annotations
@@ -30,6 +31,17 @@ class Span:
 
 
 @dataclass(frozen=True)
+class TokenView:
+    """One response token as the update trained on it: its text, group (switch, subgoal, subgoal_keep, action,
+    other, ...), advantage, and whether the loss covered it."""
+
+    piece: str
+    group: str
+    adv: float
+    in_loss: bool
+
+
+@dataclass(frozen=True)
 class TurnView:
     observation: str
     spans: tuple[Span, ...]
@@ -41,6 +53,8 @@ class TurnView:
     env_reward: float
     shaped: dict[str, float]
     segment: int
+    tokens: tuple[TokenView, ...] = ()
+    values: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -95,6 +109,17 @@ def spans(text: str) -> tuple[Span, ...]:
     return tuple(out)
 
 
+def _tokens(d: dict[str, Any]) -> tuple[TokenView, ...]:
+    """A kept turn's tokens (``launch.kept_episodes``); none for a turn the update did not read."""
+    pieces, groups, adv, loss = (d.get(k) or [] for k in ("pieces", "groups", "token_adv", "in_loss"))
+    if not (len(pieces) == len(groups) == len(adv) == len(loss)):
+        return ()
+    return tuple(
+        TokenView(str(p), str(g), float(a), bool(m))
+        for p, g, a, m in zip(pieces, groups, adv, loss, strict=True)
+    )
+
+
 def _turn(d: dict[str, Any]) -> TurnView:
     dec = d.get("decision") or {}
     return TurnView(
@@ -108,6 +133,8 @@ def _turn(d: dict[str, Any]) -> TurnView:
         env_reward=float(d.get("env_reward", 0.0)),
         shaped={k: float(v) for k, v in (d.get("shaped") or {}).items()},
         segment=int(d.get("segment_index", 0)),
+        tokens=_tokens(d),
+        values={k: float(v) for k, v in (d.get("values") or {}).items()},
     )
 
 
@@ -167,6 +194,10 @@ def _row(line: str) -> dict[str, Any] | None:
     return row if isinstance(row, dict) else None
 
 
+def _iteration_files(folder: Path) -> list[tuple[int, Path]]:
+    return sorted((int(m.group(1)), p) for p in folder.glob("iter_*.jsonl") if (m := _ITER.search(p.name)))
+
+
 def read_run(run_dir: str | Path, *, episodes_per_iteration: int = 16) -> RunView:
     """The run folder's metrics, kept episodes (at most ``episodes_per_iteration`` an iteration) and eval grids.
     Raises ``ViewError`` only where there is nothing to show (no folder, no readable metrics row)."""
@@ -185,15 +216,14 @@ def read_run(run_dir: str | Path, *, episodes_per_iteration: int = 16) -> RunVie
     view = RunView(name=run.name, history=history)
     if len(history) < len(lines):
         view.notes.append(f"metrics.jsonl: {len(lines) - len(history)} unreadable line(s) left out")
-    files = sorted(
-        (
-            (int(m.group(1)), p)
-            for p in (run / "trajectories").glob("iter_*.jsonl")
-            if (m := _ITER.search(p.name))
-        ),
-    )
+    kept = _iteration_files(run / "episodes")
+    files = kept or _iteration_files(run / "trajectories")
     if not files:
-        view.notes.append("no episodes kept: the run had save_trajectories=false")
+        view.notes.append("no episodes kept: the run had keep_episodes=0 and save_trajectories=false")
+    elif not kept:
+        view.notes.append(
+            "episodes from trajectories/ (written before the update): no advantages or reward terms"
+        )
     for it, path in files:
         eps, note = read_episodes(path, it, episodes_per_iteration)
         view.episodes += eps

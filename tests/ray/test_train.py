@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -255,15 +256,27 @@ def test_a_fixed_rl_task_set_is_trained_and_scored_beside_the_held_out_panel(
     from selenium.webdriver.common.by import By
 
     from launch.cli import main
-    from tests.chromium import console_errors
+    from tests.chromium import console_errors, open_page
 
     assert main(["view", str(tmp_path)]) == 0
-    chromium.get((tmp_path / "report.html").as_uri())
+    open_page(chromium, tmp_path / "report.html")
+    assert console_errors(chromium) == []
     items = chromium.find_elements(By.CSS_SELECTOR, "#episode-list li")
-    assert len(items) == 2 * 4  # 2 iterations × 2 groups of 2, every episode kept (save_trajectories=true)
+    assert len(items) == 2 * 4  # 2 iterations × 2 groups of 2, all kept (keep_episodes 16 > 4 an iteration)
     items[-1].click()
     turns = chromium.find_elements(By.CSS_SELECTOR, "#episode .turn")
-    assert turns and all(t.find_elements(By.CSS_SELECTOR, ".resp span") for t in turns)
+    tokens = [t.find_elements(By.CSS_SELECTOR, ".resp span.tok") for t in turns]
+    assert turns and all(tokens)  # every turn's response as the update's tokens, each with its advantage
+    assert {s.get_attribute("title").split(":")[0] for ts in tokens for s in ts} <= {
+        "switch",
+        "subgoal",
+        "subgoal_keep",
+        "action",
+        "other",
+    }
+    kept = [json.loads(x) for x in (tmp_path / "episodes" / "iter_2.jsonl").read_text().splitlines()]
+    assert all(len(t["pieces"]) == len(t["token_adv"]) == len(t["groups"]) for e in kept for t in e["turns"])
+    assert any(a != 0 for e in kept for t in e["turns"] for a in t["token_adv"])
     named = {td.text for td in chromium.find_elements(By.CSS_SELECTOR, "table.grid td:first-child")}
     assert set(rl_tasks) <= named  # the RL tasks' grid names its tasks (eval_task_ids)
     assert console_errors(chromium) == []

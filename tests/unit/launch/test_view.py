@@ -41,11 +41,13 @@ def test_a_run_folder_reads_into_rows_episodes_and_the_eval_grid(tmp_path):
         (2, TASKS[1], False),
     ]
     won = view.episodes[0]
-    assert [t.segment for t in won.turns] == [0, 0, 1] and [t.switch for t in won.turns] == [
-        True,
-        False,
-        True,
-    ]
+    assert [t.segment for t in won.turns] == [0, 0, 1]
+    assert [t.switch for t in won.turns] == [True, False, True]
+    keep = won.turns[1].tokens  # the KEEP turn: its subgoal copy is its own group; each token its advantage
+    assert [(k.group, k.adv) for k in keep] == [("switch", 0.5), ("subgoal_keep", 0.5), ("action", 1.0)]
+    assert "".join(k.piece for k in keep) == "".join(x.text for x in won.turns[1].spans)
+    assert won.turns[0].values == {"v_high": 0.25, "v_low": 0.5}
+    assert [k.adv for k in view.episodes[1].turns[2].tokens] == [-0.5, -0.5, -1.0]  # the lost episode's
     assert (won.turns[1].valid, won.turns[1].error) == (False, "no <action> block")
     assert won.episode_return == pytest.approx(1.0 - 0.1)  # the env's 1 on the last turn, the format penalty
     (grid,) = view.grids  # held-out only: the fixture has no RL-task evaluation
@@ -56,7 +58,7 @@ def test_a_run_folder_reads_into_rows_episodes_and_the_eval_grid(tmp_path):
 
 def test_a_cut_run_and_a_run_from_older_code_read_as_far_as_they_go(tmp_path):
     run = write_run(tmp_path / "cut")
-    with (run / "trajectories" / "iter_2.jsonl").open("a") as f:
+    with (run / "episodes" / "iter_2.jsonl").open("a") as f:
         f.write('{"task_id": "depth2-bo')  # the write the kill interrupted
     with (run / "metrics.jsonl").open("a") as f:
         f.write('{"phase": "rl", "iter')
@@ -73,7 +75,13 @@ def test_a_cut_run_and_a_run_from_older_code_read_as_far_as_they_go(tmp_path):
     (old / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     view = read_run(old)
     assert view.episodes == [] and view.grids[0].task_ids == ("task 1", "task 2")
-    assert view.notes == ["no episodes kept: the run had save_trajectories=false"]
+    assert view.notes == ["no episodes kept: the run had keep_episodes=0 and save_trajectories=false"]
+    # a run from before keep_episodes, with save_trajectories=true: its episodes, without tokens
+    view = read_run(write_run(tmp_path / "trajectories_only", kept=False))
+    assert len(view.episodes) == 4 and all(not t.tokens for e in view.episodes for t in e.turns)
+    assert view.notes == [
+        "episodes from trajectories/ (written before the update): no advantages or reward terms"
+    ]
 
 
 def test_a_folder_with_nothing_to_show_is_one_clear_error(tmp_path):

@@ -299,3 +299,26 @@ def test_episode_mean_gives_a_long_lost_episode_the_weight_of_a_short_won_one():
     np.testing.assert_allclose(tm.loss_weight[1:].sum(), 0.75, rtol=1e-6)
     part = minibatch(batch, np.array([1, 2]), "episode-mean")
     np.testing.assert_allclose(part.loss_weight.sum(), 1.0, rtol=1e-6)
+
+
+def test_a_kept_turn_carries_the_advantage_each_token_was_trained_with():
+    """``turn_annotations`` (what ``hierarl view`` colours): HiPER's reference case, 3 turns q = [SWITCH, KEEP,
+    SWITCH]. Per turn, the 7 response tokens' groups follow the masks (the KEEP turn's subgoal copy is
+    ``subgoal_keep``, the EOS ``other``), the advantages are the batch's own on the response (negated under the
+    negative control: what was trained, not what was estimated), and the values are the critic's per named slot."""
+    from learners.diagnostics import turn_annotations
+
+    slots = [s.name for s in get_algo("hiper").value_slots]
+    for scale in (1.0, -1.0):
+        turns, (batch, _) = _hiper_case(advantage_scale=scale)
+        notes = turn_annotations([glue_traj("a", HIPER_REWARDS, HIPER_SWITCHES)], turns, batch, slots)
+        assert sorted(notes) == [(0, 0), (0, 1), (0, 2)]
+        for b, key in enumerate(turns.index):
+            sub = "subgoal" if HIPER_SWITCHES[key[1]] else "subgoal_keep"
+            assert notes[key]["groups"] == ["switch"] * 2 + [sub] * 2 + ["action"] * 2 + ["other"]
+            np.testing.assert_allclose(notes[key]["token_adv"], batch.token_adv[b, RESP], atol=1e-5)
+            assert notes[key]["in_loss"] == batch.loss_mask[b, RESP].tolist()
+            assert notes[key]["values"] == pytest.approx(
+                dict(zip(slots, HIPER_VALUES[b].tolist(), strict=True))
+            )
+    assert notes[(0, 2)]["token_adv"][4] == pytest.approx(-0.9, abs=1e-5)  # −A_low of the last action (0.9)
