@@ -45,7 +45,7 @@ class PanelEvaluator:
         out = self.evaluation.result(
             panel, trajs, trajectory_stats(trajs), is_base=is_base, samples=self.samples
         )
-        return {**out, "temperature": self.temperature}
+        return {**out, "temperature": self.temperature, "episodes": trajs}
 
     def base_model_episodes(self, panel: Panel, tasks: Sequence[PanelTask]) -> list[Trajectory]:
         """The zero-shot base model's episode on each of ``tasks``, cached: every rollout worker gets a zero adapter

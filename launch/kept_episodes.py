@@ -1,6 +1,8 @@
-"""What a run keeps of its RL episodes by default (``keep_episodes``): a bounded sample of each iteration, written
-after the update shaped it, with each response token's text, group and advantage and the critic's values:
-``<run_dir>/episodes/iter_<k>.jsonl``, what ``hierarl view`` shows. ``save_trajectories`` keeps every episode as
+"""What a run keeps of its episodes by default (``keep_episodes``), for ``hierarl view``: a bounded sample of each
+RL iteration, written after the update shaped it, with each response token's text, group and advantage and the
+critic's values (``<run_dir>/episodes/iter_<k>.jsonl``), and every evaluation episode
+(``episodes/eval_iter_<k>.<panel>.jsonl``, after BC k = 0, zero-shot −1; a resumed run that evaluates an
+iteration again writes it over). ``save_trajectories`` keeps every episode as
 the update read it (``trajectories/``); this keeps few, as the update trained on them."""
 
 from __future__ import annotations
@@ -34,9 +36,11 @@ def episode_record(
     iteration: int,
     notes: dict[int, dict[str, Any]],
     pieces: Callable[[Sequence[int]], list[str]],
+    source: str = "train",
 ) -> dict[str, Any]:
     """One kept episode: its outcome and, per turn, the text the viewer shows, the reward terms, the parser's
-    decision and (``notes``: turn → ``turn_annotations``) each response token's piece, group and advantage."""
+    decision and (``notes``: turn → ``turn_annotations``) each response token's piece, group and advantage.
+    ``source``: "train" (an RL iteration's), or the evaluation panel it was played on."""
     turns = []
     for j, t in enumerate(traj.turns):
         row = {
@@ -56,6 +60,7 @@ def episode_record(
         turns.append(row)
     return {
         "format": FORMAT,
+        "source": source,
         "iteration": iteration,
         "traj_id": traj.traj_id,
         "task_id": traj.task_id,
@@ -99,3 +104,16 @@ class EpisodeKeeper:
             (self.dir / f"iter_{iteration}.jsonl").write_text("".join(line + "\n" for line in lines))
 
         return observe
+
+    def keep_eval(self, iteration: int, source: str, trajs: Sequence[Trajectory]) -> None:
+        """Every episode of one evaluation (``source``: its panel) in ``eval_iter_<iteration>.<source>.jsonl``."""
+        if self.per_iteration <= 0:
+            return
+        self.dir.mkdir(parents=True, exist_ok=True)
+        lines = [
+            json.dumps(episode_record(t, iteration, {}, self.pieces, source), ensure_ascii=False)
+            for t in trajs
+        ]
+        (self.dir / f"eval_iter_{iteration}.{source.replace(' ', '_')}.jsonl").write_text(
+            "".join(line + "\n" for line in lines)
+        )

@@ -189,7 +189,7 @@ class Trainer:
                 if not paused:
                     timings.pop("rollout_pause")
                 with timed(timings, "eval"):
-                    record.update(self.eval_record()[0])
+                    record.update(self.eval_record(it)[0])
             if cfg.checkpoint_every and it % cfg.checkpoint_every == 0:
                 with timed(timings, "checkpoint"):
                     self.checkpoint(it, record)
@@ -215,7 +215,7 @@ class Trainer:
             load_init_adapter(self.learner, cfg.model.init_adapter, lora_spec(cfg))
         self.push()
         if cfg.eval_zero_shot:
-            fields, text = self.eval_record()
+            fields, text = self.eval_record(-1)
             self.log.log({"iteration": -1, "phase": "zero-shot", **fields})
             print(f"[hierarl] zero-shot eval {text}", flush=True)
         if cfg.bc.enabled:
@@ -224,7 +224,7 @@ class Trainer:
             else:
                 bc = bc_from_run(self.learner, self.bc_source, self.adapters or ["default"])
             push_s = self.push()
-            fields, text = self.eval_record()
+            fields, text = self.eval_record(0)
             self.log.log({"iteration": 0, "phase": "bc", **bc, "push_s": push_s, **fields})
             source = f" (taken from {bc['bc_from_run']})" if "bc_from_run" in bc else ""
             print(
@@ -361,15 +361,17 @@ class Trainer:
         """Whether the rollout workers serve the base model: the first push of a fresh run (a zero adapter)."""
         return self.pool.version == 1 and not self.cfg.model.init_adapter and self.resumed_from is None
 
-    def eval_record(self) -> tuple[dict[str, Any], str]:
+    def eval_record(self, iteration: int) -> tuple[dict[str, Any], str]:
         """The eval panel's first ``eval_episodes`` tasks and, with ``env.train_tasks``, the RL tasks: their metric
-        fields (``eval_*``, ``train_eval_*``) and a line of text."""
+        fields (``eval_*``, ``train_eval_*``) and a line of text; their episodes kept for ``hierarl view``."""
         ev = self.evaluate(self.cfg.eval_episodes)
         fields, text = eval_fields(ev), eval_text(ev)
+        self.keeper.keep_eval(iteration, "eval", ev["episodes"])
         if self.rl_evaluator is not None:
             rl = self.rl_evaluator.evaluate(self.cfg.env.train_tasks, is_base=self.serves_base())
             fields.update(eval_fields(rl, prefix="train_eval_"))
             text += f"\n[hierarl]   on the {rl['n']} tasks RL trains on: {eval_text(rl)}"
+            self.keeper.keep_eval(iteration, "eval RL tasks", rl["episodes"])
         return fields, text
 
     def checkpoint(self, iteration: int, record: dict[str, Any] | None = None) -> None:

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from actors.trajectory import Decision, Trajectory, Turn, to_jsonl
-from launch.kept_episodes import episode_record
+from launch.kept_episodes import EpisodeKeeper, episode_record
 
 TASKS = ("depth2-bow", "depth2-acacia_slab")
 
@@ -124,4 +124,8 @@ def write_run(run: Path, *, iterations: int = 2, kept: bool = True) -> Path:
         else:
             to_jsonl(eps, run / "trajectories" / f"iter_{it}.jsonl")
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    if kept:  # the evaluations' episodes, as the driver keeps them: after BC and at the last iteration
+        keeper = EpisodeKeeper(run, None, 16, [])
+        for it in (0, iterations):
+            keeper.keep_eval(it, "eval", [episode(TASKS[0], it > 0, 0), episode(TASKS[1], True, 1)])
     return run

@@ -173,7 +173,7 @@ def build_page(runs: list[RunView]) -> str:
 <nav><a href="#learning">Learning</a> · <a href="#episodes">Episodes</a> · <a href="#grid">Eval grid</a></nav>
 <section id="learning"><h2>Learning</h2>{figs}</section>
 <section id="episodes"><h2>Episodes of {html.escape(main.name)}</h2>
-<div class="filters">iteration <select id="f-iter"></select> task <select id="f-task"></select>
+<div class="filters">episodes <select id="f-source"></select> iteration <select id="f-iter"></select> task <select id="f-task"></select>
 outcome <select id="f-won"><option value="">all</option><option value="1">won</option>
 <option value="0">lost</option></select> colour tokens by <select id="f-colour">
 <option value="block">block</option><option value="adv">advantage</option></select></div>

@@ -15,7 +15,7 @@ from typing import Any
 TAGS = ("think", "switch", "subgoal", "action", "reflection", "progress", "completion")
 """The response tags a span is coloured by (the agent protocols' blocks; anything else is "other")."""
 _TAG = re.compile(r"<(" + "|".join(TAGS) + r")>(.*?)(?:</\1>|$)", re.S)
-_ITER = re.compile(r"iter_(\d+)\.jsonl$")
+_ITER = re.compile(r"^(?:eval_)?iter_(-?\d+)(?:\.\w+)?\.jsonl$")
 
 
 class ViewError(ValueError):
@@ -64,6 +64,8 @@ class EpisodeView:
     won: bool
     status: str
     turns: tuple[TurnView, ...]
+    source: str = "train"
+    """"train" (an RL iteration's sample) or the evaluation panel the episode was played on."""
 
     @property
     def episode_return(self) -> float:
@@ -157,6 +159,7 @@ def read_episodes(path: Path, iteration: int, limit: int) -> tuple[list[EpisodeV
                         won=bool(d.get("won", False)),
                         status=str(d.get("status", "")),
                         turns=tuple(_turn(t) for t in d.get("turns", [])),
+                        source=str(d.get("source", "train")),
                     )
                 )
             except (json.JSONDecodeError, TypeError, ValueError, AttributeError) as e:
@@ -194,8 +197,8 @@ def _row(line: str) -> dict[str, Any] | None:
     return row if isinstance(row, dict) else None
 
 
-def _iteration_files(folder: Path) -> list[tuple[int, Path]]:
-    return sorted((int(m.group(1)), p) for p in folder.glob("iter_*.jsonl") if (m := _ITER.search(p.name)))
+def _iteration_files(folder: Path, pattern: str = "iter_*.jsonl") -> list[tuple[int, Path]]:
+    return sorted((int(m.group(1)), p) for p in folder.glob(pattern) if (m := _ITER.search(p.name)))
 
 
 def read_run(run_dir: str | Path, *, episodes_per_iteration: int = 16) -> RunView:
@@ -226,6 +229,11 @@ def read_run(run_dir: str | Path, *, episodes_per_iteration: int = 16) -> RunVie
         )
     for it, path in files:
         eps, note = read_episodes(path, it, episodes_per_iteration)
+        view.episodes += eps
+        if note:
+            view.notes.append(note)
+    for it, path in _iteration_files(run / "episodes", "eval_iter_*.jsonl"):  # every evaluation episode
+        eps, note = read_episodes(path, it, 10**9)
         view.episodes += eps
         if note:
             view.notes.append(note)

@@ -17,6 +17,11 @@ def test_the_report_opens_and_an_episode_shows_its_segments_and_blocks(chromium,
     open_page(chromium, run / "report.html")
     css = lambda sel: chromium.find_elements(By.CSS_SELECTOR, sel)  # noqa: E731
     assert len(css(".fig .main-svg")) >= 5  # plotly drew every figure (one svg or more each)
+    Select(css("#f-source")[0]).select_by_value("eval")  # every evaluation episode: after BC, after RL
+    assert [li.text.split(" · ")[0] for li in css("#episode-list li")] == ["eval it 0"] * 2 + [
+        "eval it 2"
+    ] * 2
+    Select(css("#f-source")[0]).select_by_value("train")
     items = css("#episode-list li")
     assert [li.get_attribute("class") for li in items] == ["won", "lost", "won", "lost"]
     items[1].click()
@@ -43,7 +48,7 @@ def test_the_report_opens_and_an_episode_shows_its_segments_and_blocks(chromium,
     # |A| / max |A| = 0.5 → 255 (1 − 0.75 · 0.5) = 159.4 → 159; the action's 1 → 255 · 0.25 = 63.75 → 64
     assert shades == ["rgba(255, 159, 159, 1)", "rgba(255, 159, 159, 1)", "rgba(255, 64, 64, 1)"]
     Select(css("#f-won")[0]).select_by_value("1")
-    assert [li.get_attribute("class") for li in css("#episode-list li")] == ["won", "won"]
+    assert [li.get_attribute("class") for li in css("#episode-list li")] == ["won", "won"]  # train, won
     Select(css("#f-iter")[0]).select_by_value("2")
     assert len(css("#episode-list li")) == 1
     grid = [r.get_attribute("class") for r in css("table.grid tr")[1:]]

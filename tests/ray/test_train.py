@@ -261,8 +261,16 @@ def test_a_fixed_rl_task_set_is_trained_and_scored_beside_the_held_out_panel(
     assert main(["view", str(tmp_path)]) == 0
     open_page(chromium, tmp_path / "report.html")
     assert console_errors(chromium) == []
+    from selenium.webdriver.support.ui import Select
+
+    shown = {}
+    for source in ("eval", "eval RL tasks", "train"):
+        Select(chromium.find_element(By.ID, "f-source")).select_by_value(source)
+        shown[source] = len(chromium.find_elements(By.CSS_SELECTOR, "#episode-list li"))
+    # every evaluation episode (2 tasks × 2 samples, after BC and after RL, on each panel) and the train sample
+    # (2 iterations × 2 groups of 2, all kept: keep_episodes 16 > 4 an iteration)
+    assert shown == {"eval": 2 * 2 * 2, "eval RL tasks": 2 * 2 * 2, "train": 2 * 4}
     items = chromium.find_elements(By.CSS_SELECTOR, "#episode-list li")
-    assert len(items) == 2 * 4  # 2 iterations × 2 groups of 2, all kept (keep_episodes 16 > 4 an iteration)
     items[-1].click()
     turns = chromium.find_elements(By.CSS_SELECTOR, "#episode .turn")
     tokens = [t.find_elements(By.CSS_SELECTOR, ".resp span.tok") for t in turns]

@@ -28,6 +28,8 @@
   const fIter = document.getElementById("f-iter");
   const fTask = document.getElementById("f-task");
   const fWon = document.getElementById("f-won");
+  const fSource = document.getElementById("f-source");
+  fill(fSource, [...new Set(eps.map((e) => e.source))], (v) => v);
   fill(fIter, [...new Set(eps.map((e) => e.iteration))].sort((a, b) => a - b), (v) => String(v));
   fill(fTask, [...new Set(eps.map((e) => e.task_id))].sort(), (v) => v);
 
@@ -35,7 +37,7 @@
     current = ep;
     const box = document.getElementById("episode");
     box.replaceChildren();
-    box.appendChild(el("h3", "", `${ep.task_id}, iteration ${ep.iteration}: ${ep.won ? "won" : "lost"} ` +
+    box.appendChild(el("h3", "", `${ep.source}: ${ep.task_id}, iteration ${ep.iteration}: ${ep.won ? "won" : "lost"} ` +
       `(${ep.status}), return ${ep.return.toFixed(3)}`));
     ep.turns.forEach((t, k) => {
       const turn = el("div", "turn seg" + (t.segment % 6));
@@ -73,9 +75,11 @@
     list.replaceChildren();
     const shown = eps.filter((e) => (fIter.value === "" || String(e.iteration) === fIter.value) &&
       (fTask.value === "" || e.task_id === fTask.value) &&
-      (fWon.value === "" || String(Number(e.won)) === fWon.value));
+      (fWon.value === "" || String(Number(e.won)) === fWon.value) &&
+      (fSource.value === "" || e.source === fSource.value));
     shown.forEach((ep) => {
-      const li = el("li", ep.won ? "won" : "lost", `it ${ep.iteration} · ${ep.task_id} · ${ep.turns.length} turns`);
+      const where = ep.source === "train" ? "" : `${ep.source} `;
+      const li = el("li", ep.won ? "won" : "lost", `${where}it ${ep.iteration} · ${ep.task_id} · ${ep.turns.length} turns`);
       li.addEventListener("click", () => {
         list.querySelectorAll("li.selected").forEach((x) => x.classList.remove("selected"));
         li.classList.add("selected");
@@ -85,7 +89,7 @@
     });
     if (!shown.length) list.appendChild(el("li", "", eps.length ? "no episode matches" : "no episodes kept"));
   }
-  [fIter, fTask, fWon].forEach((s) => s.addEventListener("change", renderList));
+  [fIter, fTask, fWon, fSource].forEach((s) => s.addEventListener("change", renderList));
   mode.addEventListener("change", () => current && showEpisode(current));
   renderList();
   document.body.dataset.ready = "1"; // the page is drawn (what a test waits for)

@@ -33,3 +33,16 @@ def test_keep_episodes_defaults_to_a_page_worth_and_refuses_a_negative_count():
     assert resolve_config(None).keep_episodes == 16
     with pytest.raises(ConfigError, match="keep_episodes"):
         validate(resolve_config(None, ["keep_episodes=-1"]))
+
+
+def test_an_evaluation_run_again_after_a_resume_is_written_over(tmp_path):
+    """One file per evaluation and panel: a resumed run that evaluates an iteration again keeps one copy."""
+    from launch.kept_episodes import EpisodeKeeper
+
+    keeper = EpisodeKeeper(tmp_path, None, 16, [])
+    for _ in range(2):
+        keeper.keep_eval(2, "eval RL tasks", batch("WL"))
+    (path,) = (tmp_path / "episodes").iterdir()
+    assert path.name == "eval_iter_2.eval_RL_tasks.jsonl" and len(path.read_text().splitlines()) == 2
+    assert EpisodeKeeper(tmp_path / "none", None, 0, []).keep_eval(0, "eval", batch("W")) is None
+    assert not (tmp_path / "none").exists()  # keep_episodes=0: nothing

@@ -34,12 +34,17 @@ def test_a_response_is_cut_into_its_tagged_blocks_and_the_rest():
 def test_a_run_folder_reads_into_rows_episodes_and_the_eval_grid(tmp_path):
     view = read_run(write_run(tmp_path / "run"))
     assert [r["phase"] for r in view.history] == ["bc", "rl", "rl"] and view.notes == []
-    assert [(e.iteration, e.task_id, e.won) for e in view.episodes] == [
-        (1, TASKS[0], True),
-        (1, TASKS[1], False),
-        (2, TASKS[0], True),
-        (2, TASKS[1], False),
+    assert [(e.source, e.iteration, e.task_id, e.won) for e in view.episodes] == [
+        ("train", 1, TASKS[0], True),
+        ("train", 1, TASKS[1], False),
+        ("train", 2, TASKS[0], True),
+        ("train", 2, TASKS[1], False),
+        ("eval", 0, TASKS[0], False),  # every evaluation episode, after BC and after RL
+        ("eval", 0, TASKS[1], True),
+        ("eval", 2, TASKS[0], True),
+        ("eval", 2, TASKS[1], True),
     ]
+    assert not view.episodes[4].turns[0].tokens  # an evaluation trains nothing: no advantages
     won = view.episodes[0]
     assert [t.segment for t in won.turns] == [0, 0, 1]
     assert [t.switch for t in won.turns] == [True, False, True]
@@ -53,7 +58,7 @@ def test_a_run_folder_reads_into_rows_episodes_and_the_eval_grid(tmp_path):
     (grid,) = view.grids  # held-out only: the fixture has no RL-task evaluation
     assert grid.task_ids == TASKS and (grid.before, grid.after) == ((0.0, 1.0), (0.5, 0.5))
     assert [grid.change(i) for i in range(2)] == ["gained", "lost"]
-    assert read_run(tmp_path / "run", episodes_per_iteration=1).episodes[1].iteration == 2
+    assert [e.iteration for e in read_run(tmp_path / "run", episodes_per_iteration=1).episodes[:2]] == [1, 2]
 
 
 def test_a_cut_run_and_a_run_from_older_code_read_as_far_as_they_go(tmp_path):
@@ -63,7 +68,7 @@ def test_a_cut_run_and_a_run_from_older_code_read_as_far_as_they_go(tmp_path):
     with (run / "metrics.jsonl").open("a") as f:
         f.write('{"phase": "rl", "iter')
     view = read_run(run)
-    assert len(view.episodes) == 4
+    assert len([e for e in view.episodes if e.source == "train"]) == 4
     assert view.notes == [
         "metrics.jsonl: 1 unreadable line(s) left out",
         "iter_2.jsonl: line 3 unreadable (JSONDecodeError); read up to there",
@@ -100,7 +105,9 @@ def test_the_page_holds_the_curves_episodes_and_grid_as_json_a_browser_parses(tm
     a, b = read_run(write_run(tmp_path / "a")), read_run(write_run(tmp_path / "b", iterations=3))
     page = build_page([a, b])
     data = payload(page)
-    assert "NaN" not in json.dumps(data) and len(data["episodes"]) == 4
+    assert (
+        "NaN" not in json.dumps(data) and len(data["episodes"]) == 4 + 4
+    )  # 2 iterations × 2, 2 evaluations × 2
     kl = next(f for f in data["figures"] if f["layout"]["title"]["text"] == "Update KL per token group")
     assert kl["layout"]["yaxis"]["type"] == "log"
     assert {t["name"] for t in kl["data"]} == {"a action", "a switch", "b action", "b switch"}
