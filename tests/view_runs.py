@@ -99,7 +99,9 @@ def pieces(ids: list[int]) -> list[str]:
     return [text[i] for i in ids]
 
 
-def write_run(run: Path, *, iterations: int = 2, kept: bool = True) -> Path:
+def write_run(
+    run: Path, *, iterations: int = 2, kept: bool = True, last: tuple[float, float] = (0.5, 0.5)
+) -> Path:
     """BC, then ``iterations`` RL rows (the last evaluated: bow gained 0 → 0.5, acacia slab lost 1 → 0.5) and each
     iteration's 2 episodes (one won, one lost) in ``episodes/`` (``kept=False``: in ``trajectories/``)."""
     run.mkdir(parents=True, exist_ok=True)
@@ -114,7 +116,7 @@ def write_run(run: Path, *, iterations: int = 2, kept: bool = True) -> Path:
         }
         row |= {"time_update": 7.0, "entropy": 0.2}
         if it == iterations:
-            row |= eval_row("rl", it, [0.5, 0.5])
+            row |= eval_row("rl", it, list(last))
         rows.append(row)
         eps = [episode(TASKS[0], True, 0), episode(TASKS[1], False, 1)]
         if kept:

@@ -10,7 +10,7 @@ from dataclasses import asdict
 from importlib import resources
 from typing import Any
 
-from launch.view.run_data import EpisodeView, PanelGrid, RunView, keys_with, series
+from launch.view.run_data import EpisodeView, PanelGrid, RunView, compare_grids, keys_with, series
 
 PHASES = ("rollout", "logprobs", "values", "advantage", "update", "measure", "push", "eval", "checkpoint")
 """The phase times (``time_<phase>``) stacked per iteration, in loop order."""
@@ -162,6 +162,9 @@ def build_page(runs: list[RunView]) -> str:
     figs = "".join(f'<div class="fig" id="fig{i}"></div>' for i in range(len(figs_data)))
     data = clean({"figures": figs_data, "episodes": [episode_json(e) for e in main.episodes]})
     grids = "".join(grid_html(g) for g in main.grids) or "<p>No before/after evaluation in this run.</p>"
+    if len(runs) == 2:
+        pairs = compare_grids(*runs)
+        grids += "".join(grid_html(g) for g in pairs) or "<p>The two runs share no evaluation panel.</p>"
     payload = json.dumps(data, allow_nan=False).replace("</", "<\\/")
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>hierarl view: {html.escape(title)}</title>

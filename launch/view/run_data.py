@@ -167,26 +167,54 @@ def read_episodes(path: Path, iteration: int, limit: int) -> tuple[list[EpisodeV
     return out, None
 
 
-def _grid(history: list[dict[str, Any]], prefix: str, label: str) -> PanelGrid | None:
-    start = next((r for r in history if r.get("phase") == "bc" and f"{prefix}task_rates" in r), None)
-    if start is None:
-        start = next((r for r in history if f"{prefix}task_rates" in r), None)
-    end = next((r for r in reversed(history) if f"{prefix}task_rates" in r), None)
-    if start is None or end is None or end is start:
-        return None
+PANELS = (("eval_", "held-out panel"), ("train_eval_", "RL tasks"))
+"""The evaluations a grid is drawn for: (metric prefix, what its tasks are)."""
+
+
+def _grid_between(
+    start: dict[str, Any], end: dict[str, Any], prefix: str, label: str, names: tuple[str, str]
+) -> PanelGrid | None:
+    """``start``'s and ``end``'s per-task rates on one panel (None where the panel or its size differ)."""
     before, after = start[f"{prefix}task_rates"], end[f"{prefix}task_rates"]
-    if len(before) != len(after):
+    if len(before) != len(after) or start.get(f"{prefix}panel") != end.get(f"{prefix}panel"):
         return None
     ids = end.get(f"{prefix}task_ids") or [f"task {i + 1}" for i in range(len(after))]
+    where = [
+        f"{n} {r.get('phase', '?')} {r.get('iteration', '')}".strip()
+        for n, r in zip(names, (start, end), strict=True)
+    ]
     return PanelGrid(
-        label=f"{label}: {start.get('phase', '?')} {start.get('iteration', '')} → "
-        f"{end.get('phase', '?')} {end.get('iteration', '')}",
+        label=f"{label}: {where[0]} → {where[1]}",
         panel=str(end.get(f"{prefix}panel", "")),
         task_ids=tuple(ids),
         before=tuple(float(x) for x in before),
         after=tuple(float(x) for x in after),
         samples=int(end.get(f"{prefix}samples", 1)),
     )
+
+
+def _evals(history: list[dict[str, Any]], prefix: str) -> list[dict[str, Any]]:
+    return [r for r in history if f"{prefix}task_rates" in r]
+
+
+def _grid(history: list[dict[str, Any]], prefix: str, label: str) -> PanelGrid | None:
+    """A run's panel after BC (else its first evaluation) against its last evaluation."""
+    rows = _evals(history, prefix)
+    start = next((r for r in rows if r.get("phase") == "bc"), rows[0] if rows else None)
+    if start is None or rows[-1] is start:
+        return None
+    return _grid_between(start, rows[-1], prefix, label, ("", ""))
+
+
+def compare_grids(a: RunView, b: RunView) -> list[PanelGrid]:
+    """Run A's last evaluation against run B's on each panel both scored (what ``hierarl eval RUN_A RUN_B``
+    compares): "gained" where B's rate is higher."""
+    out = []
+    for prefix, label in PANELS:
+        ra, rb = _evals(a.history, prefix), _evals(b.history, prefix)
+        if ra and rb and (grid := _grid_between(ra[-1], rb[-1], prefix, label, (a.name, b.name))) is not None:
+            out.append(grid)
+    return out
 
 
 def _row(line: str) -> dict[str, Any] | None:
@@ -237,7 +265,7 @@ def read_run(run_dir: str | Path, *, episodes_per_iteration: int = 16) -> RunVie
         view.episodes += eps
         if note:
             view.notes.append(note)
-    for prefix, label in (("eval_", "held-out panel"), ("train_eval_", "RL tasks")):
+    for prefix, label in PANELS:
         grid = _grid(history, prefix, label)
         if grid is not None:
             view.grids.append(grid)

@@ -10,7 +10,7 @@ import pytest
 
 from launch.cli import main
 from launch.view.page import build_page, clean, figures
-from launch.view.run_data import Span, ViewError, read_run, spans
+from launch.view.run_data import Span, ViewError, compare_grids, read_run, spans
 from tests.view_runs import TASKS, write_run
 
 
@@ -134,3 +134,14 @@ def test_hierarl_view_writes_the_report_or_says_why_not(tmp_path, capsys):
         "hierarl view: one run, or two to overlay; got 3",
         f"hierarl view: {tmp_path / 'nope'}: no such run folder",
     ]
+
+
+def test_two_runs_are_compared_task_by_task_on_the_panels_they_share(tmp_path):
+    """A's last evaluation (bow 0.5, slab 0.5) against B's (bow 1.0, slab 0.0): B gained bow, lost slab."""
+    a = read_run(write_run(tmp_path / "a"))
+    b = read_run(write_run(tmp_path / "b", iterations=3, last=(1.0, 0.0)))
+    (grid,) = compare_grids(a, b)
+    assert grid.label == "held-out panel: a rl 2 → b rl 3"
+    assert (grid.before, grid.after) == ((0.5, 0.5), (1.0, 0.0))
+    assert [grid.change(i) for i in range(2)] == ["gained", "lost"]
+    assert "held-out panel: a rl 2 → b rl 3" in build_page([a, b])
