@@ -114,7 +114,7 @@ def write_run(
             "adv_rms/action": 1.0,
             "time_rollout": 5.0,
         }
-        row |= {"time_update": 7.0, "entropy": 0.2}
+        row |= {"time_update": 7.0, "entropy": 0.2, "switch_agreement": 0.6}
         if it == iterations:
             row |= eval_row("rl", it, list(last))
         rows.append(row)

@@ -77,12 +77,13 @@ def group_figure(runs: list[RunView], prefix: str, title: str, *, log: bool = Fa
 
 
 def policy_figure(runs: list[RunView]) -> dict | None:
-    keys = ("switch_rate", "valid_format", "entropy", "segment_len")
+    keys = ("switch_rate", "switch_agreement", "expert_switch_rate", "valid_format", "entropy", "segment_len")
     traces = [
         _line(run, k, f"{run.name} {k}", dash) for run, dash in zip(runs, DASH, strict=False) for k in keys
     ]
     traces = [t for t in traces if t]
-    return _figure(traces, "Switch rate, valid format, entropy, segment length", "value") if traces else None
+    title = "Switches (rate, agreement with the expert's), valid format, entropy, segment length"
+    return _figure(traces, title, "value") if traces else None
 
 
 def phase_figure(run: RunView) -> dict | None:

@@ -114,6 +114,8 @@ def test_the_page_holds_the_curves_episodes_and_grid_as_json_a_browser_parses(tm
     assert {t["line"]["dash"] for t in kl["data"] if t["name"].startswith("b ")} == {"dash"}
     assert [t["y"] for t in kl["data"] if t["name"] == "b action"] == [[1e-3, 2e-3, 3e-3]]
     assert len(figures([a])) == 5  # success, KL, advantages, policy, phase times
+    policy = next(f for f in data["figures"] if f["layout"]["title"]["text"].startswith("Switches"))
+    assert "a switch_agreement" in {t["name"] for t in policy["data"]}
     assert '<tr class="gained"><td>depth2-bow</td><td>0.00</td><td>0.50</td>' in page
     # a diverged figure (a NaN loss, an infinite ratio) reaches the page as null, never as a token JSON.parse rejects
     assert clean({"y": [float("nan"), 1.0, float("inf")], "n": (2, "x")}) == {
