@@ -1,0 +1,222 @@
+"""docs/results: headline figures recomputed from the JSON kept beside their pages, and found on the pages.
+
+A results page is prose written by hand from a bench's JSON; a figure copied from the wrong field, rounded
+wrongly or left behind by a later edit reads as well as a right one. Each test here recomputes a few of one
+page's headline figures (pooled successes with their Wilson intervals, sign tests, per-seed t intervals, replay
+rows) from its JSON and checks that the page prints them, to the digits it prints."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import statistics
+from pathlib import Path
+
+RESULTS = Path(__file__).parents[2] / "docs" / "results"
+T95 = {2: 4.302652729911275}  # two-sided 95 % Student t quantile by degrees of freedom (3 seeds)
+NUMBER = re.compile(r"[−+-]?\d+(?:\.\d+)?(?:e[−+-]?\d+)?")
+
+
+def page(name: str) -> str:
+    return (RESULTS / name).read_text()
+
+
+def data(name: str):
+    return json.loads((RESULTS / name).read_text())
+
+
+def flat(text: str) -> str:
+    """The page's prose with line breaks and runs of spaces as single spaces (a figure may wrap)."""
+    return re.sub(r"\s+", " ", text)
+
+
+def row(text: str, first_cell: str) -> list[str]:
+    """The cells of the one table row whose first cell starts with ``first_cell``."""
+    rows = [
+        [c.strip() for c in line.strip().strip("|").split("|")]
+        for line in text.splitlines()
+        if line.startswith("|")
+    ]
+    found = [r for r in rows if r[0].startswith(first_cell)]
+    assert len(found) == 1, f"{len(found)} table rows start with {first_cell!r}"
+    return found[0]
+
+
+def numbers(cell: str) -> list[str]:
+    return NUMBER.findall(cell)
+
+
+def shows(printed: str, value: float) -> bool:
+    """Whether ``printed`` (as the page prints it: '0.375', '−0.014', '9.9e-06', '2e-5') is ``value`` rounded to
+    the digits shown."""
+    text = printed.replace("−", "-").lstrip("+")
+    mantissa, _, exponent = text.partition("e")
+    scale = 10.0 ** int(exponent) if exponent else 1.0
+    decimals = len(mantissa.partition(".")[2])
+    return abs(value / scale - float(mantissa)) <= 0.5 * 10.0**-decimals + 1e-9
+
+
+def assert_shows(printed: list[str], values: list[float]) -> None:
+    assert len(printed) == len(values), (printed, values)
+    wrong = [(p, round(v, 6)) for p, v in zip(printed, values, strict=True) if not shows(p, v)]
+    assert wrong == [], f"page figure vs the JSON's: {wrong}"
+
+
+def wilson(k: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return centre - half, centre + half
+
+
+def sign_test(gained: int, lost: int) -> float:
+    """Exact two-sided sign test on the changed pairs."""
+    n = gained + lost
+    tail = sum(math.comb(n, i) for i in range(min(gained, lost) + 1)) / 2**n
+    return min(1.0, 2 * tail)
+
+
+def t95(values: list[float]) -> float:
+    return T95[len(values) - 1] * statistics.stdev(values) / math.sqrt(len(values))
+
+
+def changes(before: str, after: str) -> tuple[int, int]:
+    """(tasks gained, tasks lost) between two per-task outcome strings ('1' won)."""
+    pairs = list(zip(before, after, strict=True))
+    return pairs.count(("0", "1")), pairs.count(("1", "0"))
+
+
+def pooled_figures(outcomes: list[tuple[str, str]]) -> dict:
+    """Per seed (outcomes after BC, after RL): the pooled counts, Wilson intervals, per-seed gains, sign test."""
+    n = sum(len(b) for b, _ in outcomes)
+    before = sum(b.count("1") for b, _ in outcomes)
+    after = sum(a.count("1") for _, a in outcomes)
+    gains = [(a.count("1") - b.count("1")) / len(b) for b, a in outcomes]
+    gained, lost = map(sum, zip(*(changes(b, a) for b, a in outcomes), strict=True))
+    return {
+        "before": [before, n, before / n, *wilson(before, n)],
+        "after": [after, n, after / n, *wilson(after, n)],
+        "gain": [statistics.mean(gains), t95(gains)],
+        "sign": [gained, lost, sign_test(gained, lost)],
+    }
+
+
+def gpu_panel(name: str, method: str) -> dict:
+    """A GPU panel's per-seed outcomes for one method: its first eval (after BC) and its last."""
+    runs = sorted(
+        (r for r in data(name)["runs"] if r["label"].startswith(f"{method}_s")), key=lambda r: r["label"]
+    )
+    evals = [[x["eval_outcomes"] for x in r["rows"] if "eval_outcomes" in x] for r in runs]
+    assert len(evals) == 3
+    return pooled_figures([(e[0], e[-1]) for e in evals])
+
+
+def assert_pooled_row(cells: list[str], figures: dict) -> None:
+    """A panel table's pooled cells: 'k/n = p [lo, hi]' twice, 'mean ± t95', 'gained / lost (p = x)'."""
+    pooled_before, pooled_after, gain, sign = cells[-4:]
+    assert_shows(numbers(pooled_before), figures["before"])
+    assert_shows(numbers(pooled_after), figures["after"])
+    assert_shows(numbers(gain), figures["gain"])
+    assert_shows(numbers(sign), figures["sign"])
+
+
+def test_gpu_seed_panels_pooled_rows_and_update_kl():
+    text = page("gpu_seed_panels.md")
+    for label, method in (("PPO", "ppo"), ("HIPIF", "hipif")):
+        assert_pooled_row(row(text, label), gpu_panel("gpu_seed_panels.json", method))
+    # The update's own KL (`kl_update`), not the KL to the reference in the loss (`kl`).
+    ranges = {}
+    for method in ("hipif", "ppo"):
+        kl = [
+            x["kl_update"]
+            for r in data("gpu_seed_panels.json")["runs"]
+            if r["label"].startswith(f"{method}_s")
+            for x in r["rows"]
+            if x.get("phase") == "rl"
+        ]
+        ranges[method] = f"{min(kl):.3f}–{max(kl):.3f}"
+    assert f"update KL (`kl_update`) {ranges['hipif']} against {ranges['ppo']}" in flat(text)
+
+
+def test_gpu_offline_panels_pooled_rows_and_memory():
+    text = page("gpu_offline_panels.md")
+    for label, method in (("Multi2 (pass 2 of 2)", "multi2"), ("STEP-HRL (pass 2 of 3", "step_hrl")):
+        assert_pooled_row(row(text, label), gpu_panel("gpu_offline_panels.json", method))
+    mib = data("gpu_offline_panels.json")["load"]["gpu_memory_used_max_mib"]
+    assert f"up to {mib} MiB ({mib / 1024:.1f} GiB, {mib * 2**20 / 1e9:.1f} GB) in use" in flat(text)
+
+
+def test_main_job_seeds_rows():
+    text = page("main_job_seeds.md")
+    for seed, bc, bc_out, rl, rl_out, random, base, train, _, kl in data("main_job_seeds.json")["rows"]:
+        cells = row(text, str(seed))
+        assert cells[1] == f"{bc:.3f} (`{bc_out}`)" and cells[2] == f"{rl:.3f} (`{rl_out}`)", cells
+        assert_shows([cells[3], cells[4], cells[5]], [rl - bc, random, base])
+        assert_shows(numbers(cells[6]) + numbers(cells[7]), [*train, *kl])
+
+
+def test_learning_fixes_rows_and_first_order_parts():
+    fixes, controls = page("learning_fixes.md").split("## The controls")
+    rows = {r["variant"]: r for f in ("steps", "controls") for r in data(f"learning_fixes/{f}.json")["rows"]}
+    parts = ("action/all", "action/turn0", "action/keep", "action/greedy_wrong", "action/greedy_right")
+    for variant in ("continued", "fresh", "fresh_warmup", "default", "episode_mean", "gigpo"):
+        r = rows[variant]
+        expected = [r["metrics"]["kl_update"] * 1e3, r["metrics"]["kl_update/action"] * 1e3]
+        expected += [r["probe"][p] for p in parts] + [r["probe"]["train/action/all"]]
+        assert_shows(row(fixes, f"`{variant}`")[2:], expected)
+    for variant in ("default", "episode_mean", "gigpo"):
+        first_order = (
+            rows[variant]["probe"]["action/all"] - rows[f"{variant}/neg"]["probe"]["action/all"]
+        ) / 2
+        assert_shows([row(controls, f"`{variant}`")[2]], [first_order])
+
+
+def test_hisr_panels_pooled_over_three_seeds():
+    text = page("hisr_seed2_panel.md").split("**Seeds 0–2 together**")[1]
+    arms = ("hisr", "ppo", "hisr_terminal", "hisr_outcome10")
+    seeds = [data(f"hisr_seed{s}_panel/gauges.json") for s in (0, 1, 2)]
+    outcomes = {
+        arm: [[x["eval_outcomes"] for x in g[arm] if "eval_outcomes" in x] for g in seeds] for arm in arms
+    }
+    after = row(text, "eval after RL 3")[1:]
+    gain = row(text, "gain per seed")[1:]
+    gained_lost = row(text, "tasks gained / lost against BC")[1:]
+    for arm, cell_after, cell_gain, cell_sign in zip(arms, after, gain, gained_lost, strict=True):
+        per_seed = [(e[0], e[-1]) for e in outcomes[arm]]
+        figures = pooled_figures(per_seed)
+        assert_shows(numbers(cell_after), figures["after"])
+        gains = [(a.count("1") - b.count("1")) / len(b) for b, a in per_seed]
+        assert_shows(numbers(cell_gain), [*gains, *figures["gain"]])
+        assert_shows(numbers(cell_sign), figures["sign"])
+        # Every arm starts from the same BC state per seed: the pooled BC the header states.
+        assert_shows(numbers(flat(text).split("BC ", 1)[1].split(";")[0]), figures["before"])
+
+
+def test_replay_rows_of_step_hrl_and_multi2():
+    step = row(page("step_hrl_replay_multi.md"), "as run (β 0.95)")
+    m = data("step_hrl_replay_multi.json")["rows"][0]["metrics"]
+    assert_shows(
+        numbers(step[1]) + numbers(step[2]),
+        [m["adv_mean"], m["adv_std"], m["adv_pos_share"], m["awr_weight"]],
+    )
+    text = page("multi2_replay.md")
+    for label, r in zip(
+        ("online Q (`", "target Q (`"), data("multi2_replay/replay_iter2.json")["rows"], strict=True
+    ):
+        m = r["metrics"]
+        kl = [m["kl_update"] * 1e3, m["kl_update/subgoal"] * 1e3, m["kl_update/action"] * 1e3]
+        assert_shows(numbers(row(text, label)[5]), kl)
+
+
+def test_hisr_replay_wall_time_range():
+    walls = [r["wall_s"] for r in data("hisr_replay_multi.json")["rows"]]
+    assert f"Wall time per row {min(walls):.0f}–{max(walls):.0f} s" in page("hisr_replay_multi.md")
+
+
+def test_the_helpers_catch_a_figure_off_by_one_printed_digit():
+    assert shows("0.375", 0.3754) and shows("−0.014", -0.01389) and shows("9.9e-06", 9.89e-06)
+    assert shows("2e-5", 2.3e-05) and shows("+0.056", 1 / 18)
+    assert not shows("0.376", 0.3754) and not shows("0.094", 0.09348) and not shows("3e-5", 2.3e-05)
+    assert [round(x, 3) for x in wilson(27, 72)] == [0.272, 0.490]
+    assert round(sign_test(6, 2), 2) == 0.29 and round(sign_test(3, 0), 3) == 0.25
