@@ -20,8 +20,12 @@ from bench_prompts import cpu_model  # noqa: E402
 
 ALGOS = {
     "hiper": {},
+    # HiPER with the low level's segment end bootstrapped from the high level's lambda-return
+    "hiper/low_bootstrap=lambda": {"low_bootstrap": "lambda"},
     # PPO as the study presets pair it with HiPER: the same reward terms, the step-limit cut terminal
     "ppo": {"reward_terms": ["format", "keep", "keep_consistency"], "truncation": "terminal"},
+    # GiGPO as gigpo_textcraft_d2 runs it: the same reward terms, no critic (episode + anchor-state groups)
+    "gigpo": {"reward_terms": ["format", "keep", "keep_consistency"]},
 }
 
 
@@ -47,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     out = {}
     for name, overrides in ALGOS.items():
         trajs = list(read_jsonl(trajs_path))
-        algo = get_algo(name)
+        algo = get_algo(name.split("/")[0])
         cfg = resolve_algo_config(algo.Config, overrides)
         turns = shaped_turns(trajs, cfg, success_reward=1.0, max_len=4096, pad_id=0)
         seqs = sequences(turns, algo.value_slots)

@@ -120,6 +120,7 @@ def hierarchical_advantages(
     lam_high: float,
     terminated: bool,
     bootstrap_value: float = 0.0,
+    low_bootstrap: str = "v_high",
 ) -> HAEResult:
     """HiPER's HAE (seed 001, Sec. 4.3, Eq. 6-14) for one trajectory of T turns; plain loops, the reference.
 
@@ -142,11 +143,18 @@ def hierarchical_advantages(
                   A_high[b_k] = delta_k + gamma~_k lam_high A_high[b_{k+1}]   (A_high[b_K] = 0)
         switch (Eq. 9-10)  A_switch[t] = (q_t - beta_t)(V_high(s_t) - V_low(s_t, o_{t-1})),  t >= 1; 0 at t = 0.
 
+    ``low_bootstrap="lambda"`` replaces V_high(s_{b_{k+1}}) in the low level's last step (and its target) by the high
+    level's lambda-return there, V_high(s_{b_{k+1}}) + A_high[b_{k+1}]: equal in expectation once V_high is fitted,
+    but it carries the outcome back into earlier segments while V_high is still cold (the episode's end, b_K = T,
+    keeps its terminal or bootstrap value).
+
     Critic targets: y_low[t] = r_t + gamma V_next[t] (Eq. 13-14, the same V_next as Eq. 7);
     y_high[b_k] = r~_k + gamma~_k V_high(s_{b_{k+1}}) (Eq. 11).  Values are treated as constants (sg).
     Switch return (every t, b_k <= t < b_{k+1}): G-bar_t = sum_{l=t}^{b_{k+1}-1} gamma^{l-t} r_l
     + gamma^{b_{k+1}-t} V_high(s_{b_{k+1}}); at a boundary it equals y_high.
     """
+    if low_bootstrap not in ("v_high", "lambda"):
+        raise ValueError(f"low_bootstrap must be 'v_high' or 'lambda', got {low_bootstrap!r}")
     r = _f64(rewards).tolist()
     vl, vlp, vh = _f64(v_low).tolist(), _f64(v_low_prev).tolist(), _f64(v_high).tolist()
     beta = _f64(p_switch).tolist()
@@ -161,16 +169,6 @@ def hierarchical_advantages(
     def v_high_at(t: int) -> float:
         return vh[t] if t < T else v_high_T
 
-    adv_low, target_low = [0.0] * T, [0.0] * T
-    for b, e in zip(starts, ends, strict=True):
-        running = 0.0
-        for t in reversed(range(b, e)):
-            v_next = v_high_at(e) if t == e - 1 else vl[t + 1]  # Eq. 7
-            target_low[t] = r[t] + gamma * v_next  # Eq. 13-14
-            delta = target_low[t] - vl[t]  # Eq. 6 (TD residual)
-            running = delta + gamma * lam_low * running  # Eq. 6 (GAE sum within the segment)
-            adv_low[t] = running
-
     adv_high, target_high, switch_return = [0.0] * T, [0.0] * T, [0.0] * T
     running = 0.0
     for b, e in reversed(list(zip(starts, ends, strict=True))):
@@ -184,6 +182,21 @@ def hierarchical_advantages(
         delta = target_high[b] - vh[b]  # Eq. 8 (segment TD residual)
         running = delta + seg_discount * lam_high * running  # Eq. 8 (GAE over segments)
         adv_high[b] = running
+
+    def segment_end_value(e: int) -> float:
+        if low_bootstrap == "lambda" and e < T:
+            return vh[e] + adv_high[e]  # the high level's lambda-return at b_{k+1}
+        return v_high_at(e)
+
+    adv_low, target_low = [0.0] * T, [0.0] * T
+    for b, e in zip(starts, ends, strict=True):
+        running = 0.0
+        for t in reversed(range(b, e)):
+            v_next = segment_end_value(e) if t == e - 1 else vl[t + 1]  # Eq. 7
+            target_low[t] = r[t] + gamma * v_next  # Eq. 13-14
+            delta = target_low[t] - vl[t]  # Eq. 6 (TD residual)
+            running = delta + gamma * lam_low * running  # Eq. 6 (GAE sum within the segment)
+            adv_low[t] = running
 
     adv_switch = [0.0] * T  # 0 at t = 0: there is no o_{-1} to keep
     for t in range(1, T):

@@ -96,6 +96,11 @@ class Config(ActorCriticConfig):
     that turn (the copy is part of its output, and an invalid turn's unclosed ``<subgoal>`` span, which runs to the
     end of the text, then carries the format penalty); "none" no advantage, the KL term only (which at β = 0.01 held
     nothing: the copies took HiPER's largest update KL, docs/results/learning_fixes.md)."""
+    low_bootstrap: str = "v_high"
+    """What the low level's last step in a segment bootstraps to: "v_high" V_high(s_{b_{k+1}}) (Eq. 7); "lambda"
+    the high level's λ-return there, V_high + A^high (the value V_high is regressed on), which carries the outcome
+    into earlier segments while V_high is cold. At depth 2 from a cold critic Eq. 7 gave won episodes' first-segment
+    actions the lost ones' credit (docs/results/hierarchy_textcraft_d2.md)."""
     gamma: float = 0.99
     lam_low: float = 0.95
     lam_high: float = 0.95
@@ -122,6 +127,7 @@ class Config(ActorCriticConfig):
             ("switch_norm", (None, *SWITCH_NORMS)),
             ("critic_target", CRITIC_TARGETS),
             ("keep_copy_adv", KEEP_COPY_ADVS),
+            ("low_bootstrap", LOW_BOOTSTRAPS),
         ):
             check_choice(name, getattr(self, name), allowed)
 
@@ -138,6 +144,7 @@ SWITCH_ADVS = ("return", "eq10")
 SWITCH_NORMS = ("own", "action", "raw")
 CRITIC_TARGETS = ("lambda", "td0")
 KEEP_COPY_ADVS = ("low", "none")
+LOW_BOOTSTRAPS = ("v_high", "lambda")
 
 
 VALUE_SLOTS = (
@@ -202,6 +209,7 @@ def turn_advantages(
             lam_high=cfg.lam_high,
             terminated=traj.terminated,
             bootstrap_value=bootstrap_value(traj, v[-1, V_HIGH], cfg.truncation),
+            low_bootstrap=cfg.low_bootstrap,
         )
         boundary = res.boundary.numpy()
         decided = np.arange(len(rows)) > 0  # turn 0 has no switch decision

@@ -154,6 +154,21 @@ def test_hae_golden_two_segments_terminated() -> None:
     close(res.adv_switch, [0.0, 0.14, 0.01, 0.06, 0.18])
 
 
+def test_hae_golden_low_bootstrap_lambda() -> None:
+    res = _hae(terminated=True, low_bootstrap="lambda")
+    # Segment 0's last turn bootstraps to the high level's lambda-return at b_1 = 3:
+    #   V_high(s_3) + A_high[3] = 0.8 + 1.0 = 1.8 (A_high from the golden test above, unchanged)
+    #   t=2: y = 0 + 0.9*1.8 = 1.62; delta = 1.62 - 0.2 = 1.42; A = 1.42
+    #   t=1: y = 1.18; delta = 0.18; A = 0.18 + 0.45*1.42 = 0.819
+    #   t=0: y = 0.9;  delta = 0.4;  A = 0.4 + 0.45*0.819 = 0.76855
+    # Segment 1 ends at T: its terminal value 0 stays, so turns 3, 4 are unchanged.
+    close(res.adv_low, [0.76855, 0.819, 1.42, 1.175, 0.5])
+    close(res.target_low, [0.9, 1.18, 1.62, 1.35, 2.0])
+    close(res.adv_high, [1.4664, 0.0, 0.0, 1.0, 0.0])
+    with pytest.raises(ValueError, match="low_bootstrap"):
+        _hae(terminated=True, low_bootstrap="mc")
+
+
 def test_hae_golden_truncated() -> None:
     res = _hae(terminated=False, bootstrap_value=1.0)  # V_high(s_5) = 1.0
     # Segment 1 low: t=4: y = 2 + 0.9*1.0 = 2.9, delta = 1.4, A = 1.4;  t=3: A = 0.95 + 0.45*1.4 = 1.58

@@ -207,7 +207,13 @@ def test_hiper_joint_whitening_flips_switch_signs_per_type_does_not():
 
 @pytest.mark.parametrize(
     "key,value",
-    [("adv_norm", "pooled"), ("switch_adv", "eq9"), ("switch_norm", "batch"), ("critic_target", "mc")],
+    [
+        ("adv_norm", "pooled"),
+        ("switch_adv", "eq9"),
+        ("switch_norm", "batch"),
+        ("critic_target", "mc"),
+        ("low_bootstrap", "mc"),
+    ],
 )
 def test_hiper_rejects_unknown_choices(key, value):
     with pytest.raises(ValueError, match=key):
@@ -239,3 +245,15 @@ def test_a_keep_turns_copied_subgoal_carries_the_turns_action_advantage(keep_cop
     assert tg.token_adv[0, SG].tolist() == pytest.approx([A_HIGH[0]] * 2, abs=1e-6)
     adv, _mask = hiper_expected(A_SWITCH, A_HIGH, A_LOW, [True, False, True], keep_copy_adv)
     np.testing.assert_allclose(tg.token_adv, adv, atol=1e-6)
+
+
+def test_low_bootstrap_lambda_reaches_the_segment_end():
+    """``low_bootstrap="lambda"``: segment 0's last turn (t=1) bootstraps to the high level's λ-return at b_1 = 2,
+    V_high(s_2) + A_high[2] = 0.2 + 0.8 = 1.0, not V_high(s_2) = 0.2:
+    t=1: y = 0.5 + 0.99·1.0 = 1.49, A_low = 1.49 − 0.7 = 0.79; t=0: A_low = 0.293 + 0.99·0.95·0.79 = 1.035995;
+    t=2 ends the episode (terminal) and keeps 0.9. Catches the field not reaching ``hierarchical_advantages``."""
+    assert hiper.Config().low_bootstrap == "v_high"
+    _batch, tg = _hiper_targets(normalize_advantages=False, low_bootstrap="lambda")
+    adv, _mask = hiper_expected(A_SWITCH, A_HIGH, [1.035995, 0.79, 0.9], [True, False, True])
+    np.testing.assert_allclose(tg.token_adv, adv, atol=1e-6)
+    np.testing.assert_allclose(tg.value_target[:, 2], [1.035995 + 0.4, 0.79 + 0.7, 1.0], atol=1e-6)
