@@ -19,13 +19,19 @@ ROOT = setup()
 from bench_prompts import cpu_model  # noqa: E402
 
 ALGOS = {
+    # HiPER's default: the low level's segment end bootstrapped from the high level's lambda-return
     "hiper": {},
-    # HiPER with the low level's segment end bootstrapped from the high level's lambda-return
-    "hiper/low_bootstrap=lambda": {"low_bootstrap": "lambda"},
+    # the paper's Eq. 7: the segment end bootstrapped from V_high alone
+    "hiper/low_bootstrap=v_high": {"low_bootstrap": "v_high"},
     # PPO as the study presets pair it with HiPER: the same reward terms, the step-limit cut terminal
     "ppo": {"reward_terms": ["format", "keep", "keep_consistency"], "truncation": "terminal"},
     # GiGPO as gigpo_textcraft_d2 runs it: the same reward terms, no critic (episode + anchor-state groups)
     "gigpo": {"reward_terms": ["format", "keep", "keep_consistency"]},
+    # ... with its all-equal-outcome groups' episode term kept (the plain GiGPO advantage)
+    "gigpo/equal_outcome_groups=keep": {
+        "reward_terms": ["format", "keep", "keep_consistency"],
+        "equal_outcome_groups": "keep",
+    },
 }
 
 

@@ -301,6 +301,7 @@ def gigpo_advantages(
     step_weight: float = 1.0,
     mode: GroupMode = "grpo",
     eps: float = 1e-6,
+    episode_off: ArrayLike | None = None,
 ) -> list[Tensor]:
     """GiGPO (Feng et al. 2025): A_t = A^E(tau) + ``step_weight`` * A^S(t) per step, one float64[T_i] per trajectory.
 
@@ -309,7 +310,8 @@ def gigpo_advantages(
     Episode level: R(tau_i) = sum_t r_t, group-normalised across the episode group (``mode``, as in
     :func:`group_advantages`).  Step level: discounted return R_t = sum_{l>=t} gamma^{l-t} r_l, normalised within
     the anchor-state group = every step, from any trajectory of the same episode group (repeat visits included),
-    whose anchor key is equal.  Anchor groups of one step get A^S = 0.
+    whose anchor key is equal.  Anchor groups of one step get A^S = 0.  ``episode_off``: bool[N], trajectories whose
+    A^E is set to 0 (``algos.gigpo``'s groups whose outcomes are all equal).
     """
     if not len(step_rewards) == len(anchor_keys) == len(group_ids):
         raise ValueError("step_rewards, anchor_keys and group_ids need one entry per trajectory")
@@ -323,6 +325,8 @@ def gigpo_advantages(
         mode=mode,
         eps=eps,
     )
+    if episode_off is not None:
+        episode_adv = torch.where(torch.as_tensor(episode_off, dtype=torch.bool), 0.0, episode_adv)
     step_adv = anchor_step_advantages(rewards, anchor_keys, group_ids, gamma=gamma, mode=mode, eps=eps)
     return [episode_adv[i] + step_weight * a for i, a in enumerate(step_adv)]
 

@@ -66,6 +66,12 @@ def outcomes(trajectories: Sequence[Trajectory]) -> np.ndarray:
     ).reshape(-1, 2)
 
 
+def equal_outcome_share(groups: Sequence[object], equal: np.ndarray) -> float:
+    """The share of the batch's groups whose outcomes were all equal (``Targets.stats["groups_equal_outcome"]``)."""
+    equal_groups = {g for g, e in zip(groups, equal, strict=True) if e}
+    return len(equal_groups) / len(set(groups)) if groups else 0.0
+
+
 def compute_targets(
     trajectories: Sequence[Trajectory], batch: TurnBatch, values: np.ndarray | None, cfg: Config
 ) -> Targets:
@@ -77,8 +83,7 @@ def compute_targets(
     if cfg.equal_outcome_groups == "skip":
         adv = np.where(equal, 0.0, adv)
     targets = turn_advantage_targets(trajectories, batch, list(adv))
-    equal_groups = {g for g, e in zip(groups, equal, strict=True) if e}
-    targets.stats["groups_equal_outcome"] = len(equal_groups) / len(set(groups)) if groups else 0.0
+    targets.stats["groups_equal_outcome"] = equal_outcome_share(groups, equal)
     return targets
 
 

@@ -401,6 +401,10 @@ def test_gigpo_golden() -> None:
     # step_weight scales only the step term
     out2 = gigpo_advantages(rewards, anchors, groups, gamma=0.5, step_weight=0.5)
     close(out2[1], [e_b - 0.5 * 0.25 / s_s, e_b])
+    # episode_off zeroes the episode term of the flagged trajectories only; their step term stays
+    off = gigpo_advantages(rewards, anchors, groups, gamma=0.5, episode_off=[False, True, False, False])
+    close(off[1], [-0.25 / s_s, 0.0])
+    close(off[0], out[0])
 
 
 def test_gigpo_invariances_and_signs() -> None:

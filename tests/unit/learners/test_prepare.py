@@ -38,8 +38,9 @@ def _prepare(name, trajs, cfg, *, learner_lp=None, values=None, ref=True, succes
 
 def _hiper_case(**kw):
     traj = glue_traj("a", HIPER_REWARDS, HIPER_SWITCHES)
-    # reward_terms=() keeps the rewards of the golden case (no KEEP / format shaping on top); eq10 reads beta
-    cfg = hiper.Config(normalize_advantages=False, reward_terms=(), switch_adv="eq10")
+    # reward_terms=() keeps the rewards of the golden case (no KEEP / format shaping on top); eq10 reads beta; the
+    # golden A_low is Eq. 7's segment-end bootstrap (low_bootstrap="v_high")
+    cfg = hiper.Config(normalize_advantages=False, reward_terms=(), switch_adv="eq10", low_bootstrap="v_high")
     return _prepare("hiper", [traj], cfg, values=HIPER_VALUES, **kw)
 
 

@@ -92,10 +92,10 @@ def _episode(tid, gid, env_reward, *, won, format_penalty=0.0):
     return traj
 
 
-def _grpo_rows(trajs, **cfg):
+def _grpo_rows(trajs, name="grpo", **cfg):
     """Per-trajectory advantage (every response token of both turns carries it) and the stats."""
     batch = build_turn_batch(trajs, max_len=64, pad_id=0)
-    tg = get_algo("grpo").compute_targets(trajs, batch, None, get_algo("grpo").Config(**cfg))
+    tg = get_algo(name).compute_targets(trajs, batch, None, get_algo(name).Config(**cfg))
     resp = batch.response_mask.numpy()
     per_traj = []
     for i in range(len(trajs)):
@@ -144,6 +144,20 @@ def test_grpo_skips_groups_whose_outcomes_are_all_equal():
     np.testing.assert_allclose(keep[:4], LOST_KEEP, atol=1e-5)
     np.testing.assert_allclose(keep[4:], MIXED, atol=1e-5)
     assert keep_stats["groups_equal_outcome"] == 0.5  # reported either way
+
+
+def test_gigpo_skips_the_episode_term_of_groups_whose_outcomes_are_all_equal():
+    """GiGPO's episode term is GRPO's advantage of the return (step level off here, ``step_weight=0``): by default
+    the all-lost group's format noise gets 0 and the mixed group keeps GRPO's values; with "keep" the all-lost group
+    gets the noise at full strength. Catches the skip not reaching ``gigpo_advantages`` (or applied to the wrong
+    group)."""
+    adv, stats = _grpo_rows(_lost_and_mixed(), "gigpo", step_weight=0.0)
+    np.testing.assert_allclose(adv[:4], [0.0] * 4, atol=1e-6)
+    np.testing.assert_allclose(adv[4:], MIXED, atol=1e-5)
+    assert stats["groups_equal_outcome"] == 0.5
+    keep, _ = _grpo_rows(_lost_and_mixed(), "gigpo", step_weight=0.0, equal_outcome_groups="keep")
+    np.testing.assert_allclose(keep[:4], LOST_KEEP, atol=1e-5)
+    np.testing.assert_allclose(keep[4:], MIXED, atol=1e-5)
 
 
 def test_grpo_equal_outcome_reads_won_and_the_env_return():
@@ -205,14 +219,17 @@ def test_hiper_routes_each_advantage_to_its_decision_tokens():
     batch, tg = _targets("hiper", [traj])
     p = 3  # prompt length: response tokens start at position 3
     sw, sg, act, eos = slice(p, p + 2), slice(p + 2, p + 4), slice(p + 4, p + 6), p + 6
-    # KEEP turn (row 1): its copied subgoal is not a decision -> advantage 0, but it stays under the KL anchor
-    assert (tg.token_adv[1, sg] == 0).all() and tg.loss_mask[:, sg].all()
-    # switch and action tokens (and the EOS, which shares the low-level advantage) are always trained
-    assert tg.loss_mask[:, sw].all() and tg.loss_mask[:, act].all() and tg.loss_mask[:, eos].all()
-    # V = 0 everywhere: A_low = discounted reward-to-go inside the segment; A_high = segment return
+    # V = 0 everywhere: A_high = segment return; segment 1 (turn 2) A_low = 1.0; segment 0 (turns 0, 1) bootstraps
+    # to the high level's lambda-return at b_1 = 2 (low_bootstrap="lambda"): V_high(s_2) + A_high[2] = 0 + 1 = 1,
+    # so A_low[1] = 0.99 * 1 = 0.99 and A_low[0] = 0 + 0.99 * 0.95 * 0.99 = 0.931095
     assert tg.token_adv[2, act][0] == pytest.approx(1.0)
     assert tg.token_adv[2, sg][0] == pytest.approx(1.0)
-    assert tg.token_adv[0, act][0] == pytest.approx(0.0)
+    assert tg.token_adv[1, act][0] == pytest.approx(0.99)
+    assert tg.token_adv[0, act][0] == pytest.approx(0.931095)
+    # KEEP turn (row 1): its copied subgoal is no decision of its own: it carries the turn's A_low, in the loss mask
+    assert tg.token_adv[1, sg] == pytest.approx(0.99) and tg.loss_mask[:, sg].all()
+    # switch and action tokens (and the EOS, which shares the low-level advantage) are always trained
+    assert tg.loss_mask[:, sw].all() and tg.loss_mask[:, act].all() and tg.loss_mask[:, eos].all()
     # critic targets: V_high at boundaries (turns 0, 2), V_low(s, o_{t-1}) on the KEEP turn, V_low everywhere,
     # V_sw on decided turns (1, 2)
     assert tg.value_valid.tolist() == [

@@ -34,8 +34,11 @@ from tests.unit.glue_turns import (
 
 
 def _hiper_targets(sign=1.0, values=HIPER_VALUES, **cfg):
+    """The reference case's targets; its golden values (``tests/unit/glue_turns.py``) are Eq. 7's segment-end
+    bootstrap, V_high alone (``low_bootstrap="v_high"``) unless a test asks for the default "lambda"."""
     traj = glue_traj("a", [sign * r for r in HIPER_REWARDS], HIPER_SWITCHES)
     batch = glue_batch([traj])
+    cfg = {"low_bootstrap": "v_high", **cfg}
     return batch, hiper.compute_targets([traj], batch, sign * values, hiper.Config(**cfg))
 
 
@@ -252,7 +255,7 @@ def test_low_bootstrap_lambda_reaches_the_segment_end():
     V_high(s_2) + A_high[2] = 0.2 + 0.8 = 1.0, not V_high(s_2) = 0.2:
     t=1: y = 0.5 + 0.99·1.0 = 1.49, A_low = 1.49 − 0.7 = 0.79; t=0: A_low = 0.293 + 0.99·0.95·0.79 = 1.035995;
     t=2 ends the episode (terminal) and keeps 0.9. Catches the field not reaching ``hierarchical_advantages``."""
-    assert hiper.Config().low_bootstrap == "v_high"
+    assert hiper.Config().low_bootstrap == "lambda"
     _batch, tg = _hiper_targets(normalize_advantages=False, low_bootstrap="lambda")
     adv, _mask = hiper_expected(A_SWITCH, A_HIGH, [1.035995, 0.79, 0.9], [True, False, True])
     np.testing.assert_allclose(tg.token_adv, adv, atol=1e-6)
