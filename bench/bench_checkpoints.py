@@ -1,6 +1,6 @@
 """Checkpoint size and save/load time per algorithm, beside the frozen base weights they no longer contain.
 
-For each preset, the learner worker its run would build (``launch.train.learner_spec``: the algorithm's critic
+For each preset, the learner worker its run would build (``launch.specs.learner_spec``: the algorithm's critic
 heads, target critic, policy adapters, Multi2's frozen offline copies, HISR's hindsight adapter and SPRM) is created
 in this process on ``--model``; every trained adapter and value model take one optimizer step (so AdamW's moments
 exist, as in any RL checkpoint),

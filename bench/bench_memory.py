@@ -3,7 +3,7 @@
 The rows are the main job's preset (``hiper_textcraft_cpu``) expert demonstrations in its agent's format, padded as
 the driver pads them (``learners.prepare.shaped_turns``), with real HiPER targets from the learner's own log-probs
 and values (``learners.prepare.learner_batch``). Each variant runs in a fresh process (RSS is per process), which
-builds the learner as the preset does (``launch.train.learner_spec``) and measures, phase by phase, the peak
+builds the learner as the preset does (``launch.specs.learner_spec``) and measures, phase by phase, the peak
 resident set (``VmHWM``, reset before each phase through ``/proc/self/clear_refs``) and the wall time:
 
 ``load`` (policy + critic built, the policy copied into its frozen KL reference as the driver does after BC) ·

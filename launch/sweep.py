@@ -318,9 +318,10 @@ def read_history(run_dir: Path) -> list[dict[str, Any]]:
 
 def _run_cell(cfg: TrainConfig, device: str) -> None:
     """One cell, inside a Ray task: the same ``Trainer`` as ``hierarl train`` (it joins the sweep's cluster)."""
+    from launch.build import build_run
     from launch.train import Trainer
 
-    trainer = Trainer(cfg, device=device)
+    trainer = Trainer(build_run(cfg, device=device))
     try:
         trainer.run()
     finally:

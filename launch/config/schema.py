@@ -376,7 +376,7 @@ def torch_threads(cfg: TrainConfig, workers: int, cores: int, device: str) -> in
 
 
 def this_device() -> str:
-    """The device this process's workers would use: "cuda" where torch sees one, else "cpu" (as ``launch.train``)."""
+    """The device this process's workers would use: "cuda" where torch sees one, else "cpu" (as ``launch.build``)."""
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from envs.data import shared_alfworld_tarball
+from launch.build import build_run
 from launch.config import resolve_config
 from launch.train import Trainer
 from tests.ray.tiny_runs import TINY
@@ -57,7 +58,7 @@ def test_bc_and_offline_data_on_alfworld(ray_local, tmp_path, capsys, algo, role
     cfg = resolve_config(
         None, [*ALFWORLD_TINY, f"algo={algo}", f"rollout.agent={algo}", *extra, f"run_dir={tmp_path}"]
     )
-    trainer = Trainer(cfg)
+    trainer = Trainer(build_run(cfg))
     try:
         history = trainer.run()
     finally:

@@ -31,7 +31,8 @@ import pytest
 from actors.demos import ExpertEngine, flatten_plan
 from actors.episodes import EpisodeRequest, iter_episodes
 from actors.inference import SamplingParams
-from launch.config import resolve_config
+from launch.build import build_run
+from launch.config import TrainConfig, resolve_config
 from launch.train import Trainer
 from learners.batch import build_turn_batch
 from learners.targets import sequences
@@ -65,13 +66,13 @@ UPDATES = 3
 MIN_GAP_GAIN = 0.15  # nats per response: about a third of the smallest change measured (module docstring)
 
 
-def play(trainer: Trainer, task_ids: list[str], plans: list[list], tag: str) -> list:
+def play(cfg: TrainConfig, trainer: Trainer, task_ids: list[str], plans: list[list], tag: str) -> list:
     """One episode per task, the engine answering with ``plans[i]`` (the expert's, or another task's)."""
     import envs
 
-    env = envs.make("synthetic", **dict(trainer.cfg.env.options))
-    protocol = trainer.cfg.rollout.agent
-    engine = ExpertEngine(trainer.tokenizer, protocol)
+    env = envs.make("synthetic", **dict(cfg.env.options))
+    protocol = cfg.rollout.agent
+    engine = ExpertEngine(trainer.parts.tokenizer, protocol)
     out = []
     try:
         for i, (task_id, plan) in enumerate(zip(task_ids, plans, strict=True)):
@@ -83,8 +84,8 @@ def play(trainer: Trainer, task_ids: list[str], plans: list[list], tag: str) -> 
                 protocol=protocol,
                 env_name="synthetic",
                 params=SamplingParams(),
-                max_steps=trainer.cfg.env.max_steps,
-                tokenizer=trainer.tokenizer,
+                max_steps=cfg.env.max_steps,
+                tokenizer=trainer.parts.tokenizer,
                 adapters={"agent": "agent"},  # ExpertEngine reads the role from the adapter name
                 agent_options={"compact": True},
             )
@@ -94,10 +95,10 @@ def play(trainer: Trainer, task_ids: list[str], plans: list[list], tag: str) -> 
     return out
 
 
-def expert_plans(trainer: Trainer, task_ids: list[str]) -> list[list]:
+def expert_plans(cfg: TrainConfig, task_ids: list[str]) -> list[list]:
     import envs
 
-    env = envs.make("synthetic", **dict(trainer.cfg.env.options))
+    env = envs.make("synthetic", **dict(cfg.env.options))
     plans = []
     for task_id in task_ids:
         env.reset(task_id=task_id)
@@ -106,10 +107,10 @@ def expert_plans(trainer: Trainer, task_ids: list[str]) -> list[list]:
     return plans
 
 
-def gap(trainer: Trainer, won: list, lost: list) -> float:
+def gap(cfg: TrainConfig, trainer: Trainer, won: list, lost: list) -> float:
     """Mean log π(response | prompt) of a won episode's turn minus a lost one's, under the learner's policy."""
     trajs = [*won, *lost]
-    batch = build_turn_batch(trajs, max_len=trainer.cfg.learner.max_seq_len, pad_id=trainer.pad_id)
+    batch = build_turn_batch(trajs, max_len=cfg.learner.max_seq_len, pad_id=trainer.parts.updater.pad_id)
     seqs = sequences(batch, ())
     per_turn = (trainer.learner.logprobs(seqs) * seqs.response_mask).sum(axis=1)
     is_won = [ti < len(won) for ti, _ in batch.index]
@@ -137,12 +138,13 @@ def test_updates_move_probability_to_the_rewarded_episodes(ray_local, tmp_path, 
         ["rollout.agent=hipif"] if algo.startswith("hipif") else []
     )  # HIPIF is defined with its own protocol
     cfg = resolve_config(None, [*SETTING, *negate, *agent, f"algo={algo}", f"run_dir={tmp_path}"])
-    trainer = Trainer(cfg)
+    trainer = Trainer(build_run(cfg))
     try:
-        ids = trainer.train_ids[:TASKS]
-        plans = expert_plans(trainer, ids)
-        won = play(trainer, ids, plans, "won")
-        lost = play(trainer, ids, plans[1:] + plans[:1], "lost")  # each task played with the next task's plan
+        ids = trainer.parts.train_ids[:TASKS]
+        plans = expert_plans(cfg, ids)
+        won = play(cfg, trainer, ids, plans, "won")
+        # each task played with the next task's plan
+        lost = play(cfg, trainer, ids, plans[1:] + plans[:1], "lost")
         assert all(t.won for t in won) and not any(t.won for t in lost)
         if (
             control == "swap_rewards"
@@ -152,10 +154,10 @@ def test_updates_move_probability_to_the_rewarded_episodes(ray_local, tmp_path, 
                     b.turns[-1].env_reward,
                     a.turns[-1].env_reward,
                 )
-        before = gap(trainer, won, lost)
+        before = gap(cfg, trainer, won, lost)
         for k in range(UPDATES):
-            trainer.update([*won, *lost], trainer.algo, trainer.algo_cfg, seed=k)
-        after = gap(trainer, won, lost)
+            trainer.update([*won, *lost], trainer.parts.algo, trainer.parts.algo_cfg, seed=k)
+        after = gap(cfg, trainer, won, lost)
     finally:
         trainer.close()
     change = after - before
@@ -194,13 +196,16 @@ def test_after_bc_an_update_without_advantages_moves_the_policy_only_on_bcs_mome
             f"run_dir={tmp_path}",
         ],
     )
-    trainer = Trainer(cfg)
+    trainer = Trainer(build_run(cfg))
     try:
         trainer.warm_start()
-        ids = trainer.train_ids[:TASKS]
-        plans = expert_plans(trainer, ids)
-        batch = [*play(trainer, ids, plans, "won"), *play(trainer, ids, plans[1:] + plans[:1], "lost")]
-        metrics, _ = trainer.update(batch, trainer.algo, trainer.algo_cfg, seed=0)
+        ids = trainer.parts.train_ids[:TASKS]
+        plans = expert_plans(cfg, ids)
+        batch = [
+            *play(cfg, trainer, ids, plans, "won"),
+            *play(cfg, trainer, ids, plans[1:] + plans[:1], "lost"),
+        ]
+        metrics, _ = trainer.update(batch, trainer.parts.algo, trainer.parts.algo_cfg, seed=0)
     finally:
         trainer.close()
     print(f"{rl_optimizer}: update KL {metrics['kl_update']:.3g}")

@@ -71,10 +71,11 @@ def _child(run_dir: str) -> None:
     """The run, then the facts the test asserts, as one JSON line on stdout."""
     import ray
 
+    from launch.build import build_run
     from launch.config import resolve_config
     from launch.train import Trainer
 
-    trainer = Trainer(resolve_config(None, [*RUN, f"run_dir={run_dir}"]))
+    trainer = Trainer(build_run(resolve_config(None, [*RUN, f"run_dir={run_dir}"])))
     try:
         trainer.run()
         node = ray._private.worker.global_worker.node  # the ports this run's cluster chose

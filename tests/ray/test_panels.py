@@ -12,6 +12,7 @@ import pytest
 
 from actors.agents.parsing import normalize_ws
 from envs.textcraft import TextCraftEnv
+from launch.build import build_run
 from launch.cli import main
 from launch.config import resolve_config
 from launch.train import Trainer
@@ -44,10 +45,10 @@ def test_one_worker_two_workers_and_a_shuffled_panel_play_the_same_pairs(
     ray_local, tmp_path, capsys, monkeypatch
 ):
     monkeypatch.setenv("HIERARL_CACHE", str(tmp_path / "cache"))
-    trainer = Trainer(resolve_config(None, [*TINY_TEXTCRAFT, f"run_dir={tmp_path}"]))
+    trainer = Trainer(build_run(resolve_config(None, [*TINY_TEXTCRAFT, f"run_dir={tmp_path}"])))
     try:
-        pool = trainer.pool
-        panel = trainer.evaluator.evaluation.panel(6)
+        pool = trainer.parts.pool
+        panel = trainer.parts.evaluator.evaluation.panel(6)
         assert panel.label == "textcraft_test_depth1@1[:6]"
         pairs = sorted(t.key for t in panel.tasks)
         both = pool.workers
@@ -100,7 +101,7 @@ def test_the_base_model_column_is_played_with_a_zero_adapter_and_the_runs_adapte
 
     monkeypatch.setenv("HIERARL_CACHE", str(tmp_path / "cache"))
     cfg = resolve_config(None, [*TINY_TEXTCRAFT, "rollout.eval_temperature=0", f"run_dir={tmp_path / 'run'}"])
-    trainer = Trainer(cfg)
+    trainer = Trainer(build_run(cfg))
     try:
         trainer.push()
         rng = np.random.default_rng(0)
@@ -108,10 +109,10 @@ def test_the_base_model_column_is_played_with_a_zero_adapter_and_the_runs_adapte
             n: {
                 k: (rng.normal(0, 0.5, v.shape).astype(v.dtype) if "lora_B" in k else v) for k, v in w.items()
             }
-            for n, w in trainer.pool.pushed[-1].items()
+            for n, w in trainer.parts.pool.pushed[-1].items()
         }
         trainer.push(trained)
-        pool, evaluator = trainer.pool, trainer.evaluator
+        pool, evaluator = trainer.parts.pool, trainer.parts.evaluator
         panel = evaluator.evaluation.panel(6)
 
         def replies(trajs):
@@ -122,7 +123,7 @@ def test_the_base_model_column_is_played_with_a_zero_adapter_and_the_runs_adapte
         after = replies(pool.play(panel.tasks, 0, temperature=0.0))
         assert after == before and base != before
         assert evaluator.evaluation.base_missing(panel) == []  # cached for every later run on this setting
-        plain = RolloutWorker(rollout_worker_config(cfg, trainer.model_path, "cpu", temperature=0.0))
+        plain = RolloutWorker(rollout_worker_config(cfg, trainer.parts.model_path, "cpu", temperature=0.0))
         try:
             ids, seeds = [t.task_id for t in panel.tasks], [t.seed for t in panel.tasks]
             groups = plain.collect(ids, 1, packed=False, seeds=seeds)

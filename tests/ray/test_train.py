@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from launch.build import build_run
 from launch.config import resolve_config
 from launch.train import Trainer
 from tests.ray.tiny_runs import TINY, run_tiny, two_iterations
@@ -106,12 +107,12 @@ def test_the_workers_run_the_threads_the_run_config_resolves(ray_local, tmp_path
 
     from cluster.ray_cluster import node_cores
 
-    trainer = Trainer(resolve_config(None, [*TINY, f"run_dir={tmp_path}"]))
+    trainer = Trainer(build_run(resolve_config(None, [*TINY, f"run_dir={tmp_path}"])))
     try:
         threads = ray.get(
             [
                 w.__ray_call__.remote(lambda _: torch.get_num_threads())
-                for w in trainer.pool.workers + trainer.learner.workers
+                for w in trainer.parts.pool.workers + trainer.learner.workers
             ]
         )
     finally:
@@ -182,7 +183,7 @@ def test_the_kl_reference_is_the_policy_rl_starts_from(ray_local, tmp_path, refe
 
     one_step = ["algo=ppo", "iterations=2", "eval_every=0", "learner.mini_batch_size=64"]
     cfg = resolve_config(None, [*TINY, f"run_dir={tmp_path}", *one_step, f"learner.kl_reference={reference}"])
-    trainer = Trainer(cfg)
+    trainer = Trainer(build_run(cfg))
     calls: list[dict] = []
     logprobs = trainer.learner.logprobs
 
@@ -229,11 +230,11 @@ def test_a_fixed_rl_task_set_is_trained_and_scored_beside_the_held_out_panel(
         "save_trajectories=true",
     ]
     cfg = resolve_config(None, [*TINY, f"run_dir={tmp_path}", *extra])
-    trainer = Trainer(cfg)
+    trainer = Trainer(build_run(cfg))
     try:
-        rl_tasks = [t.task_id for t in trainer.rl_panel.tasks]
-        assert trainer.train_ids == rl_tasks and len(rl_tasks) == 2
-        assert not set(trainer.bc_ids) & set(rl_tasks)
+        rl_tasks = [t.task_id for t in trainer.parts.rl_panel.tasks]
+        assert trainer.parts.train_ids == rl_tasks and len(rl_tasks) == 2
+        assert not set(trainer.parts.bc_ids) & set(rl_tasks)
         rows = trainer.run()
     finally:
         trainer.close()

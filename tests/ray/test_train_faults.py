@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from launch.build import build_run
 from launch.config import resolve_config
 from launch.train import Trainer
 from tests.ray.tiny_runs import TINY, run_tiny
@@ -148,11 +149,11 @@ def test_a_dead_rollout_worker_is_replaced_and_its_groups_recollected(ray_local,
     cfg = resolve_config(
         None, [*TINY, f"run_dir={tmp_path}", "algo=grpo", "rollout.agent=react", "rollout.max_restarts=1"]
     )
-    trainer = Trainer(cfg)
+    trainer = Trainer(build_run(cfg))
     try:
         trainer.push()
-        pool = trainer.pool
-        tasks = trainer.train_ids[:2]
+        pool = trainer.parts.pool
+        tasks = trainer.parts.train_ids[:2]
         pending = pool.start(tasks, 2, seed=5, temperature=1.0)
         ray.kill(pool.workers[0])  # dies mid-collection
         trajs = pool.gather(pending)
@@ -184,21 +185,21 @@ def test_a_dead_rollout_worker_mid_stream_is_replaced_and_its_groups_queued_agai
     cfg = resolve_config(
         None, [*TINY, f"run_dir={tmp_path}", "algo=grpo", "rollout.agent=react", "max_staleness=1"]
     )
-    trainer = Trainer(cfg)
+    trainer = Trainer(build_run(cfg))
     try:
         trainer.push()
         stream = AsyncRollouts(
-            trainer.pool,
+            trainer.parts.pool,
             cfg.rollout,
             max_staleness=1,
-            train_ids=trainer.train_ids,
+            train_ids=trainer.parts.train_ids,
             seed=cfg.seed,
             first_batch=1,
         )
         stream.queue_batch()
-        ray.kill(trainer.pool.workers[0])  # dies mid-stream
+        ray.kill(trainer.parts.pool.workers[0])  # dies mid-stream
         groups, stats = stream.take_groups(1)
-        assert trainer.pool.restarts == 1
+        assert trainer.parts.pool.restarts == 1
         assert [len(g.trajectories) for g in groups] == [2, 2] and stats["groups_stale"] == 0
         assert stream.next_batch == 3  # batch 2 was queued for the update to overlap
         stream.pause()
@@ -229,11 +230,11 @@ def test_a_dead_learner_worker_rebuilds_the_group_from_the_checkpoint(ray_local,
             "learner.max_restarts=1",
         ],
     )
-    trainer = Trainer(cfg)
+    trainer = Trainer(build_run(cfg))
     try:
         trainer.run()  # BC, iteration 1, checkpoint iter_1
         saved, _ = read_peft_adapter(tmp_path / "checkpoints" / "iter_1" / "adapter")
-        trajs = trainer.pool.collect(trainer.train_ids[:2], 2, seed=9, temperature=1.0)
+        trajs = trainer.parts.pool.collect(trainer.parts.train_ids[:2], 2, seed=9, temperature=1.0)
         ray.kill(trainer.learner.workers[0])
         metrics, _ = trainer.update_recovering(trajs, 2)
         assert trainer.learner_restarts == 1 and metrics["loss_tokens"] > 0
@@ -245,7 +246,7 @@ def test_a_dead_learner_worker_rebuilds_the_group_from_the_checkpoint(ray_local,
         trainer.close()
     # the rebuilt group started from the checkpoint: a fresh Trainer rebuilt the same way reproduces its adapter
     restored = Trainer(
-        resolve_config(None, [*TINY, f"run_dir={tmp_path}", "algo=grpo", "rollout.agent=react"])
+        build_run(resolve_config(None, [*TINY, f"run_dir={tmp_path}", "algo=grpo", "rollout.agent=react"]))
     )
     try:
         restored.learner_restarts = 0

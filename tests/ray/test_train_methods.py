@@ -9,6 +9,7 @@ import math
 import numpy as np
 import pytest
 
+from launch.build import build_run
 from launch.config import resolve_config
 from launch.train import Trainer
 from tests.ray.tiny_runs import HISR_TINY, MULTI2_TINY, TINY, resume_matches, run_tiny, two_iterations
@@ -46,12 +47,13 @@ def test_hisr_stages_are_cached_and_a_resume_reproduces_the_losses(ray_local, tm
     # (written before the stages)
     import ray
 
-    trainer = Trainer(resolve_config(None, [*TINY, *HISR_TINY, f"run_dir={part}", "resume=true"]))
+    trainer = Trainer(build_run(resolve_config(None, [*TINY, *HISR_TINY, f"run_dir={part}", "resume=true"])))
     try:
         assert trainer.resume() == 3 and trainer.resumed_from.name == "iter_2"
-        trainer.hisr.prepare(in_learner=True)
-        trajs = trainer.hisr.collect()
-        seqs = trainer.hisr._sprm_batch(trajs, trainer.hisr.segment(trajs, trainer.hisr._turns(trajs))).seqs
+        hisr = trainer.parts.hisr
+        hisr.prepare(in_learner=True)
+        trajs = hisr.collect()
+        seqs = hisr._sprm_batch(trajs, hisr.segment(trajs, hisr._turns(trajs))).seqs
 
         def models() -> tuple[dict[str, np.ndarray], np.ndarray]:
             return trainer.learner.adapter_weights("hindsight"), trainer.learner.values(seqs, critic="sprm")

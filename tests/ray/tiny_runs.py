@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from launch.build import build_run
 from launch.config import resolve_config
 from launch.train import Trainer
 
@@ -69,7 +70,7 @@ MULTI2_TINY = [
 def run_tiny(run_dir: Path, extra: list[str]) -> list[dict]:
     """``TINY`` plus ``extra`` through ``Trainer`` in this process (on the test's Ray): the metrics rows."""
     cfg = resolve_config(None, [*TINY, f"run_dir={run_dir}", *extra])
-    trainer = Trainer(cfg)
+    trainer = Trainer(build_run(cfg))
     try:
         return trainer.run()
     finally:

@@ -1,0 +1,263 @@
+"""A run built apart from running it: ``build_run`` turns the run config into the parts (``launch/specs.py`` builds
+their specs) and returns them as one record, ``RunParts``, which ``launch/train.py``'s ``Trainer`` runs without
+reading the run config, so the loop can be driven by plain fakes in a unit test.
+
+Each part takes its own config section and collaborators, never the run config or the ``Trainer``:
+
+* ``RolloutPool`` (``launch/rollout_pool.py``): the rollout workers, weight pushes, collections;
+* an ``IterationSource`` (``launch/sources.py``), built when the first iteration is known: synchronous rollouts
+  (with one iteration prefetched: ``one_step_off``), asynchronous streaming (``launch/stream.py``,
+  ``max_staleness``) or stored data (``launch/offline.py``, STEP-HRL and Multi2);
+* ``Updater`` (``launch/updater.py``) over the ``LearnerGroup``; HISR's reward models (``launch/hisr.py``) annotate
+  its trajectories before the targets;
+* ``Checkpointer`` (``launch/checkpoints.py``), ``RunLog`` (``launch/run_log.py``), ``PanelEvaluator``
+  (``launch/evaluator.py``), the warm starts' settings (``launch/warm_start.py``).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from actors.demos import check_demos_fit
+from actors.models import resolve_model_path
+from actors.trajectory import Trajectory
+from cluster.ray_cluster import WORKER_LOST, init_ray
+from common.lora import LoraSpec
+from launch.algos import get_algo
+from launch.checkpoints import Checkpointer
+from launch.config import (
+    BCConfig,
+    LearnerConfig,
+    TrainConfig,
+    check_bc_source,
+    resolve_algo_config,
+    resolved_text,
+    to_dict,
+)
+from launch.evaluation import Evaluation, scope
+from launch.evaluator import PanelEvaluator
+from launch.hisr import RewardModels
+from launch.kept_episodes import EpisodeKeeper
+from launch.offline import OfflineData
+from launch.panels import Panel
+from launch.rollout_pool import RolloutPool
+from launch.run_log import RunLog
+from launch.sources import EmptyIterations, IterationSource
+from launch.specs import (
+    env_task_ids,
+    expert_demonstrations,
+    iteration_source,
+    learner_resources,
+    learner_spec,
+    lora_spec,
+    offline_data,
+    reward_models,
+    rl_and_bc_tasks,
+    rl_task_panel,
+    rl_task_scope,
+    rollout_pool,
+    updater,
+)
+from launch.updater import Updater
+from learners.algorithm import Algorithm
+from learners.group import LearnerGroup
+
+EVAL_SEED = 10_000
+"""Evaluation samples with ``seed + EVAL_SEED`` (the panel fixes tasks and env seeds; this seeds sampling)."""
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """The run config's settings that the loop reads, and nothing more of it."""
+
+    run_dir: Path
+    iterations: int
+    seed: int
+    eval_every: int
+    """Evaluate after every ``eval_every``-th RL iteration (0: never)."""
+    checkpoint_every: int
+    """Checkpoint after every ``checkpoint_every``-th RL iteration (0: never); iteration 0 always."""
+    eval_episodes: int
+    train_tasks: int
+    """``env.train_tasks``: how many RL tasks each evaluation also scores (0: none)."""
+    eval_zero_shot: bool
+    save_trajectories: bool
+    one_step_off: bool
+    resume: bool
+    adapters: tuple[str, ...]
+    """The policy adapters of ``model.role_adapters`` (empty: one adapter for every role)."""
+    init_adapter: str
+    """``model.init_adapter``: a saved PEFT adapter the policy starts from ("": none)."""
+    lora: LoraSpec
+    bc: BCConfig | None
+    """The run's BC section where BC is on (``bc.enabled``), else None."""
+    bc_source: Path | None
+    """``bc.from_run``'s BC checkpoint (checked before Ray starts), else None: BC runs here."""
+    learner: LearnerConfig
+    """The learner section: ``critic_warmup_passes``, ``max_restarts`` and how RL starts its optimizer."""
+
+
+@dataclass(frozen=True)
+class RunParts:
+    """Everything a run is made of, built; ``Trainer`` reads these and no run config. What the loop needs only
+    later (a learner group to replace a dead one, the iteration source, BC's demonstrations) is a factory."""
+
+    schedule: Schedule
+    algo: Algorithm
+    algo_cfg: Any
+    pool: RolloutPool
+    updater: Updater
+    """The update's driver side; ``updater.learner`` is the run's learner group, which a rebuild replaces."""
+    new_learner: Callable[[], LearnerGroup]
+    """A fresh learner group (new placement group and rendezvous), for one whose worker died."""
+    worker_lost: tuple[type[BaseException], ...]
+    """The errors that mean a learner worker died (the group is rebuilt, not the run ended)."""
+    checkpoints: Checkpointer
+    keeper: EpisodeKeeper
+    log: RunLog
+    evaluator: PanelEvaluator
+    rl_evaluator: PanelEvaluator | None
+    """The RL tasks' evaluator (``env.train_tasks`` > 0), else None."""
+    empty: EmptyIterations
+    hisr: RewardModels | None
+    offline: OfflineData | None
+    source: Callable[[int, Path | None], IterationSource]
+    """The iteration source from the first iteration to run and the checkpoint a resume started from."""
+    demonstrations: Callable[[], list[Trajectory]]
+    tokenizer: Any
+    model_path: str
+    train_ids: list[str]
+    """The tasks RL plays."""
+    bc_ids: list[str]
+    """The tasks behaviour cloning may demonstrate."""
+    rl_panel: Panel | None
+    """``env.train_tasks`` > 0: the fixed tasks RL plays, evaluated beside the held-out panel; else None."""
+
+
+def demonstrations(cfg: TrainConfig, tokenizer: Any, bc_ids: Sequence[str]) -> list[Trajectory]:
+    """The env expert's won episodes on the run's training tasks: what BC trains on, and STEP-HRL's data D."""
+    demos = expert_demonstrations(cfg, tokenizer, bc_ids)
+    if not demos:
+        raise RuntimeError(f"the {cfg.env.name} expert produced no winning demonstration")
+    check_demos_fit(demos, cfg.rollout.max_new_tokens, tokenizer)
+    return demos
+
+
+def schedule(cfg: TrainConfig, bc_source: Path | None) -> Schedule:
+    return Schedule(
+        run_dir=Path(cfg.run_dir),
+        iterations=cfg.iterations,
+        seed=cfg.seed,
+        eval_every=cfg.eval_every,
+        checkpoint_every=cfg.checkpoint_every,
+        eval_episodes=cfg.eval_episodes,
+        train_tasks=cfg.env.train_tasks,
+        eval_zero_shot=cfg.eval_zero_shot,
+        save_trajectories=cfg.save_trajectories,
+        one_step_off=cfg.one_step_off,
+        resume=cfg.resume,
+        adapters=tuple(cfg.model.adapter_names),
+        init_adapter=cfg.model.init_adapter,
+        lora=lora_spec(cfg),
+        bc=cfg.bc if cfg.bc.enabled else None,
+        bc_source=bc_source,
+        learner=cfg.learner,
+    )
+
+
+def build_run(cfg: TrainConfig, device: str | None = None) -> RunParts:
+    """The run's parts, in the order a run starts them: the resolved config printed and saved to ``config.yaml``,
+    the process seeded, Ray started, then the workers and the driver's parts. ``device``: "cuda" or "cpu" for the
+    workers (default: what this process sees; a sweep's cells run in Ray tasks without a GPU of their own and are
+    told)."""
+    run_dir = Path(cfg.run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    algo = get_algo(cfg.algo)
+    algo_cfg = resolve_algo_config(algo.Config, cfg.algo_overrides)
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    text = resolved_text(cfg, algo_cfg, device=device)
+    print("[hierarl] resolved config:\n" + text, flush=True)
+    (run_dir / "config.yaml").write_text(text)
+    random.seed(cfg.seed)
+    np.random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)
+    bc_source = check_bc_source(cfg) if cfg.bc.enabled and cfg.bc.from_run else None
+    init_ray(cfg.ray_address, device=device)
+    model_path = resolve_model_path(cfg.model.path, cfg.model.cache_dir)
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    pad_id = tokenizer.pad_token_id or tokenizer.eos_token_id
+    rl_panel = rl_task_panel(cfg)
+    train_ids, bc_ids = rl_and_bc_tasks(env_task_ids(cfg, cfg.env.train_split), rl_panel, cfg.bc.episodes)
+    pool = rollout_pool(cfg, model_path, device)
+    new_learner = partial(
+        LearnerGroup,
+        learner_spec(cfg, algo, algo_cfg, model_path, device),
+        cfg.learner.num_workers,
+        learner_resources(cfg.learner, device),
+    )
+    upd = updater(cfg, algo, algo_cfg, new_learner(), pad_id)
+    checkpoints = Checkpointer(run_dir / "checkpoints", cfg.checkpoint_keep_last)
+    keeper = EpisodeKeeper(run_dir, tokenizer, cfg.keep_episodes, [s.name for s in algo.value_slots])
+    log = RunLog(run_dir, cfg.log, algo=cfg.algo, env=cfg.env.name, config=to_dict(cfg))
+    evaluator = PanelEvaluator(
+        pool,
+        Evaluation(scope(cfg), model_path),
+        cfg.rollout.eval_temperature,
+        cfg.seed + EVAL_SEED,
+        cfg.eval_samples,
+    )
+    rl_evaluator = (
+        None
+        if rl_panel is None
+        else PanelEvaluator(
+            pool,
+            Evaluation(rl_task_scope(cfg), model_path),
+            cfg.rollout.eval_temperature,
+            cfg.seed + EVAL_SEED,
+            cfg.eval_train_samples,
+        )
+    )
+    empty = EmptyIterations(cfg.rollout.max_empty_iterations, cfg.rollout.groups_per_iter)
+    hisr = reward_models(
+        cfg, algo_cfg, tokenizer, pad_id, pool.collect, train_ids, lambda: upd.learner, log.log
+    )
+    demos = partial(demonstrations, cfg, tokenizer, bc_ids)
+    offline = offline_data(cfg, algo, algo_cfg, pool, train_ids, demos, log.log, upd)
+
+    def source(first: int, resumed_from: Path | None) -> IterationSource:
+        return iteration_source(cfg, pool, train_ids, first, offline, resumed_from)
+
+    return RunParts(
+        schedule=schedule(cfg, bc_source),
+        algo=algo,
+        algo_cfg=algo_cfg,
+        pool=pool,
+        updater=upd,
+        new_learner=new_learner,
+        worker_lost=WORKER_LOST,
+        checkpoints=checkpoints,
+        keeper=keeper,
+        log=log,
+        evaluator=evaluator,
+        rl_evaluator=rl_evaluator,
+        empty=empty,
+        hisr=hisr,
+        offline=offline,
+        source=source,
+        demonstrations=demos,
+        tokenizer=tokenizer,
+        model_path=model_path,
+        train_ids=train_ids,
+        bc_ids=bc_ids,
+        rl_panel=rl_panel,
+    )
