@@ -16,11 +16,14 @@ from the same state and trains on the same rollouts:
   (with its target copy: STEP-HRL's and Multi2's IQL critics, whose warm-up the run did);
 * trajectories: ``RUN/trajectories/iter_<k>.jsonl`` (collected by that policy), shaped afresh per variant (HISR:
   scored by the run's reward models as the run had them, the online hindsight model trained as the run did);
-* one update: the run's ``Updater`` (the driver's code), seed ``seed + k`` for the mini-batch order; the first
-  variant is repeated with other seeds (``--repeats``) to measure the noise floor. Replaying iteration 1, RL starts
-  as the driver starts it (``launch.warm_start.start_rl``: the variant's ``learner.rl_optimizer`` and warm-up), so a
-  run written before RL's optimizer was reset replays under today's default unless the variant says
-  ``learner.rl_optimizer=continue``;
+* the variant's driver stage (``launch.stages``) as a resume from ``iter_<k-1>`` has it: restored from the
+  checkpoint's driver state and prepared on the learner (HISR's reward models: the checkpoint's, or the stage cache's
+  for ``k`` = 1; the stored data's phase and critic steps owed); nothing is collected again;
+* one update: the driver's code (``launch.stages.staged_update`` over the run's ``Updater``), seed ``seed + k`` for
+  the mini-batch order; the first variant is repeated with other seeds (``--repeats``) to measure the noise floor.
+  Replaying iteration 1, RL starts as the driver starts it (``launch.warm_start.start_rl``: the variant's
+  ``learner.rl_optimizer`` and warm-up), so a run written before RL's optimizer was reset replays under today's
+  default unless the variant says ``learner.rl_optimizer=continue``;
 * ``--controls``: each variant also with its advantages negated and zeroed (``learner.advantage_scale`` −1, 0),
   and the table adds its first-order part, (Δ − Δ_negated) / 2, and its sign-independent part, (Δ + Δ_negated) / 2
   (read together with the two rows' KL: the split holds where they are close).
@@ -78,18 +81,6 @@ def _run_config(run: Path, overrides: list[str]) -> Any:
     return resolve_config(f.name, overrides)
 
 
-def _offline_phase(algo: Any, algo_cfg: Any, run: Path, k: int) -> dict[str, Any]:
-    """What the driver passes an offline algorithm's update at iteration ``k`` (``Trainer.update``): the KL
-    reference only in the online phase, and the critic-only steps still owed after the run's earlier updates."""
-    if not algo.offline:
-        return {}
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    taken = sum(
-        int(r.get("optimizer_steps", 0)) for r in rows if r.get("phase") == "rl" and r["iteration"] < k
-    )
-    return {"reference": algo_cfg.online(k), "warmup_left": algo_cfg.warmup_left(taken)}
-
-
 def _reference_weights(state: Path, start: Path, ref: str) -> dict[str, Any]:
     """The KL reference ``ref`` (``ref_<adapter>``) the run's update used: the frozen copy saved with the state
     (an online run: the policy RL began with; Multi2's online phase: π_off), else the start's policy adapter (a
@@ -103,22 +94,29 @@ def _reference_weights(state: Path, start: Path, ref: str) -> dict[str, Any]:
     raise SystemExit(f"bench_replay: no weights for the reference {ref!r} under {state} or {start}")
 
 
-def _reward_models(cfg: Any, algo_cfg: Any, tok: Any, pad: int, learner: Any, run: Path, k: int) -> Any:
-    """HISR's reward models as the run scored iteration ``k`` with them (``annotate``, the driver's call), or None
-    for an algorithm without: an RL checkpoint holds them; ``iter_0`` predates the stages, so for ``k`` = 1 they
-    come from the stage cache."""
-    from launch.hisr import REWARD_MODELS
-    from launch.specs import reward_models
+def _driver_stage(cfg: Any, algo: Any, algo_cfg: Any, tok: Any, pad: int, updater: Any, run: Path) -> Any:
+    """The variant's driver stage over the run's folder (``launch.specs.STAGES``, as ``build_run`` builds it), with
+    no rollouts: what it would collect (HISR's π_ref episodes, the stored data) must be there already."""
+    from launch.specs import StageInputs, stage_builder
 
-    def no_collect(*_: Any, **__: Any) -> list[Any]:
-        raise RuntimeError("bench_replay: the reward models' stages are not re-run")
+    def no_rollouts(*_: Any, **__: Any) -> list[Any]:
+        raise RuntimeError("bench_replay: the driver stage's data and models are read back, never collected")
 
-    here = replace(cfg, run_dir=str(run))
-    models = reward_models(here, algo_cfg, tok, pad, no_collect, (), lambda: learner, lambda _row: None)
-    if models is not None:
-        source = run / "checkpoints" / f"iter_{k - 1}" if k > 1 else run / "hisr" / "models"
-        learner.load_checkpoint(str(source), only=REWARD_MODELS)
-    return models
+    inputs = StageInputs(
+        cfg=replace(cfg, run_dir=str(run)),
+        algo=algo,
+        algo_cfg=algo_cfg,
+        tokenizer=tok,
+        pad_id=pad,
+        train_ids=(),
+        learner=lambda: updater.learner,
+        collect=no_rollouts,
+        sample=no_rollouts,
+        demonstrations=no_rollouts,
+        log=lambda _row: None,
+        freeze_reference=updater.freeze_reference,
+    )
+    return stage_builder(algo)(inputs)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -147,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def replay(args: argparse.Namespace) -> int:
+    import torch
     from transformers import AutoTokenizer
 
     from actors.models import resolve_model_path
@@ -156,6 +155,7 @@ def replay(args: argparse.Namespace) -> int:
     from launch.algos import get_algo
     from launch.config import reference_adapters, resolve_algo_config
     from launch.specs import env_task_ids, expert_demonstrations, learner_spec
+    from launch.stages import staged_update
     from launch.updater import Updater
     from launch.warm_start import start_rl
     from learners.batch import build_turn_batch
@@ -213,10 +213,9 @@ def replay(args: argparse.Namespace) -> int:
         algo = get_algo(cfg.algo)
         algo_cfg = resolve_algo_config(algo.Config, cfg.algo_overrides)
         t0 = time.perf_counter()
+        spec = learner_spec(cfg, algo, algo_cfg, model_path, "cpu")
         learner = LearnerGroup(
-            learner_spec(cfg, algo, algo_cfg, model_path, "cpu"),
-            cfg.learner.num_workers,
-            WorkerResources(cfg.learner.cpus_per_worker, 0.0),
+            spec, cfg.learner.num_workers, WorkerResources(cfg.learner.cpus_per_worker, 0.0)
         )
         try:
             own_critic = args.critic_from_run and cfg.algo == base.algo and algo.value_slots
@@ -248,15 +247,23 @@ def replay(args: argparse.Namespace) -> int:
             warmup = args.critic_passes
             if warmup is None:
                 warmup = 0 if own_critic else cfg.learner.critic_warmup_passes
-            models = _reward_models(cfg, algo_cfg, tok, pad, learner, run, k)
-            metrics, timings = updater.update(
+            # the algorithm's own models beside policy and critic (HISR's reward models) as the run had them, and
+            # its driver stage as a resume from iter_<k-1> finds it
+            models = [n for n, _ in spec.adapters if n not in policy] + [c.name for c in spec.extra_critics]
+            if models:
+                learner.load_checkpoint(str(state), only=models)
+            stage = _driver_stage(cfg, algo, algo_cfg, tok, pad, updater, run)
+            stage.restore(torch.load(state / "driver.pt", weights_only=False))
+            stage.prepare(k - 1)
+            metrics, timings = staged_update(
+                updater,
+                stage,
                 trajs,
                 algo,
                 algo_cfg,
                 seed=cfg.seed + k + 1000 * repeat,
+                iteration=k,
                 critic_warmup=warmup,
-                annotate=models.annotate if models else None,
-                **_offline_phase(algo, algo_cfg, run, k),
             )
             lp_after = {key: p.logprobs(updater) for key, p in probes.items()}
         finally:

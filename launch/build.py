@@ -7,9 +7,11 @@ Each part takes its own config section and collaborators, never the run config o
 * ``RolloutPool`` (``launch/rollout_pool.py``): the rollout workers, weight pushes, collections;
 * an ``IterationSource`` (``launch/sources.py``), built when the first iteration is known: synchronous rollouts
   (with one iteration prefetched: ``one_step_off``), asynchronous streaming (``launch/stream.py``,
-  ``max_staleness``) or stored data (``launch/offline.py``, STEP-HRL and Multi2);
-* ``Updater`` (``launch/updater.py``) over the ``LearnerGroup``; HISR's reward models (``launch/hisr.py``) annotate
-  its trajectories before the targets;
+  ``max_staleness``) or the driver stage's stored data (``launch/offline.py``, STEP-HRL and Multi2);
+* ``Updater`` (``launch/updater.py``) over the ``LearnerGroup``;
+* the algorithm's driver stage (``launch/stages.py``, ``Algorithm.driver_stage``): HISR's reward models
+  (``launch/hisr.py``), which annotate the update's trajectories before the targets, the stored data (then the
+  iteration source, in place of the rollouts), or the null stage;
 * ``Checkpointer`` (``launch/checkpoints.py``), ``RunLog`` (``launch/run_log.py``), ``PanelEvaluator``
   (``launch/evaluator.py``), the warm starts' settings (``launch/warm_start.py``).
 """
@@ -44,28 +46,27 @@ from launch.config import (
 )
 from launch.evaluation import Evaluation, scope
 from launch.evaluator import PanelEvaluator
-from launch.hisr import RewardModels
 from launch.kept_episodes import EpisodeKeeper
-from launch.offline import OfflineData
 from launch.panels import Panel
 from launch.rollout_pool import RolloutPool
 from launch.run_log import RunLog
 from launch.sources import EmptyIterations, IterationSource
 from launch.specs import (
+    StageInputs,
     env_task_ids,
     expert_demonstrations,
     iteration_source,
     learner_resources,
     learner_spec,
     lora_spec,
-    offline_data,
-    reward_models,
     rl_and_bc_tasks,
     rl_task_panel,
     rl_task_scope,
     rollout_pool,
+    stage_builder,
     updater,
 )
+from launch.stages import DriverStage
 from launch.updater import Updater
 from learners.algorithm import Algorithm
 from learners.group import LearnerGroup
@@ -127,10 +128,11 @@ class RunParts:
     rl_evaluator: PanelEvaluator | None
     """The RL tasks' evaluator (``env.train_tasks`` > 0), else None."""
     empty: EmptyIterations
-    hisr: RewardModels | None
-    offline: OfflineData | None
+    stage: DriverStage
+    """The algorithm's driver stage (``Algorithm.driver_stage``; the null stage where it names none)."""
     source: Callable[[int, Path | None], IterationSource]
-    """The iteration source from the first iteration to run and the checkpoint a resume started from."""
+    """The run's rollouts as an iteration source, from the first iteration to run and the checkpoint a resume started
+    from (the driver stage may replace them with data of its own: ``DriverStage.iteration_source``)."""
     demonstrations: Callable[[], list[Trajectory]]
     tokenizer: Any
     model_path: str
@@ -182,6 +184,7 @@ def build_run(cfg: TrainConfig, device: str | None = None) -> RunParts:
     run_dir.mkdir(parents=True, exist_ok=True)
     algo = get_algo(cfg.algo)
     algo_cfg = resolve_algo_config(algo.Config, cfg.algo_overrides)
+    build_stage = stage_builder(algo)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     text = resolved_text(cfg, algo_cfg, device=device)
     print("[hierarl] resolved config:\n" + text, flush=True)
@@ -228,14 +231,23 @@ def build_run(cfg: TrainConfig, device: str | None = None) -> RunParts:
         )
     )
     empty = EmptyIterations(cfg.rollout.max_empty_iterations, cfg.rollout.groups_per_iter)
-    hisr = reward_models(
-        cfg, algo_cfg, tokenizer, pad_id, pool.collect, train_ids, lambda: upd.learner, log.log
-    )
     demos = partial(demonstrations, cfg, tokenizer, bc_ids)
-    offline = offline_data(cfg, algo, algo_cfg, pool, train_ids, demos, log.log, upd)
-
-    def source(first: int, resumed_from: Path | None) -> IterationSource:
-        return iteration_source(cfg, pool, train_ids, first, offline, resumed_from)
+    stage = build_stage(
+        StageInputs(
+            cfg=cfg,
+            algo=algo,
+            algo_cfg=algo_cfg,
+            tokenizer=tokenizer,
+            pad_id=pad_id,
+            train_ids=train_ids,
+            learner=lambda: upd.learner,
+            collect=pool.collect,
+            sample=pool.sample,
+            demonstrations=demos,
+            log=log.log,
+            freeze_reference=upd.freeze_reference,
+        )
+    )
 
     return RunParts(
         schedule=schedule(cfg, bc_source),
@@ -251,9 +263,8 @@ def build_run(cfg: TrainConfig, device: str | None = None) -> RunParts:
         evaluator=evaluator,
         rl_evaluator=rl_evaluator,
         empty=empty,
-        hisr=hisr,
-        offline=offline,
-        source=source,
+        stage=stage,
+        source=partial(iteration_source, cfg, pool, train_ids),
         demonstrations=demos,
         tokenizer=tokenizer,
         model_path=model_path,

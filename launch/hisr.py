@@ -4,8 +4,9 @@
 base (``reward_model_learners``): the hindsight model, a second trained LoRA adapter (``hindsight``), and the segment
 process reward model (SPRM), a second value model (adapter ``sprm`` with HISR Eq. 2's MLP head). One copy of the base
 serves policy, KL reference, critic, SPRM and hindsight model; the hindsight model's and the policy's log-probs of
-the same action tokens (Eq. 5) come from the same workers. After behaviour cloning (π_ref), ``prepare`` runs, each
-stage cached under ``<run_dir>/hisr/`` so a killed run resumes where it stopped:
+the same action tokens (Eq. 5) come from the same workers. ``RewardModels`` is the run's driver stage
+(``launch.stages``): after behaviour cloning (π_ref), ``prepare`` runs, each stage cached under ``<run_dir>/hisr/``
+so a killed run resumes where it stopped:
 
     collected.jsonl   N rollouts per training task with π_ref (App. B), filtered; each with its segment ids
     models/           the learner group's checkpoint after the SPRM stage, then after the hindsight stage
@@ -34,6 +35,7 @@ import numpy as np
 from actors.agent_loop import AGENTS
 from actors.agents.parsing import render_prompt
 from actors.trajectory import Trajectory, read_jsonl, to_jsonl
+from launch.stages import DriverStage
 from learners.algos import hisr, sft
 from learners.batch import LearnerBatch, TurnBatch, build_turn_batch
 from learners.diagnostics import ranking_auc
@@ -88,10 +90,11 @@ Collect = Callable[..., list[Trajectory]]
 """``collect(task_ids, group_size, seed, *, temperature)``: rollouts of the current policy (``RolloutPool.collect``)."""
 
 
-class RewardModels:
+class RewardModels(DriverStage):
     """The stages and the per-iteration scoring of HISR (``acfg``: its algorithm config), cached under ``root``,
     through the run's learner group (``learner()``, asked at every call: a rebuilt group replaces it). ``collect``
-    plays π_ref on ``train_ids``; ``log`` writes the stages' metrics row."""
+    plays π_ref on ``train_ids``; ``log`` writes the stages' metrics row. The run's driver stage: ``prepare`` and
+    ``annotate`` are its hooks; the others do nothing (the models live in the learner's checkpoints)."""
 
     def __init__(
         self,
@@ -287,10 +290,10 @@ class RewardModels:
             nll = m.get("nll", float("nan"))
         return nll
 
-    def prepare(self, in_learner: bool = False) -> None:
-        """Run the stages, or load the reward models they cached. ``in_learner``: the learner group was loaded from
-        an RL checkpoint, which holds the models as they were at that iteration (nothing to do)."""
-        if in_learner:
+    def prepare(self, checkpoint: int) -> None:
+        """Run the stages, or load the reward models they cached, into a learner group holding ``iter_<checkpoint>``.
+        An RL checkpoint (``checkpoint`` >= 1) holds the models as they were at that iteration: nothing to do."""
+        if checkpoint >= 1:
             return
         learner, stages, models = self.learner(), self._stages(), self.root / "models"
         if "hindsight" in stages:

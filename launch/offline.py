@@ -3,8 +3,9 @@
 
 STEP-HRL trains on D_r = D ∪ D̃ (Sec. 3.3): D the expert demonstrations behaviour cloning used, D̃ trajectories of
 the behaviour-cloned policy, mixed 1:2 (App. A, "Offline RL Dataset"; ``algo.data_ratio``); Multi2's offline
-phase trains on the same mixture (our reading: its datasets come from expert trajectories). After BC the trainer
-calls ``prepare``, which builds both and writes them under ``<run_dir>/offline/``:
+phase trains on the same mixture (our reading: its datasets come from expert trajectories). The data are the run's
+driver stage (``launch.stages``): after BC the trainer calls ``prepare``, which builds both and writes them under
+``<run_dir>/offline/``:
 
     dataset.jsonl    every trajectory of D_r (``actors.trajectory`` JSON lines; ``info["source"]`` expert/collected)
     manifest.json    env, split, seed, the counts per source, won, and transitions per role
@@ -23,7 +24,7 @@ from __future__ import annotations
 import json
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,8 @@ import numpy as np
 from actors.inference import GenerationResult
 from actors.trajectory import Trajectory, Turn, read_jsonl, to_jsonl
 from launch.episode_stats import trajectory_stats
-from launch.sources import IterationData
+from launch.sources import IterationData, IterationSource
+from launch.stages import OFFLINE_STEPS, DriverStage
 
 
 def _write(trajs: Sequence[Trajectory], path: Any) -> None:
@@ -53,12 +55,15 @@ def manifest(trajs: Sequence[Trajectory], **fields: Any) -> dict[str, Any]:
     return out
 
 
-class OfflineData:
+class OfflineData(DriverStage):
     """The stored data of an offline algorithm (``acfg``: its config; ``anchor_role``: ``Algorithm.anchor_role``),
-    cached under ``root``, and its iteration source (``take``). Collaborators: ``demonstrations()`` (BC's expert
-    episodes), ``collect`` and ``sample`` (the rollout pool's), ``log`` (the run log), ``freeze_reference`` (copy the
-    policy as the online phase's KL reference; None: no KL term). The rest are the run's seed, env and rollout
-    settings."""
+    cached under ``root``: the run's driver stage and its iteration source (``take``). Collaborators:
+    ``demonstrations()`` (BC's expert episodes), ``collect`` and ``sample`` (the rollout pool's), ``log`` (the run
+    log), ``freeze_reference`` (copy the policy as the online phase's KL reference; None: no KL term). The rest are
+    the run's seed, env and rollout settings."""
+
+    reference_at_warm_start = False  # the online phase's reference is the policy it starts from (``take``)
+    critic_warmup_in_passes = False  # the target critic's warm-up counts optimizer steps (``warmup_left``)
 
     def __init__(
         self,
@@ -113,9 +118,14 @@ class OfflineData:
     def close(self) -> None:
         """Nothing to stop."""
 
-    def prepare(self) -> None:
+    # -- the driver stage ------------------------------------------------------------------------------------
+
+    def prepare(self, checkpoint: int) -> None:
         """Load ``dataset.jsonl`` or build it: the expert demonstrations of BC's tasks, then ``data_ratio`` times
-        as many rollouts of the current (behaviour-cloned) policy on training tasks."""
+        as many rollouts of the current (behaviour-cloned) policy on training tasks. Once: the data are the
+        driver's, so a rebuilt learner group (whatever ``checkpoint`` it loaded) needs nothing."""
+        if self.dataset:
+            return
         path, meta = self.root / "dataset.jsonl", self.root / "manifest.json"
         if path.exists() and meta.exists():
             self.dataset = list(read_jsonl(path))
@@ -151,6 +161,25 @@ class OfflineData:
             f"({counts['collected_won']} won), transitions {counts['transitions']} -> {path}",
             flush=True,
         )
+
+    def iteration_source(self, rollouts: Callable[[], IterationSource]) -> IterationSource:
+        """The stored data replace the rollouts."""
+        return self
+
+    def update_args(self, iteration: int) -> dict[str, Any]:
+        """The KL term's reference only in the online phase; the critic-only steps its warm-up still owes."""
+        return {"reference": self.online(iteration), "warmup_left": self.warmup_left()}
+
+    def after_update(self, metrics: Mapping[str, Any]) -> None:
+        self.critic_steps += int(metrics["optimizer_steps"])
+
+    def state(self) -> dict[str, Any]:
+        return {OFFLINE_STEPS: self.critic_steps}
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        self.critic_steps = int(state.get(OFFLINE_STEPS, 0))
+
+    # -- the data ----------------------------------------------------------------------------------------------
 
     def iteration_data(self, it: int) -> tuple[list[Trajectory], list[Trajectory]]:
         """(the buffer iteration ``it`` trains on, the trajectories new in it). With ``online_groups`` the new

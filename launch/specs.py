@@ -3,14 +3,15 @@
 
 ``learner_spec`` (the learner workers: LoRA, optimizer settings, the algorithm's critic and adapters),
 ``rollout_worker_config`` (the rollout workers: engine, protocol, env, sampling), ``expert_demonstrations`` (what
-BC and the offline datasets start from), ``env_task_ids``.
+BC and the offline datasets start from), ``env_task_ids``, and the driver stages' builders (``STAGES``, by
+``Algorithm.driver_stage``; ``launch/stages.py``).
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,6 @@ from actors.trajectory import Trajectory
 from cluster.ray_cluster import WorkerResources, node_cores
 from common.lora import LoraSpec
 from envs import success_reward
-from launch.algos import get_algo
 from launch.checkpoints import behaviour_adapter
 from launch.config import (
     LearnerConfig,
@@ -36,6 +36,7 @@ from launch.offline import OfflineData
 from launch.panels import AUTO, Panel, resolve_panel
 from launch.rollout_pool import RolloutPool
 from launch.sources import IterationSource, SyncRollouts
+from launch.stages import DriverStage
 from launch.stream import AsyncRollouts
 from launch.updater import Updater
 from learners.algorithm import Algorithm
@@ -210,51 +211,63 @@ def rollout_worker_config(cfg: TrainConfig, model_path: str, device: str, **over
     return WorkerConfig(**{**fields, **overrides})
 
 
-def reward_models(
-    cfg: TrainConfig,
-    algo_cfg: Any,
-    tokenizer: Any,
-    pad_id: int,
-    collect: Collect,
-    train_ids: Sequence[str],
-    learner: Callable[[], LearnerGroup],
-    log: Callable[[dict[str, Any]], None],
-) -> RewardModels | None:
-    """HISR's reward models for a run whose algorithm trains them (else None), on the learner group ``learner()``
-    returns (asked at every call: a rebuilt group replaces it), playing π_ref through ``collect`` (the rollout
-    pool's), logging through ``log``."""
-    if not get_algo(cfg.algo).reward_models:
-        return None
+@dataclass(frozen=True)
+class StageInputs:
+    """What a driver stage is built from (``STAGES``' builders): the run config, the algorithm, and the run's parts as
+    the few calls a stage makes of them."""
+
+    cfg: TrainConfig
+    algo: Algorithm
+    algo_cfg: Any
+    tokenizer: Any
+    pad_id: int
+    train_ids: Sequence[str]
+    """The tasks RL plays."""
+    learner: Callable[[], LearnerGroup]
+    """The run's learner group, asked at every call: a rebuilt group replaces it."""
+    collect: Collect
+    """Rollouts of the current policy (``RolloutPool.collect``)."""
+    sample: Callable[..., list[Any]]
+    """One response of the current policy per prompt (``RolloutPool.sample``)."""
+    demonstrations: Callable[[], list[Trajectory]]
+    """BC's expert episodes."""
+    log: Callable[[dict[str, Any]], None]
+    """Writes a metrics row (``RunLog.log``)."""
+    freeze_reference: Callable[[], None]
+    """Copies the policy as the KL term's reference (``Updater.freeze_reference``)."""
+
+
+StageBuilder = Callable[[StageInputs], DriverStage]
+
+
+def no_stage(inputs: StageInputs) -> DriverStage:
+    """An algorithm without driver work: the null stage."""
+    return DriverStage()
+
+
+def reward_models(inputs: StageInputs) -> RewardModels:
+    """HISR's reward models on the learner group ``inputs.learner()`` returns, playing π_ref through ``collect``."""
+    cfg = inputs.cfg
     return RewardModels(
-        algo_cfg,
+        inputs.algo_cfg,
         Path(cfg.run_dir) / "hisr",
-        tokenizer,
+        inputs.tokenizer,
         agent=cfg.rollout.agent,
         env_name=cfg.env.name,
         max_seq_len=cfg.learner.max_seq_len,
-        pad_id=pad_id,
+        pad_id=inputs.pad_id,
         seed=cfg.seed,
-        learner=learner,
-        collect=collect,
-        train_ids=train_ids,
-        log=log,
+        learner=inputs.learner,
+        collect=inputs.collect,
+        train_ids=inputs.train_ids,
+        log=inputs.log,
     )
 
 
-def offline_data(
-    cfg: TrainConfig,
-    algo: Algorithm,
-    algo_cfg: Any,
-    pool: RolloutPool,
-    train_ids: Sequence[str],
-    demonstrations: Callable[[], list[Trajectory]],
-    log: Callable[[dict[str, Any]], None],
-    updater: Updater,
-) -> OfflineData | None:
-    """The stored data of an offline algorithm (else None): BC's ``demonstrations()`` and the pool's rollouts; the
-    online phase's KL reference frozen by ``updater``."""
-    if not algo.offline:
-        return None
+def offline_data(inputs: StageInputs) -> OfflineData:
+    """The stored data of an offline algorithm: BC's demonstrations and the pool's rollouts; the online phase's KL
+    reference frozen where the algorithm has a KL term."""
+    cfg, algo, algo_cfg = inputs.cfg, inputs.algo, inputs.algo_cfg
     return OfflineData(
         algo_cfg,
         Path(cfg.run_dir) / "offline",
@@ -264,13 +277,36 @@ def offline_data(
         train_split=cfg.env.train_split,
         group_size=cfg.rollout.group_size,
         temperature=cfg.rollout.temperature,
-        train_ids=train_ids,
-        demonstrations=demonstrations,
-        collect=pool.collect,
-        sample=pool.sample,
-        log=log,
-        freeze_reference=updater.freeze_reference if algo.uses_reference(algo_cfg) else None,
+        train_ids=inputs.train_ids,
+        demonstrations=inputs.demonstrations,
+        collect=inputs.collect,
+        sample=inputs.sample,
+        log=inputs.log,
+        freeze_reference=inputs.freeze_reference if algo.uses_reference(algo_cfg) else None,
     )
+
+
+STAGES: dict[str, StageBuilder] = {"": no_stage, "reward_models": reward_models, "offline_data": offline_data}
+"""``Algorithm.driver_stage`` → the builder of that stage; ``register_stage`` adds one from elsewhere."""
+
+
+def register_stage(name: str, builder: StageBuilder) -> StageBuilder:
+    """Add ``builder`` under ``name`` to this process's table, for records whose ``driver_stage`` is ``name``
+    (registered with ``launch.algos.register_algo``). A taken name is refused; returns the builder."""
+    if name in STAGES:
+        raise ValueError(f"driver stage {name!r} is already registered")
+    STAGES[name] = builder
+    return builder
+
+
+def stage_builder(algo: Algorithm) -> StageBuilder:
+    """The builder of ``algo``'s driver stage; an unregistered name fails here, before anything starts."""
+    if algo.driver_stage not in STAGES:
+        known = ", ".join(repr(k) for k in sorted(STAGES))
+        raise ValueError(
+            f"algorithm {algo.name!r}: unknown driver_stage {algo.driver_stage!r}; known: {known}"
+        )
+    return STAGES[algo.driver_stage]
 
 
 def iteration_source(
@@ -278,15 +314,11 @@ def iteration_source(
     pool: RolloutPool,
     train_ids: Sequence[str],
     first: int,
-    offline: OfflineData | None,
     resumed_from: Path | None,
 ) -> IterationSource:
-    """Where iterations ``first``.. take their trajectories from: the stored data of an offline algorithm, the
-    asynchronous stream (``max_staleness``), or synchronous rollouts with one iteration prefetched or none
-    (``one_step_off``; a resumed one regenerates its in-flight rollouts with the saved behaviour adapter)."""
-    if offline is not None:
-        offline.prepare()
-        return offline
+    """The rollouts iterations ``first``.. take their trajectories from (where the run's driver stage has no data of
+    its own): the asynchronous stream (``max_staleness``), or synchronous rollouts with one iteration prefetched or
+    none (``one_step_off``; a resumed one regenerates its in-flight rollouts with the saved behaviour adapter)."""
     if cfg.max_staleness:
         return AsyncRollouts(
             pool,

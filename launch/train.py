@@ -3,12 +3,15 @@
     source.take(k) → updater.update → pool.push → evaluate every k → checkpoint → log
 
 ``Trainer`` reads the run's ``RunParts`` and its ``Schedule``, never the run config, so a unit test drives the loop
-with fakes of the parts (``tests/unit/launch/test_loop.py``); ``train`` builds a run and runs it.
+with fakes of the parts (``tests/unit/launch/test_loop.py``); ``train`` builds a run and runs it. What an algorithm
+needs of the driver beyond that is its driver stage's (``launch/stages.py``), whose hooks the loop calls for every
+run.
 """
 
 from __future__ import annotations
 
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +21,9 @@ from launch.build import RunParts, build_run
 from launch.config import TrainConfig
 from launch.rollout_pool import Weights
 from launch.run_log import eval_fields, eval_text, final_table, iteration_line
+from launch.stages import staged_update
 from launch.updater import timed
 from launch.warm_start import bc_from_run, behaviour_cloning, load_init_adapter, start_rl
-from learners.algorithm import Algorithm
 from learners.group import LearnerGroup
 
 
@@ -43,9 +46,8 @@ class Trainer:
         """A resume or a warm start, then the RL iterations up to ``iterations``; returns the run's metrics rows."""
         p, s = self.parts, self.parts.schedule
         first = self.resume() or self.warm_start()
-        if p.hisr is not None:
-            p.hisr.prepare(in_learner=first > 1)  # RL checkpoints hold the reward models
-        source = p.source(first, self.resumed_from)
+        p.stage.prepare(first - 1)  # the learner holds the checkpoint of the iteration before the first
+        source = p.stage.iteration_source(partial(p.source, first, self.resumed_from))
         for it in range(first, s.iterations + 1):
             timings: dict[str, float] = {}
             t0 = time.perf_counter()
@@ -94,7 +96,8 @@ class Trainer:
 
     def warm_start(self) -> int:
         """A fresh run: the initial push, zero-shot eval, BC (or another run's BC, or a saved adapter), its eval,
-        the KL reference frozen, checkpoint 0. Returns the first RL iteration (1)."""
+        the KL reference frozen (unless the driver stage freezes it later), checkpoint 0. Returns the first RL
+        iteration (1)."""
         p, s = self.parts, self.parts.schedule
         p.log.restart([])
         if s.init_adapter:
@@ -118,15 +121,15 @@ class Trainer:
                 f"eval after BC {text}",
                 flush=True,
             )
-        if p.updater.ref_adapters and p.offline is None:
+        if p.updater.ref_adapters and p.stage.reference_at_warm_start:
             p.updater.freeze_reference()  # π_ref: the policy RL starts from (after BC)
         start_rl(self.learner, s.learner, s.adapters or ["default"])
         self.checkpoint(0)
         return 1
 
     def resume(self) -> int:
-        """``resume=true``: the newest readable checkpoint's learner and driver state, the logs cut back to it, the
-        adapter pushed. Returns the first iteration to run (0: nothing to resume)."""
+        """``resume=true``: the newest readable checkpoint's learner and driver state (the driver stage's too), the
+        logs cut back to it, the adapter pushed. Returns the first iteration to run (0: nothing to resume)."""
         p = self.parts
         if not (p.schedule.resume and p.checkpoints.has_latest):
             return 0
@@ -136,8 +139,7 @@ class Trainer:
         path, state = loaded
         self.resumed_from = path
         restore_process_rngs(state["rng"])
-        if p.offline is not None:
-            p.offline.critic_steps = int(state.get("offline_steps", 0))
+        p.stage.restore(state)
         p.pool.version = state["version"] - 1
         self.push()
         p.log.resume_at(state["iteration"], state.get("record"))
@@ -154,49 +156,31 @@ class Trainer:
         return self.parts.pool.push(weights)
 
     def update(
-        self,
-        trajs: list[Trajectory],
-        algo: Algorithm,
-        algo_cfg: Any,
-        *,
-        seed: int,
-        iteration: int = 0,
-        **kw: Any,
+        self, trajs: list[Trajectory], *, seed: int, iteration: int = 0, **kw: Any
     ) -> tuple[dict[str, Any], dict[str, float]]:
-        """``Updater.update`` with this run's stored-data and reward-model hooks; returns (metrics, timings)."""
+        """The run's algorithm updated on iteration ``iteration``'s ``trajs`` through its driver stage
+        (``staged_update``), the updated turns kept for ``hierarl view``; returns (metrics, timings)."""
         p = self.parts
-        offline = p.offline if algo is p.algo else None
-        metrics, timings = p.updater.update(
-            trajs,
-            algo,
-            algo_cfg,
-            seed=seed,
-            observe=p.keeper.observer(iteration),
-            reference=offline is None or offline.online(iteration),
-            annotate=p.hisr.annotate if algo.reward_models and p.hisr is not None else None,
-            warmup_left=0 if offline is None else offline.warmup_left(),
-            **kw,
+        kw["observe"] = p.keeper.observer(iteration)
+        return staged_update(
+            p.updater, p.stage, trajs, p.algo, p.algo_cfg, seed=seed, iteration=iteration, **kw
         )
-        if offline is not None:
-            offline.critic_steps += int(metrics["optimizer_steps"])
-        return metrics, timings
 
     def update_recovering(self, trajs: list[Trajectory], it: int) -> tuple[dict[str, Any], dict[str, float]]:
         """``update`` on iteration ``it``'s rollouts (the first RL iteration's critic warmed up first,
-        ``learner.critic_warmup_passes``); if a learner worker dies, the group is rebuilt from the newest readable
-        checkpoint and the update redone on the same rollouts."""
+        ``learner.critic_warmup_passes``, unless the driver stage warms it up its own way); if a learner worker dies,
+        the group is rebuilt from the newest readable checkpoint and the update redone on the same rollouts."""
         p, s = self.parts, self.parts.schedule
-        warmup = s.learner.critic_warmup_passes if it == 1 and p.offline is None else 0
+        warmup = s.learner.critic_warmup_passes if it == 1 and p.stage.critic_warmup_in_passes else 0
         while True:
             try:
-                return self.update(
-                    trajs, p.algo, p.algo_cfg, seed=s.seed + it, iteration=it, critic_warmup=warmup
-                )
+                return self.update(trajs, seed=s.seed + it, iteration=it, critic_warmup=warmup)
             except p.worker_lost as e:
                 self.rebuild_learner(e)
 
     def rebuild_learner(self, error: Exception) -> None:
-        """A new learner group (new placement group and rendezvous) loaded from the newest readable checkpoint."""
+        """A new learner group (new placement group and rendezvous) loaded from the newest readable checkpoint, the
+        driver stage restored to it and prepared on the new group."""
         p = self.parts
         limit = p.schedule.learner.max_restarts
         if self.learner_restarts >= limit:
@@ -213,10 +197,8 @@ class Trainer:
                 f"a learner worker died ({type(error).__name__}) and there is no checkpoint to rebuild from"
             ) from error
         path, state = loaded
-        if p.offline is not None:
-            p.offline.critic_steps = int(state.get("offline_steps", 0))
-        if p.hisr is not None:
-            p.hisr.prepare(in_learner=state["iteration"] >= 1)
+        p.stage.restore(state)
+        p.stage.prepare(state["iteration"])
         self.learner_restarts += 1
         print(
             f"[hierarl] a learner worker died ({type(error).__name__}); group rebuilt from {path} in "
@@ -255,13 +237,10 @@ class Trainer:
     def checkpoint(self, iteration: int, record: dict[str, Any] | None = None) -> None:
         """``checkpoints/iter_<k>`` (``Checkpointer``); ``record``: the iteration's metrics row, logged after the
         checkpoint, which a resume restores if the run died in between. One-step-off: also the adapter the next
-        iteration's in-flight rollouts come from, so an exact resume regenerates them."""
+        iteration's in-flight rollouts come from, so an exact resume regenerates them. The driver stage's state
+        goes with it."""
         p = self.parts
-        state = {
-            "version": p.pool.version,
-            "record": record,
-            "offline_steps": p.offline.critic_steps if p.offline is not None else 0,
-        }
+        state = {"version": p.pool.version, "record": record, **p.stage.state()}
         pushed = p.pool.pushed
         behaviour = pushed[0][None] if p.schedule.one_step_off and len(pushed) == 2 else None
         p.checkpoints.save(iteration, self.learner, state, behaviour)

@@ -58,10 +58,10 @@ class Algorithm:
     ``min_group_size``: smallest ``rollout.group_size`` it works with (group-relative baselines need 2).
     ``agents``: the agent protocols (``rollout.agent``) the method is defined with; empty: any. HIPIF is its
     folded-history protocol as much as its advantage, so ``algo=hipif`` with another agent is refused at start.
-    ``reward_models``: the run trains HISR's segment reward model and hindsight model before RL and annotates every
-    iteration's trajectories with them (``launch.hisr``) before ``compute_targets``.
-    ``offline``: the RL iterations train on a stored dataset (expert demonstrations + BC-policy rollouts,
-    ``launch.offline``), not on fresh rollouts; rollouts only build the data and evaluate.
+    ``reward_models``: the learner holds HISR's segment reward model and hindsight model beside the policy, which
+    its driver stage trains before RL and scores every iteration's trajectories with before ``compute_targets``.
+    ``offline``: the RL iterations train on a stored dataset (expert demonstrations + BC-policy rollouts, its driver
+    stage ``launch.offline``), not on fresh rollouts; rollouts only build the data and evaluate.
     With ``offline`` and ``uses_reference(cfg)``, the KL reference is the policy as the online phase found it: a
     frozen copy of each policy adapter (``offline_<name>`` on the learner), taken at the first online iteration;
     offline iterations have no KL term.
@@ -70,6 +70,9 @@ class Algorithm:
     policy-anchored term; ``launch.offline``).
     ``target_critic``: the learner keeps a soft-updated copy of the critic (``cfg.target_tau`` per critic step) that
     value slots with ``target=True`` read, and the first ``cfg.warmup_steps`` optimizer steps train the critic alone.
+    ``driver_stage``: the driver's own work for this algorithm around its updates, by name in ``launch.specs.STAGES``
+    (a name, since the learner side imports nothing of the driver): "reward_models" (HISR, ``launch.hisr``),
+    "offline_data" (STEP-HRL, Multi2: ``launch.offline``); "": none.
     """
 
     name: str
@@ -86,6 +89,7 @@ class Algorithm:
     offline: bool = False
     target_critic: bool = False
     anchor_role: str = ""
+    driver_stage: str = ""
 
     def __post_init__(self) -> None:
         if bool(self.value_slots) != (self.value_loss is not None):

@@ -205,4 +205,5 @@ ALGORITHM = Algorithm(
     value_loss=value_loss,
     uses_reference=has_kl_term,
     reward_models=True,
+    driver_stage="reward_models",
 )

@@ -231,4 +231,5 @@ ALGORITHM = Algorithm(
     offline=True,
     target_critic=True,
     anchor_role="executor",
+    driver_stage="offline_data",
 )

@@ -184,4 +184,5 @@ ALGORITHM = Algorithm(
     agents=("step_hrl",),
     offline=True,
     target_critic=True,
+    driver_stage="offline_data",
 )

@@ -156,7 +156,7 @@ def test_updates_move_probability_to_the_rewarded_episodes(ray_local, tmp_path, 
                 )
         before = gap(cfg, trainer, won, lost)
         for k in range(UPDATES):
-            trainer.update([*won, *lost], trainer.parts.algo, trainer.parts.algo_cfg, seed=k)
+            trainer.update([*won, *lost], seed=k)
         after = gap(cfg, trainer, won, lost)
     finally:
         trainer.close()
@@ -205,7 +205,7 @@ def test_after_bc_an_update_without_advantages_moves_the_policy_only_on_bcs_mome
             *play(cfg, trainer, ids, plans, "won"),
             *play(cfg, trainer, ids, plans[1:] + plans[:1], "lost"),
         ]
-        metrics, _ = trainer.update(batch, trainer.parts.algo, trainer.parts.algo_cfg, seed=0)
+        metrics, _ = trainer.update(batch, seed=0)
     finally:
         trainer.close()
     print(f"{rl_optimizer}: update KL {metrics['kl_update']:.3g}")

@@ -50,8 +50,8 @@ def test_hisr_stages_are_cached_and_a_resume_reproduces_the_losses(ray_local, tm
     trainer = Trainer(build_run(resolve_config(None, [*TINY, *HISR_TINY, f"run_dir={part}", "resume=true"])))
     try:
         assert trainer.resume() == 3 and trainer.resumed_from.name == "iter_2"
-        hisr = trainer.parts.hisr
-        hisr.prepare(in_learner=True)
+        hisr = trainer.parts.stage
+        hisr.prepare(2)  # the learner holds iter_2, the reward models with it
         trajs = hisr.collect()
         seqs = hisr._sprm_batch(trajs, hisr.segment(trajs, hisr._turns(trajs))).seqs
 

@@ -8,12 +8,13 @@ Convention: a fenced block directly after an HTML comment ``<!-- example: TARGET
 * TARGET ending in ``.yaml``: a preset, written to a temporary folder; commands naming its stem use that file.
 * TARGET ``commands``: ``hierarl train`` lines, each run as ``hierarl train --dry-run ...`` in this process; a
   line whose comment says ``exits 2: <text>`` must exit 2 with <text> in its one-line error; the others, 0.
-* Any other TARGET (``register``, ``baseline``): a python snippet run word for word in a fresh namespace,
-  after the page's modules are loaded and its ``register`` snippet has run.
+* Any other TARGET (``register``, ``register_stage``, ``baseline``): a python snippet run word for word in a
+  fresh namespace, after the page's modules are loaded (and, for a snippet that registers nothing, its ``register``
+  snippet has run).
 
 Other blocks (diffs, the loop sketch) are prose. Each page must hold the targets listed in ``PAGES``, so
-losing a marker fails here instead of testing less. The algorithm, env and protocol tables the snippets
-register into are restored after every test (``registries``), so nothing leaks into other tests.
+losing a marker fails here instead of testing less. The algorithm, driver-stage, env and protocol tables the
+snippets register into are restored after every test (``registries``), so nothing leaks into other tests.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ from envs.random_policy import random_policy_wins
 from envs.synthetic import SyntheticHierEnv
 from launch.algos import ALGOS, get_algo
 from launch.cli import main
+from launch.specs import STAGES, stage_builder
+from launch.stages import staged_update
 from learners.batch import build_turn_batch
 from reward.shaping import ShapingConfig, apply_shaping
 from tests.unit.scripted_engine import FakeEngine, run_episodes
@@ -52,6 +55,8 @@ PAGES = {
         "launch/configs/reinforce_pp_synthetic_small.yaml",
         "commands",
         "tests/unit/test_reinforce_pp.py",
+        "launch/novelty.py",
+        "register_stage",
     ],
     "adding_an_environment.md": ["envs/keyroom.py", "register", "baseline", "commands"],
     "adding_a_protocol.md": ["actors/agents/act_only.py", "register", "commands"],
@@ -68,7 +73,7 @@ def examples(page: str) -> dict[str, str]:
 @pytest.fixture(autouse=True)
 def registries():
     """Every registration a snippet makes is undone after the test."""
-    tables: list[dict[str, Any]] = [ALGOS, envs.base._REGISTRY, AGENTS]
+    tables: list[dict[str, Any]] = [ALGOS, envs.base._REGISTRY, AGENTS, STAGES]
     saved = [dict(t) for t in tables]
     yield
     for table, before in zip(tables, saved, strict=True):
@@ -200,6 +205,45 @@ def test_algorithm_page_test_passes(monkeypatch, tmp_path):
     assert len(tests) == 2
     for test in tests:
         test()
+
+
+class AnnotatingUpdater:
+    """Stands in for ``Updater.update``: applies the annotation it is given to the batch, as the real one does
+    between the algorithm's shaping and its targets, and takes one optimizer step."""
+
+    def update(self, trajs: list[Trajectory], algo: Any, algo_cfg: Any, *, seed: int, **kw: Any) -> tuple:
+        stats = kw["annotate"](trajs, build_turn_batch(trajs, max_len=32, pad_id=0), None)
+        return {"optimizer_steps": 1.0, **stats}, {}
+
+
+def _seen(traj_id: str, *observations: str) -> Trajectory:
+    turns = [Turn([1, 2], [7], [-1.0], observation=o) for o in observations]
+    return Trajectory(traj_id, traj_id, "t", "synthetic", turns, status="finished")
+
+
+def test_algorithm_with_a_driver_stage_scores_through_the_update_path_and_keeps_its_counts(
+    monkeypatch, tmp_path
+):
+    page = Page("adding_an_algorithm.md", monkeypatch, tmp_path)
+    page.run("register_stage")
+    algo = get_algo("reinforce_pp_novelty")
+    stage = stage_builder(algo)(None)  # the page's builder reads none of the run's inputs
+    # observations a, b, a: β/√1, β/√1, then a's second sighting β/√2 (β = 0.1)
+    trajs = [_seen("x", "a", "b"), _seen("y", "a")]
+    metrics, _ = staged_update(AnnotatingUpdater(), stage, trajs, algo, algo.Config(), seed=0, iteration=1)
+    assert [t.shaped["novelty"] for tr in trajs for t in tr.turns] == pytest.approx(
+        [0.1, 0.1, 0.1 / np.sqrt(2)]
+    )
+    assert metrics["novelty_observations"] == 2 and trajs[0].episode_return == pytest.approx(0.2)
+    # a resume: the checkpoint's state (which keeps the driver state's shared key) read into a fresh stage, which
+    # counts on: a's third sighting
+    state = stage.state()
+    assert state == {"offline_steps": 0, "novelty_seen": {"a": 2, "b": 1}}
+    resumed = stage_builder(algo)(None)
+    resumed.restore(state)
+    again = [_seen("z", "a")]
+    staged_update(AnnotatingUpdater(), resumed, again, algo, algo.Config(), seed=0, iteration=2)
+    assert again[0].turns[0].shaped["novelty"] == pytest.approx(0.1 / np.sqrt(3))
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -341,4 +385,6 @@ def test_protocol_runs_from_the_cli(act_only, capsys):
 def test_registrations_do_not_leak():
     # the last test of the file: every registration and example module above is gone
     assert "reinforce_pp" not in ALGOS and "keyroom" not in envs.env_names() and "act_only" not in AGENTS
-    assert not {"learners.algos.reinforce_pp", "envs.keyroom", "actors.agents.act_only"} & set(sys.modules)
+    assert "reinforce_pp_novelty" not in ALGOS and "novelty" not in STAGES
+    examples = {"learners.algos.reinforce_pp", "launch.novelty", "envs.keyroom", "actors.agents.act_only"}
+    assert not examples & set(sys.modules)

@@ -1,259 +1,17 @@
-"""The training loop (``launch/train.py``'s ``Trainer``) on plain fakes of its parts, without Ray: what it calls, in
-which order, and what it logs, pushes and checkpoints. Every fake appends to one event list, so a test reads the
-loop's calls as one sequence (take → update → push → eval → checkpoint → log)."""
+"""The training loop (``launch/train.py``'s ``Trainer``) on plain fakes of its parts (``tests/unit/loop_fakes.py``),
+without Ray: what it calls, in which order, and what it logs, pushes and checkpoints; and the driver stage's hooks
+(``launch/stages.py``) among those calls. Every fake appends to one event list, so a test reads the loop's calls as
+one sequence (take → update → push → eval → checkpoint → log)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-from pathlib import Path
-from types import SimpleNamespace
-from typing import Any
-
 import pytest
 
-from common.lora import LoraSpec
 from common.rng import process_rngs
 from launch import train as train_module
-from launch.build import RunParts, Schedule
-from launch.config import BCConfig, LearnerConfig
-from launch.sources import EmptyIterations, IterationData
-from launch.train import Trainer, train
-
-SEED = 7
-STATS = dict.fromkeys(
-    ("success", "return", "valid_format", "switch_rate", "segment_len", "prompt_tokens", "response_tokens"),
-    0.5,
-)
-"""What an iteration's episodes' statistics hold (the fields the iteration line prints)."""
-EVAL = {
-    "success": 0.5,
-    "ci_low": 0.1,
-    "ci_high": 0.9,
-    "n": 2,
-    "random": 0.0,
-    "base": float("nan"),
-    "valid_format": 1.0,
-    "per_type": {},
-    "panel": "fake@1[:2]",
-    "outcomes": "10",
-    "task_rates": [1.0, 0.0],
-    "task_ids": ["a", "b"],
-    "samples": 1,
-    "temperature": 0.4,
-    "episodes": [],
-}
-"""An evaluation result as ``PanelEvaluator.evaluate`` returns one."""
-
-
-class WorkerLost(Exception):
-    """Stands in for Ray's actor-died errors (``RunParts.worker_lost``)."""
-
-
-class Learner:
-    """Its adapter's "weights" name the group and count its exports, so a push or a checkpoint tells which."""
-
-    def __init__(self, name: str, events: list[tuple]) -> None:
-        self.name, self.events, self.exports = name, events, 0
-
-    def adapter_weights(self, adapter: str | None = None) -> dict[str, Any]:
-        self.exports += 1
-        return {"from": self.name, "export": self.exports}
-
-    def start_rl(self, adapter: str, *, fresh: bool, warmup_steps: int) -> None:
-        self.events.append(("start_rl", adapter))
-
-    def shutdown(self) -> None:
-        self.events.append(("shutdown", self.name))
-
-
-class Pool:
-    def __init__(self, events: list[tuple]) -> None:
-        self.events, self.version, self.pushed = events, 0, []
-
-    def push(self, weights: dict) -> float:
-        self.version += 1
-        self.pushed = [*self.pushed[-1:], weights]
-        self.events.append(("push", self.version))
-        return 0.0
-
-    def fault_totals(self, iteration: int, **extra: float) -> dict[str, float]:
-        return {"total_rollout_restarts": 0.0, **{f"total_{k}": v for k, v in extra.items()}}
-
-    def close(self) -> None:
-        self.events.append(("pool_close",))
-
-
-class Source:
-    """Iteration k's one episode, played by the pool's version before the update; ``empty``: iterations with none."""
-
-    def __init__(self, events: list[tuple], pool: Pool, empty: set[int]) -> None:
-        self.events, self.pool, self.empty = events, pool, empty
-
-    def take(self, iteration: int) -> IterationData:
-        self.events.append(("take", iteration))
-        turns = [] if iteration in self.empty else [SimpleNamespace(policy_version=self.pool.version)]
-        return IterationData([SimpleNamespace(turns=turns)], dict(STATS))
-
-    def before_push(self) -> bool:
-        self.events.append(("before_push",))
-        return False
-
-    def pause(self) -> bool:
-        self.events.append(("pause",))
-        return False
-
-    def close(self) -> None:
-        self.events.append(("source_close",))
-
-
-class Updater:
-    """Records each update; the first ``fail`` updates raise ``WorkerLost`` (a learner worker died mid-update)."""
-
-    def __init__(self, events: list[tuple], learner: Learner, fail: int = 0) -> None:
-        self.events, self.learner, self.fail = events, learner, fail
-        self.ref_adapters = ("ref_default",)
-        self.calls: list[dict[str, Any]] = []
-
-    def update(self, trajs: list, algo: Any, algo_cfg: Any, *, seed: int, **kw: Any) -> tuple[dict, dict]:
-        self.events.append(("update", seed, self.learner.name))
-        self.calls.append({"trajs": trajs, "algo": algo, **kw})
-        if self.fail:
-            self.fail -= 1
-            raise WorkerLost("a learner worker died")
-        return {"loss": 0.5, "optimizer_steps": 1.0}, {"update": 0.0}
-
-    def freeze_reference(self) -> None:
-        self.events.append(("freeze_reference",))
-
-
-class Checkpoints:
-    def __init__(self, events: list[tuple], root: Path) -> None:
-        self.events, self.root = events, root
-        self.newest: tuple[Path, dict[str, Any]] | None = None
-        self.saved: dict[int, tuple[str, dict[str, Any], Any]] = {}
-
-    @property
-    def has_latest(self) -> bool:
-        return self.newest is not None
-
-    def save(self, iteration: int, learner: Learner, state: dict[str, Any], behaviour: Any = None) -> None:
-        self.events.append(("save", iteration))
-        self.saved[iteration] = (learner.name, state, behaviour)
-
-    def load_newest(self, learner: Learner) -> tuple[Path, dict[str, Any]] | None:
-        self.events.append(("load_newest", learner.name))
-        return self.newest
-
-
-class Log:
-    def __init__(self, events: list[tuple]) -> None:
-        self.events, self.history = events, []
-
-    def log(self, row: dict[str, Any]) -> None:
-        self.events.append(("log", row["iteration"]))
-        self.history.append(row)
-
-    def restart(self, history: list[dict[str, Any]]) -> None:
-        self.events.append(("restart",))
-        self.history = list(history)
-
-    def resume_at(self, iteration: int, last: dict[str, Any] | None) -> None:
-        self.events.append(("resume_at", iteration))
-        self.history = [last] if last is not None else []
-
-    def close(self) -> None:
-        self.events.append(("log_close",))
-
-
-class Evaluator:
-    def __init__(self, events: list[tuple]) -> None:
-        self.events = events
-
-    def evaluate(self, n: int, *, is_base: bool = False) -> dict[str, Any]:
-        self.events.append(("evaluate", n, is_base))
-        return dict(EVAL)
-
-
-def schedule(run_dir: Path, **changes: Any) -> Schedule:
-    """Four RL iterations, an evaluation every second one, a checkpoint after each; no BC."""
-    base = Schedule(
-        run_dir=run_dir,
-        iterations=4,
-        seed=SEED,
-        eval_every=2,
-        checkpoint_every=1,
-        eval_episodes=2,
-        train_tasks=0,
-        eval_zero_shot=False,
-        save_trajectories=False,
-        one_step_off=False,
-        resume=False,
-        adapters=(),
-        init_adapter="",
-        lora=LoraSpec(4, 8, ("q_proj",)),
-        bc=None,
-        bc_source=None,
-        learner=LearnerConfig(critic_warmup_passes=2, max_restarts=1),
-    )
-    return replace(base, **changes)
-
-
-def fake_run(
-    tmp_path: Path, *, empty: frozenset[int] = frozenset(), fail: int = 0, **changes: Any
-) -> tuple[Trainer, list[tuple], list[tuple[int, Path | None]]]:
-    """A ``Trainer`` over fakes, the list of events they all append to, and the (first iteration, resumed
-    checkpoint) of each iteration source built."""
-    events: list[tuple] = []
-    pool = Pool(events)
-    sources: list[tuple[int, Path | None]] = []
-
-    def source(first: int, resumed_from: Path | None) -> Source:
-        sources.append((first, resumed_from))
-        return Source(events, pool, set(empty))
-
-    def new_learner() -> Learner:
-        events.append(("new_learner",))
-        return Learner("learner1", events)
-
-    parts = RunParts(
-        schedule=schedule(tmp_path, **changes),
-        algo=SimpleNamespace(name="ppo", reward_models=False),
-        algo_cfg=None,
-        pool=pool,
-        updater=Updater(events, Learner("learner0", events), fail),
-        new_learner=new_learner,
-        worker_lost=(WorkerLost,),
-        checkpoints=Checkpoints(events, tmp_path / "checkpoints"),
-        keeper=SimpleNamespace(observer=lambda iteration: None, keep_eval=lambda *episodes: None),
-        log=Log(events),
-        evaluator=Evaluator(events),
-        rl_evaluator=None,
-        empty=EmptyIterations(limit=3, groups_per_iter=2),
-        hisr=None,
-        offline=None,
-        source=source,
-        demonstrations=list,
-        tokenizer=None,
-        model_path="fake",
-        train_ids=["a", "b"],
-        bc_ids=["c"],
-        rl_panel=None,
-    )
-    return Trainer(parts), events, sources
-
-
-def iteration_events(it: int, version: int, *, evaluate: bool) -> list[tuple]:
-    """One RL iteration's calls: take → update → push → (pause, evaluate) → checkpoint → log."""
-    eval_calls = [("pause",), ("evaluate", 2, False)] if evaluate else []
-    return [
-        ("take", it),
-        ("update", SEED + it, "learner0"),
-        ("before_push",),
-        ("push", version),
-        *eval_calls,
-        ("save", it),
-        ("log", it),
-    ]
+from launch.config import BCConfig
+from launch.train import train
+from tests.unit.loop_fakes import SEED, STATS, fake_run, iteration_events
 
 
 def test_each_iteration_takes_updates_pushes_evaluates_checkpoints_then_logs(tmp_path, capsys):
@@ -263,8 +21,11 @@ def test_each_iteration_takes_updates_pushes_evaluates_checkpoints_then_logs(tmp
     each = [iteration_events(it, it + 1, evaluate=it % 2 == 0) for it in (1, 2, 3, 4)]
     assert events == [*warm_start, *(e for it in each for e in it), ("source_close",)]
     assert sources == [(1, None)]
-    # the critic's warm-up passes on the first RL iteration only
-    assert [c["critic_warmup"] for c in trainer.parts.updater.calls] == [2, 0, 0, 0]
+    # the critic's warm-up passes on the first RL iteration only; the null driver stage annotates nothing and leaves
+    # the update's other arguments at their defaults
+    calls = trainer.parts.updater.calls
+    assert [c["critic_warmup"] for c in calls] == [2, 0, 0, 0]
+    assert all(c["annotate"] is None and not {"reference", "warmup_left"} & set(c) for c in calls)
 
     assert [r["iteration"] for r in rows] == [1, 2, 3, 4]
     row = rows[1]
@@ -403,3 +164,74 @@ def test_train_closes_the_run_whatever_the_loop_raises(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match="rebuilds were used up"):
         train(None)
     assert events[-3:] == [("pool_close",), ("shutdown", "learner1"), ("log_close",)]
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The driver stage (``launch/stages.py``): its hooks among the loop's calls
+# ------------------------------------------------------------------------------------------------------------
+
+
+def test_the_driver_stage_is_prepared_supplies_the_data_and_brackets_every_update(tmp_path):
+    """A fresh run with a stage: the warm start leaves the KL reference to it; it is prepared on checkpoint 0's
+    learner and its own data replace the rollouts; each update gets its arguments (read from the steps counted so
+    far) and its annotation, and is followed by its bookkeeping; every checkpoint holds its state."""
+    trainer, events, sources = fake_run(tmp_path, staged=True)
+    trainer.run()
+    each = [iteration_events(it, it + 1, evaluate=it % 2 == 0) for it in (1, 2, 3, 4)]
+    for calls in each:
+        calls.insert(2, ("stage_after_update",))  # right after the update, before the push
+    warm_start = [("restart",), ("push", 1), ("start_rl", "default"), ("save", 0)]  # no freeze_reference
+    start = [("stage_prepare", 0), ("stage_source",)]
+    assert events == [*warm_start, *start, *(e for it in each for e in it), ("source_close",)]
+    assert sources == []  # no rollouts built
+    stage, calls = trainer.parts.stage, trainer.parts.updater.calls
+    assert [(c["reference"], c["warmup_left"], c["critic_warmup"]) for c in calls] == [
+        (False, 3, 0),  # no critic passes: the stage owes its critic's warm-up in steps
+        (True, 2, 0),
+        (True, 1, 0),
+        (True, 0, 0),
+    ]
+    assert all(c["annotate"] == stage.annotate for c in calls)
+    saved = trainer.parts.checkpoints.saved
+    assert [saved[it][1]["stage_steps"] for it in range(5)] == [0, 1, 2, 3, 4]
+    assert saved[4][1]["offline_steps"] == 0  # every checkpoint keeps the key
+
+
+def test_a_resume_restores_the_driver_stage_then_prepares_it_on_the_checkpoints_learner(tmp_path):
+    """Resumed from iter_2 (2 of the 3 critic-only steps taken): restored before anything reads it, prepared on
+    iter_2's learner; the next update owes 1 step, not 3."""
+    trainer, events, sources = fake_run(tmp_path, staged=True, resume=True)
+    last = {"iteration": 2, "phase": "rl", **STATS}
+    state = {"iteration": 2, "version": 3, "rng": process_rngs(), "record": last, "offline_steps": 0}
+    trainer.parts.checkpoints.newest = (tmp_path / "checkpoints" / "iter_2", {**state, "stage_steps": 2})
+    trainer.run()
+    restored = [("load_newest", "learner0"), ("stage_restore", 2), ("push", 3), ("resume_at", 2)]
+    assert events[:6] == [*restored, ("stage_prepare", 2), ("stage_source",)]
+    assert [c["warmup_left"] for c in trainer.parts.updater.calls] == [1, 0]
+    assert sources == [] and trainer.parts.stage.steps == 4
+
+
+def test_a_rebuilt_learner_group_gets_the_driver_stage_of_the_checkpoint_it_loaded(tmp_path):
+    """Checkpoints every second iteration; after iteration 3 (3 steps counted) the next update loses a learner
+    worker: the group rebuilt from iter_2 restores the stage to its 2 steps and prepares it on iter_2, and the redone
+    update reads that state and counts once (3 steps, not 4)."""
+    trainer, events, _ = fake_run(tmp_path, staged=True, iterations=3, checkpoint_every=2, eval_every=0)
+    trainer.run()
+    _, state, _ = trainer.parts.checkpoints.saved[2]
+    trainer.parts.checkpoints.newest = (tmp_path / "checkpoints" / "iter_2", {"iteration": 2, **state})
+    trainer.parts.updater.fail = 1
+    events.clear()
+    trainer.update_recovering([], 4)
+    assert events == [
+        ("update", SEED + 4, "learner0"),
+        ("shutdown", "learner0"),
+        ("new_learner",),
+        ("load_newest", "learner1"),
+        ("stage_restore", 2),
+        ("stage_prepare", 2),
+        ("update", SEED + 4, "learner1"),
+        ("stage_after_update",),
+    ]
+    lost, redone = trainer.parts.updater.calls[-2:]
+    assert (lost["warmup_left"], redone["warmup_left"]) == (0, 1)
+    assert trainer.parts.stage.steps == 3
