@@ -58,9 +58,10 @@ class Algorithm:
     ``min_group_size``: smallest ``rollout.group_size`` it works with (group-relative baselines need 2).
     ``agents``: the agent protocols (``rollout.agent``) the method is defined with; empty: any. HIPIF is its
     folded-history protocol as much as its advantage, so ``algo=hipif`` with another agent is refused at start.
-    ``reward_models``: the learner holds HISR's segment reward model and hindsight model beside the policy, which
-    its driver stage trains before RL and scores every iteration's trajectories with before ``compute_targets``.
-    ``offline``: the RL iterations train on a stored dataset (expert demonstrations + BC-policy rollouts, its driver
+    ``reward_models`` (read from ``driver_stage``): the learner holds HISR's segment reward model and hindsight
+    model beside the policy, which its driver stage trains before RL and scores every iteration's trajectories with
+    before ``compute_targets``.
+    ``offline`` (read from ``driver_stage``): the RL iterations train on a stored dataset (expert demonstrations + BC-policy rollouts, its driver
     stage ``launch.offline``), not on fresh rollouts; rollouts only build the data and evaluate.
     With ``offline`` and ``uses_reference(cfg)``, the KL reference is the policy as the online phase found it: a
     frozen copy of each policy adapter (``offline_<name>`` on the learner), taken at the first online iteration;
@@ -85,8 +86,6 @@ class Algorithm:
     uses_old_logprobs: bool = True
     min_group_size: int = 1
     agents: tuple[str, ...] = ()
-    reward_models: bool = False
-    offline: bool = False
     target_critic: bool = False
     anchor_role: str = ""
     driver_stage: str = ""
@@ -94,6 +93,16 @@ class Algorithm:
     def __post_init__(self) -> None:
         if bool(self.value_slots) != (self.value_loss is not None):
             raise ValueError(f"algorithm {self.name!r}: value slots and a value loss come together")
+
+    @property
+    def reward_models(self) -> bool:
+        """The learner holds HISR's reward models (its driver stage trains them): read from ``driver_stage``."""
+        return self.driver_stage == "reward_models"
+
+    @property
+    def offline(self) -> bool:
+        """The RL iterations train on stored data (its driver stage holds it): read from ``driver_stage``."""
+        return self.driver_stage == "offline_data"
 
     @property
     def value_heads(self) -> int:

@@ -204,6 +204,5 @@ ALGORITHM = Algorithm(
     value_slots=VALUE_SLOTS,
     value_loss=value_loss,
     uses_reference=has_kl_term,
-    reward_models=True,
     driver_stage="reward_models",
 )

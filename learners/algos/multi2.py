@@ -228,7 +228,6 @@ ALGORITHM = Algorithm(
     uses_reference=lambda cfg: cfg.kl_coef > 0 and cfg.online_groups > 0,
     uses_old_logprobs=False,  # AWR reads no π_old; expert demonstrations carry no sampling log-probs
     agents=("multi2",),
-    offline=True,
     target_critic=True,
     anchor_role="executor",
     driver_stage="offline_data",

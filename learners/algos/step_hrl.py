@@ -182,7 +182,6 @@ ALGORITHM = Algorithm(
     value_loss=value_loss,
     uses_old_logprobs=False,  # AWR reads no π_old; expert demonstrations carry no sampling log-probs
     agents=("step_hrl",),
-    offline=True,
     target_critic=True,
     driver_stage="offline_data",
 )
