@@ -47,7 +47,7 @@ from launch.config import (
 from launch.evaluation import Evaluation, scope
 from launch.evaluator import PanelEvaluator
 from launch.kept_episodes import EpisodeKeeper
-from launch.panels import Panel
+from launch.panel_tasks import Panel
 from launch.rollout_pool import RolloutPool
 from launch.run_log import RunLog
 from launch.sources import EmptyIterations, IterationSource

@@ -22,7 +22,8 @@ from typing import Any
 from actors.trajectory import Trajectory
 from launch.baselines import base_cache, random_rates
 from launch.config import EnvConfig, ModelConfig, RolloutConfig, TrainConfig
-from launch.panels import Panel, PanelTask, run_panel
+from launch.panel_tasks import Panel, PanelTask
+from launch.panels import run_panel
 from launch.stats import wilson
 
 

@@ -12,7 +12,7 @@ from actors.trajectory import Trajectory
 from launch.baselines import BASE_SEED
 from launch.episode_stats import trajectory_stats
 from launch.evaluation import Evaluation
-from launch.panels import Panel, PanelTask
+from launch.panel_tasks import Panel, PanelTask
 from launch.rollout_pool import RolloutPool
 
 

@@ -21,7 +21,8 @@ from actors.episodes import unpack_group
 from actors.rollout import RolloutWorker, WorkerConfig
 from actors.trajectory import Trajectory
 from cluster.ray_cluster import WORKER_LOST, WorkerResources, place_workers, spawn_in_bundle
-from launch.panels import PanelTask, shards
+from launch.panel_tasks import PanelTask
+from launch.panels import shards
 
 Weights = dict[str | None, Any]
 """Adapter tensors (or their object refs) by adapter name; None: the one adapter every role uses."""

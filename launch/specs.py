@@ -33,7 +33,8 @@ from launch.config import (
 from launch.evaluation import EvalScope, scope
 from launch.hisr import Collect, RewardModels, reward_model_learners
 from launch.offline import OfflineData
-from launch.panels import AUTO, Panel, resolve_panel
+from launch.panel_tasks import Panel
+from launch.panels import AUTO, resolve_panel
 from launch.rollout_pool import RolloutPool
 from launch.sources import IterationSource, SyncRollouts
 from launch.stages import DriverStage

@@ -15,6 +15,7 @@ import pytest
 from actors.trajectory import Trajectory
 from envs.random_policy import random_policy_wins
 from envs.synthetic import SyntheticHierEnv
+from launch import panel_tasks as T
 from launch import panels as P
 from launch.cli import main
 from launch.config import ConfigError, resolve_config
@@ -23,8 +24,8 @@ from launch.evaluation import outcome_string
 MULTI = {"stages": [2], "actions_per_stage": 2, "distractors": 2}
 
 
-def _t(task_id: str, task_type: str) -> P.PanelTask:
-    return P.PanelTask(task_id, P.task_seed(task_id), task_type, "fp")
+def _t(task_id: str, task_type: str) -> T.PanelTask:
+    return T.PanelTask(task_id, T.task_seed(task_id), task_type, "fp")
 
 
 def test_proportional_order_keeps_the_types_shares_in_every_prefix():
@@ -32,23 +33,23 @@ def test_proportional_order_keeps_the_types_shares_in_every_prefix():
     # k=1: A 2/4·1−0 = .5, B .25, C .25 → A; k=2: A 1−1 = 0, B .5, C .5 → B (tie: first by name);
     # k=3: A 1.5−1 = .5, B .75−1 = −.25, C .75 → C; k=4: A → A B C A.
     tasks = [_t("a1", "A"), _t("a2", "A"), _t("b1", "B"), _t("c1", "C")]
-    assert [t.task_type for t in P.proportional_order(tasks)] == ["A", "B", "C", "A"]
+    assert [t.task_type for t in T.proportional_order(tasks)] == ["A", "B", "C", "A"]
 
 
 def test_round_robin_gives_one_of_each_type_in_turn():
     # A×3, B×1: A B, then B has run out: A A.
     tasks = [_t("a1", "A"), _t("a2", "A"), _t("a3", "A"), _t("b1", "B")]
-    assert [t.task_type for t in P.round_robin_order(tasks)] == ["A", "B", "A", "A"]
+    assert [t.task_type for t in T.round_robin_order(tasks)] == ["A", "B", "A", "A"]
 
 
-@pytest.mark.parametrize("order", sorted(P.ORDERS))
+@pytest.mark.parametrize("order", sorted(T.ORDERS))
 def test_the_order_does_not_depend_on_the_order_tasks_come_in(order):
     tasks = [_t(f"x{i}", "ABC"[i % 3]) for i in range(30)]
-    first = P.ORDERS[order](tasks)
+    first = T.ORDERS[order](tasks)
     for seed in range(5):
         shuffled = tasks[:]
         random.Random(seed).shuffle(shuffled)
-        assert P.ORDERS[order](shuffled) == first
+        assert T.ORDERS[order](shuffled) == first
 
 
 @pytest.mark.parametrize("name", P.panel_names())
@@ -57,11 +58,11 @@ def test_every_stored_panel_is_what_its_recipe_orders(name):
     is in its own order (the recipe applied to the panel's tasks, shuffled, gives the stored list back)."""
     panel = P.load_panel(name)
     assert panel.tasks and len({t.key for t in panel.tasks}) == len(panel.tasks)
-    assert all(t.seed == P.task_seed(t.task_id) for t in panel.tasks)
+    assert all(t.seed == T.task_seed(t.task_id) for t in panel.tasks)
     shuffled = list(panel.tasks)
     random.Random(0).shuffle(shuffled)
     if not panel.size:  # a sized panel is a prefix of its split's order, which holds more tasks than it
-        assert tuple(P.ORDERS[panel.order](shuffled)) == panel.tasks
+        assert tuple(T.ORDERS[panel.order](shuffled)) == panel.tasks
     assert P.from_json(P.to_json(panel), name) == panel
 
 
@@ -190,7 +191,7 @@ def test_outcomes_are_matched_to_the_panel_by_task_and_seed_not_by_position():
 
 def test_the_random_policy_plays_each_pair_from_its_own_state_whatever_the_order():
     env = SyntheticHierEnv(stages=[1], actions_per_stage=1, distractors=1, max_steps=1)
-    pairs = [(i, P.task_seed(i)) for i in env.task_ids("test")]
+    pairs = [(i, T.task_seed(i)) for i in env.task_ids("test")]
     wins = random_policy_wins(env, pairs, max_steps=1, repeats=30)
     back = random_policy_wins(env, pairs[::-1], max_steps=1, repeats=30)
     assert wins == back[::-1]
