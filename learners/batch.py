@@ -264,12 +264,26 @@ def row_lengths(attention_mask: np.ndarray) -> np.ndarray:
     return lengths.astype(np.int64)
 
 
-def micro_batches(attention_mask: np.ndarray, size: int) -> list[tuple[np.ndarray, int]]:
+def value_reach(seqs: Sequences) -> np.ndarray:
+    """int64[B]: the columns a critic pass needs per row, one past the last position any value slot reads
+    (``value_pos``), at most the row's length. A causal model's value at position p depends on tokens ≤ p only, so
+    the tokens after it (HiPER: the action after the subgoal; PPO: the whole response) are computed for nothing."""
+    lengths = row_lengths(seqs.attention_mask)
+    if seqs.value_pos.shape[1] == 0:
+        return lengths
+    return np.minimum(lengths, seqs.value_pos.max(axis=1).astype(np.int64) + 1)
+
+
+def micro_batches(
+    attention_mask: np.ndarray, size: int, lengths: np.ndarray | None = None
+) -> list[tuple[np.ndarray, int]]:
     """Rows of a right-padded batch (bool[B, L]) in micro-batches of at most ``size``, longest first, each with its
-    width (the column after its longest row's last token). Rows of similar length share a micro-batch, so a forward
-    pass computes on little padding; a causal model's outputs at a row's own positions do not depend on the padding
-    after them, so narrowing changes no result (beyond float rounding of other matrix shapes)."""
-    lengths = row_lengths(attention_mask)
+    width (the column after its longest row's last token; ``lengths``: the columns each row needs when fewer, as
+    ``value_reach``). Rows of similar length share a micro-batch, so a forward pass computes on little padding; a
+    causal model's outputs at a row's own positions do not depend on the padding after them, so narrowing changes no
+    result (beyond float rounding of other matrix shapes)."""
+    if lengths is None:
+        lengths = row_lengths(attention_mask)
     order = np.argsort(-lengths, kind="stable")
     return (
         [(rows, int(lengths[rows].max())) for rows in np.array_split(order, -(-len(order) // size))]

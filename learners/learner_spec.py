@@ -59,3 +59,6 @@ class LearnerSpec:
     """torch.distributed rendezvous port; 0: ``LearnerGroup`` picks a free one."""
     torch_threads: int = 0
     """Torch threads of the worker process (``cpu_threads``, resolved by the driver); 0: as the process started."""
+    critic_reach: bool = True
+    """The critic's passes stop one past the last position its value slots read (``learners.batch.value_reach``),
+    exact for a causal model; False computes whole rows (as before the cut: the iteration bench's baseline)."""

@@ -22,7 +22,7 @@ import torch
 
 from common.rng import process_rngs, restore_process_rngs
 from learners.algorithm import PolicyLossFn, ValueLossFn
-from learners.batch import LearnerBatch, Sequences, micro_batches
+from learners.batch import LearnerBatch, Sequences, micro_batches, value_reach
 from learners.engines import load_engine
 from learners.learner_spec import CRITIC_ADAPTER
 from learners.losses import entropy_from_logprobs
@@ -145,7 +145,7 @@ class LearnerWorker(LearnerModels):
         out = np.zeros((len(seqs), len(seqs.value_head)), np.float32)
         head = self._dev(seqs.value_head)
         with self._critic_active(name):
-            for rows, _, s in self._micro_batches(seqs):
+            for rows, _, s in self._micro_batches(seqs, critic=True):
                 ids, attn, pos = self._dev(s.input_ids), self._dev(s.attention_mask), self._dev(s.value_pos)
                 got = self._gather_values(engine(ids, attn), pos, head)
                 if target is not None and target.any():
@@ -162,11 +162,13 @@ class LearnerWorker(LearnerModels):
 
     # -- updates ---------------------------------------------------------------------------------------------
 
-    def _micro_batches(self, record: _Rows) -> list[tuple[np.ndarray, int, _Rows]]:
+    def _micro_batches(self, record: _Rows, *, critic: bool = False) -> list[tuple[np.ndarray, int, _Rows]]:
         """(rows, width, those rows of ``record`` cut to ``width``) of each forward pass: rows of similar length
-        together, cut to their longest (``learners.batch.micro_batches``)."""
+        together, cut to their longest (``learners.batch.micro_batches``); a ``critic`` pass only as far as its
+        value slots read (``learners.batch.value_reach``)."""
         seqs = record.seqs if isinstance(record, LearnerBatch) else record
-        chunks = micro_batches(seqs.attention_mask, self.spec.micro_batch_size)
+        reach = value_reach(seqs) if critic and self.spec.critic_reach else None
+        chunks = micro_batches(seqs.attention_mask, self.spec.micro_batch_size, reach)
         return [(rows, width, record.rows(rows).narrow(width)) for rows, width in chunks]
 
     def _check_zero3_accumulation(self, n_micro: int) -> None:
@@ -254,7 +256,7 @@ class LearnerWorker(LearnerModels):
         engine.train()
         head = self._dev(batch.seqs.value_head)
         total = 0.0
-        chunks = self._micro_batches(batch)
+        chunks = self._micro_batches(batch, critic=True)
         self._check_zero3_accumulation(len(chunks))
         with self._critic_active(name):
             for _, _, micro in chunks:

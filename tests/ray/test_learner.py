@@ -183,6 +183,28 @@ def test_micro_batching_is_exact(model_path):
     assert gap_v < MICRO_TOL
 
 
+def test_critic_passes_stop_where_the_value_slots_read_and_change_no_value(model_path):
+    """The critic's micro-batches end one past the last value slot (``learners.batch.value_reach``): slot 1 moved to
+    the response's second token leaves the rest of each row out of the pass, and the values equal those of the
+    critic's forward over the whole rows."""
+    from learners.batch import row_lengths, value_reach
+
+    batch = _batch(3)
+    seqs = batch.seqs
+    prompt_last = seqs.value_pos[:, 0]
+    seqs = dataclasses.replace(seqs, value_pos=np.stack([prompt_last, prompt_last + 2], axis=1))
+    assert (value_reach(seqs) < row_lengths(seqs.attention_mask)).all()
+    worker = _worker(model_path)
+    _train(worker, dataclasses.replace(batch, seqs=seqs))  # a critic that is not 0 everywhere
+    name, engine = worker._critic(None)
+    with torch.no_grad(), worker._critic_active(name):
+        whole = engine(torch.as_tensor(seqs.input_ids), torch.as_tensor(seqs.attention_mask)).numpy()
+    want = whole[np.arange(len(seqs))[:, None], seqs.value_pos, seqs.value_head[None, :]]
+    gap = float(np.abs(worker.values(seqs) - want).max())
+    print(f"critic cut at its reach: max |Δ value| {gap:.2e} of values up to {np.abs(want).max():.2f}")
+    assert gap < MICRO_TOL
+
+
 def test_critic_and_policy_share_the_base_but_not_their_updates(model_path):
     """The critic is an adapter on the policy's base (one copy of the base weights): a critic step must leave every
     policy log-prob as it was, and a policy step every value (the critic's forward and backward run under its own

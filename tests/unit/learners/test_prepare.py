@@ -252,6 +252,33 @@ def test_micro_batches_group_rows_by_length_and_cut_each_to_its_longest():
     assert micro_batches(attn[:0], 2) == []
 
 
+def test_critic_micro_batches_reach_only_as_far_as_the_value_slots_read():
+    from learners.batch import Sequences, micro_batches, value_reach
+
+    # rows of lengths 6, 5, 4, 3; two value slots read at (2, 4), (1, 1), (3, 3), (0, 2)
+    attn = np.zeros((4, 6), bool)
+    for row, n in enumerate([6, 5, 4, 3]):
+        attn[row, :n] = True
+    pos = np.array([[2, 4], [1, 1], [3, 3], [0, 2]])
+    seqs = Sequences(
+        input_ids=np.zeros((4, 6), np.int64),
+        attention_mask=attn,
+        response_mask=np.zeros((4, 6), bool),
+        value_pos=pos,
+        value_head=np.array([0, 1]),
+    )
+    # reach = min(length, max slot + 1): min(6, 5), min(5, 2), min(4, 4), min(3, 3)
+    assert value_reach(seqs).tolist() == [5, 2, 4, 3]
+    # longest reach first: 0 (5), 2 (4) | 3 (3), 1 (2): the policy's own micro-batches would be [0, 1] (6), [2, 3] (4)
+    got = [(rows.tolist(), width) for rows, width in micro_batches(attn, 2, value_reach(seqs))]
+    assert got == [([0, 2], 5), ([3, 1], 3)]
+    # no value slots (a critic-free algorithm): the rows' own lengths
+    none = Sequences(
+        seqs.input_ids, attn, seqs.response_mask, np.zeros((4, 0), np.int64), np.zeros(0, np.int64)
+    )
+    assert value_reach(none).tolist() == [6, 5, 4, 3]
+
+
 def test_narrowing_a_learner_batch_cuts_every_per_token_field_and_keeps_the_rest():
     from learners.batch import LearnerBatch, Sequences
 
