@@ -214,6 +214,23 @@ def test_hisr_replay_wall_time_range():
     assert f"Wall time per row {min(walls):.0f}–{max(walls):.0f} s" in page("hisr_replay_multi.md")
 
 
+def test_main_job_at_the_lambda_default_pooled_by_task_over_three_seeds():
+    """main_job_learns' last table: per seed and pooled, the paired gain (mean over tasks of after − before) with its
+    t interval over tasks; pooled = each task's rate averaged over the seeds first."""
+    from launch.stats import paired_gain
+
+    text = page("main_job_learns.md").split("## Three seeds at HiPER's new segment-end default")[1]
+    runs = [data(f"main_job_learns/defaults_lambda_seed{s}.json")["rows"] for s in (0, 1, 2)]
+    for key, col in (("eval_task_rates", 2), ("train_eval_task_rates", 4)):
+        for seed, rows in enumerate(runs):
+            g = paired_gain(rows[0][key], rows[-1][key])
+            assert_shows(numbers(row(text, f"{seed}")[col]), [g.mean, g.low, g.high])
+        before = [statistics.mean(r[0][key][i] for r in runs) for i in range(len(runs[0][0][key]))]
+        after = [statistics.mean(r[-1][key][i] for r in runs) for i in range(len(runs[0][0][key]))]
+        g = paired_gain(before, after)
+        assert_shows(numbers(row(text, "tasks, mean over the 3 seeds")[col])[-3:], [g.mean, g.low, g.high])
+
+
 def test_the_helpers_catch_a_figure_off_by_one_printed_digit():
     assert shows("0.375", 0.3754) and shows("−0.014", -0.01389) and shows("9.9e-06", 9.89e-06)
     assert shows("2e-5", 2.3e-05) and shows("+0.056", 1 / 18)
