@@ -65,20 +65,22 @@ def parameter_count(model_dir: str) -> int:
     return total
 
 
-def machine_bounds() -> dict[str, float]:
-    """One core's read bandwidth (best of 5 sums over a 1 GiB float32 array) and fp32 matmul GFLOP/s (best of 3
-    2048³ products, one torch thread): the roofline's two bounds."""
-    import numpy as np
+def machine_bounds(threads: int = 1) -> dict[str, float]:
+    """Read bandwidth (best of 5 sums over a 1 GiB float32 tensor) and fp32 matmul GFLOP/s (best of 3 2048³
+    products) on ``threads`` torch threads: the roofline's two bounds. (Torch's sum, not numpy's, which reads on
+    one thread whatever the setting.)"""
     import torch
 
-    torch.set_num_threads(1)
-    a = np.ones(1 << 28, dtype=np.float32)
+    torch.set_num_threads(threads)
+    a = torch.ones(1 << 28)
     a.sum()
     best = min(_timed(a.sum) for _ in range(5))
+    nbytes = a.numel() * a.element_size()
+    del a
     x = torch.randn(2048, 2048)
     x @ x
     flop_s = 2 * 2048**3 / min(_timed(lambda: x @ x) for _ in range(3))
-    return {"read_gb_s": a.nbytes / best / 1e9, "matmul_gflop_s": flop_s / 1e9}
+    return {"threads": threads, "read_gb_s": nbytes / best / 1e9, "matmul_gflop_s": flop_s / 1e9}
 
 
 def _timed(fn: Any) -> float:

@@ -1,0 +1,446 @@
+"""One RL iteration against the roofline of the cores it runs on: where the seconds go, what each pass computes, and
+how far the whole is from what the machine could do, for the learner as configured at the throughput issue's filing
+and as today's defaults run it, on the same saved batch, in one run.
+
+    python bench/bench_iteration.py --run RUN --iterations 1,2 --out docs/results/iteration_bench/iteration.json
+
+RUN is a finished ``hierarl train ... save_trajectories=true checkpoint_keep_last=0`` run (the main job by
+default). Measured, in this order, nothing else on the cores:
+* the machine: fp32 matmul GFLOP/s (2048³, best of 3) and read GB/s (a sum over 1 GiB, best of 5) at 1 and 2 torch
+  threads: the roofline's two bounds;
+* the rollout engine: the run's generate calls of iteration k replayed (the same prompt ids and batches, each round
+  capped at its longest response; sampling, so lengths differ a little) on HF + peft and on HF with the adapter
+  merged (iteration k's policy, the rollout worker's thread count), and decode steps/s at batch 1, 8 and 32 against
+  the bound ``max(weights ÷ read GB/s, 2 · weights · batch ÷ GFLOP/s)``;
+* the learner, one update of iteration k from the state before it (``bench_replay``'s set-up), per arm:
+  ``filing`` (π_old recomputed, the π_ref pass even while the reference is the policy, the update's KL measured on
+  every row) and ``today`` (the run config's defaults: π_old from the engine checked on a few rows, no π_ref pass at
+  RL's first update, the KL on a sample, the critic cut where its value slots read). Per phase: seconds, and from
+  the batch itself (``iteration_model``) each named pass's rows, useful and computed tokens and FLOPs; achieved
+  GFLOP/s; the share of learner FLOPs whose output cannot change the update; the floor of the needed passes at the
+  2-thread peak.
+From the trajectories: the histogram of generate batch sizes, the tokens a static batch computes beside the rows'
+own (padding, decode steps after a row ended), the prompt tokens an ideal prefix cache would skip, and the
+rollout's floor at the bounds (``iteration_model.rollout_floor_s``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from _env import setup, write_json
+
+ROOT = setup()
+
+from bench_engines import machine_bounds  # noqa: E402
+from bench_prompts import cpu_model  # noqa: E402
+from bench_replay import _driver_stage, _reference_weights, _run_config  # noqa: E402
+from iteration_model import (  # noqa: E402
+    Pass,
+    Shape,
+    group_pass_micro,
+    pass_cost,
+    rollout_floor_s,
+    rollout_rounds,
+    shared_prefix_tokens,
+    sorted_micro_batches,
+    static_batch_work,
+)
+
+ENGINES = {"hf_peft": ("hf", False), "hf_merged": ("hf", True), "vllm_merged": ("vllm", True)}
+"""Rollout engines the replay can time: (``rollout.engine``, merged weights)."""
+ARMS = {
+    "filing": ["learner.old_logprobs=recompute", "learner.measure_rows=0"],
+    "today": [],
+}
+"""Learner settings per arm (overrides on the run's config); ``filing`` also takes the π_ref pass at RL's first
+update, where the reference is still the policy, and generates with HF + peft (the CPU default then); ``today``
+with the engine of today's main job."""
+GROUP_CHUNK_MICRO = 4
+"""``LearnerGroup._map_rows`` sends a forward pass in chunks of 4 micro-batches per worker."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--run", required=True, type=Path)
+    ap.add_argument("--iterations", default="1,2", help="RL iterations to replay (comma-separated)")
+    ap.add_argument("--engines", default="hf_peft,hf_merged", help=f"of {', '.join(ENGINES)}; empty: none")
+    ap.add_argument("--out", type=Path, default=Path("bench/results/iteration.json"))
+    ap.add_argument("--summarise", type=Path, help="derive the figures of a saved JSON again (no measuring)")
+    args = ap.parse_args(argv)
+    if args.summarise:
+        out = json.loads(args.summarise.read_text())
+        for row in out["iterations"].values():
+            _summarise(row, out["machine"]["threads_2"]["matmul_gflop_s"] * 1e9)
+        write_json(args.summarise, out)
+        print(table(out))
+        return 0
+    iterations = [int(k) for k in args.iterations.split(",")]
+    base = _run_config(args.run, [])
+    out: dict[str, Any] = {"run": str(args.run), "cpu": cpu_model(), "iterations": {}}
+    out["machine"] = {f"threads_{t}": machine_bounds(t) for t in (1, 2)}
+    write_json(args.out, out)
+    shape, model_path = _shape(base)
+    out["model"] = {"matmul_weights": shape.matmul_weights, "lora_weights": shape.lora_weights}
+    run_rows = {
+        r["iteration"]: r for r in map(json.loads, (args.run / "metrics.jsonl").read_text().splitlines())
+    }
+    peak = out["machine"]["threads_2"]["matmul_gflop_s"] * 1e9
+    read = out["machine"]["threads_2"]["read_gb_s"] * 1e9
+    for k in iterations:
+        trajs = _trajectories(args.run, k)
+        rounds = rollout_rounds(
+            [[(t.prompt_ids.size, t.response_ids.size) for t in tr.turns] for tr in trajs],
+            base.env.workers_per_rollout,
+        )
+        prompts = [t.prompt_ids for tr in trajs for t in tr.turns]
+        row = {
+            "episodes": len(trajs),
+            "rollout": {
+                "run_s": run_rows[k].get("time_rollout"),
+                "batch_histogram": dict(sorted(Counter(r.batch for r in rounds).items())),
+                "static_batch": static_batch_work(rounds),
+                "ideal_prefix_hits": shared_prefix_tokens(prompts) / max(1, sum(p.size for p in prompts)),
+                "floor": rollout_floor_s(rounds, shape, peak, read),
+            },
+            "run_phases_s": {key: v for key, v in run_rows[k].items() if key.startswith("time_")},
+        }
+        out["iterations"][str(k)] = row
+        if args.engines:
+            row["engine"] = _engine_replay(
+                args.engines.split(","), args.run, base, k, rounds, prompts, model_path, out["machine"], shape
+            )
+            write_json(args.out, out)
+        row["run_engine"] = engine_name(base)
+        row["learner"] = {
+            name: _learner_arm(args.run, base, k, over, name, shape) for name, over in ARMS.items()
+        }
+        row["learner"]["filing"]["engine"] = "hf_peft"
+        _summarise(row, peak)
+        write_json(args.out, out)  # after every iteration: a cut run keeps what it measured
+    print(table(out))
+    return 0
+
+
+def engine_name(cfg: Any) -> str:
+    """The ``ENGINES`` name of a run config's rollout engine on the CPU."""
+    from actors.engines import engine_kind
+
+    kind = engine_kind(cfg.rollout.engine, "cpu")
+    return f"{kind}_{'merged' if cfg.rollout.weight_sync == 'merged' else 'peft'}"
+
+
+def _shape(cfg: Any) -> tuple[Shape, str]:
+    from actors.models import resolve_model_path
+
+    path = resolve_model_path(cfg.model.path, cfg.model.cache_dir)
+    config = json.loads((Path(path) / "config.json").read_text())
+    return Shape.from_config(config, cfg.model.lora_rank, cfg.model.lora_targets), path
+
+
+def _trajectories(run: Path, k: int) -> list[Any]:
+    from actors.trajectory import read_jsonl
+
+    trajs = list(read_jsonl(run / "trajectories" / f"iter_{k}.jsonl"))
+    for t in trajs:
+        for turn in t.turns:
+            turn.shaped.clear()
+    return trajs
+
+
+def _engine_replay(
+    engines: list[str],
+    run: Path,
+    cfg: Any,
+    k: int,
+    rounds: list[Any],
+    prompts: list[np.ndarray],
+    path: str,
+    machine: dict,
+    shape: Shape,
+) -> dict[str, Any]:
+    """Iteration k's generate calls on each HF engine, then decode steps/s at batch 1, 8 and 32."""
+    import torch
+
+    from actors.engines import make_engine
+    from actors.inference import GenerationRequest, SamplingParams
+    from actors.rollout import read_peft_adapter
+    from launch.config import torch_threads
+    from launch.specs import lora_spec
+
+    threads = torch_threads(cfg, cfg.rollout.num_workers, 2, "cpu")
+    torch.set_num_threads(threads)
+    folder = run / "checkpoints" / f"iter_{k - 1}" / "adapter"
+    weights = read_peft_adapter(folder / "default" if (folder / "default").is_dir() else folder)[0]
+    bound = machine[f"threads_{threads}"]
+    out: dict[str, Any] = {"threads": threads}
+    for name in engines:
+        kind, merged = ENGINES[name]
+        t0 = time.perf_counter()
+        engine = make_engine(kind, path, lora_spec(cfg), dtype="float32", merged=merged, max_model_len=2048)
+        start_s = time.perf_counter() - t0
+        engine.load_adapter("default", weights, 1)
+        it = iter(prompts)
+        t0, generated = time.perf_counter(), 0
+        for i, r in enumerate(rounds):
+            requests = [GenerationRequest(tuple(int(x) for x in next(it)), "default") for _ in range(r.batch)]
+            res = engine.generate(requests, SamplingParams(1.0, 1.0, r.decode_steps, seed=cfg.seed + i))
+            generated += sum(len(x.response_ids) for x in res)
+        replay_s = time.perf_counter() - t0
+        sweep = {}
+        for b in (1, 8, 32):
+            request = [GenerationRequest(tuple(int(x) for x in prompts[0]), "default")] * b
+            times = []
+            longest = 1
+            for steps in (1, 33):
+                t0 = time.perf_counter()
+                res = engine.generate(request, SamplingParams(1.0, 1.0, steps, seed=0))
+                times.append(time.perf_counter() - t0)
+                longest = max(len(x.response_ids) for x in res)  # a sample may end early (EOS)
+            bound_steps = 1 / max(
+                shape.weight_bytes_fp32 / (bound["read_gb_s"] * 1e9),
+                shape.forward_flops(b, 1, b, lora=False) / (bound["matmul_gflop_s"] * 1e9),
+            )
+            sweep[str(b)] = {
+                "decode_steps_s": (longest - 1) / (times[1] - times[0]),
+                "steps": longest - 1,
+                "bound_steps_s": bound_steps,
+            }
+        engine.close()
+        out[name] = {"start_s": start_s, "replay_s": replay_s, "generated": generated, "decode": sweep}
+        print(
+            f"engine {name}: iteration {k}'s rounds in {replay_s:.1f} s ({generated} tokens); decode {sweep}",
+            flush=True,
+        )
+    return out
+
+
+def _learner_arm(
+    run: Path, base: Any, k: int, overrides: list[str], name: str, shape: Shape
+) -> dict[str, Any]:
+    """One update of iteration k from ``iter_<k-1>`` under ``overrides``: timings, metrics and the named passes."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from cluster.ray_cluster import WorkerResources, init_ray
+    from envs import success_reward
+    from launch.algos import get_algo
+    from launch.config import engine_old_logprobs, reference_adapters, resolve_algo_config
+    from launch.specs import learner_spec
+    from launch.stages import staged_update
+    from launch.updater import Updater
+    from launch.warm_start import start_rl
+    from learners.group import LearnerGroup
+
+    cfg = _run_config(run, overrides)
+    algo = get_algo(cfg.algo)
+    algo_cfg = resolve_algo_config(algo.Config, cfg.algo_overrides)
+    path = _shape(cfg)[1]
+    tok = AutoTokenizer.from_pretrained(path)
+    pad = tok.pad_token_id or tok.eos_token_id
+    init_ray(cfg.ray_address, device="cpu")
+    state, start = run / "checkpoints" / f"iter_{k - 1}", run / "checkpoints" / "iter_0"
+    filing = name == "filing"
+    spec = dataclasses.replace(learner_spec(cfg, algo, algo_cfg, path, "cpu"), critic_reach=not filing)
+    learner = LearnerGroup(spec, cfg.learner.num_workers, WorkerResources(cfg.learner.cpus_per_worker, 0.0))
+    try:
+        policy = list(cfg.model.adapter_names) or ["default"]
+        learner.load_checkpoint(str(state), only=policy)
+        refs = reference_adapters(cfg, algo, algo_cfg)
+        for ref in refs:
+            learner.load_adapter_weights(_reference_weights(state, start, ref), adapter=ref)
+        updater = Updater(
+            learner,
+            cfg.learner,
+            pad_id=pad,
+            success_reward=success_reward(cfg.env.name, dict(cfg.env.options)),
+            role_adapters=cfg.model.role_adapters,
+            ref_adapters=refs,
+            behaviour_is_cap=0.0,
+            engine_old_logprobs=engine_old_logprobs(cfg, "cpu"),
+        )
+        if k == 1:
+            start_rl(learner, cfg.learner, policy)
+            updater.reference_is_policy = not filing  # the driver's freeze_reference just ran
+        stage = _driver_stage(cfg, algo, algo_cfg, tok, pad, updater, run)
+        stage.restore(torch.load(state / "driver.pt", weights_only=False))
+        stage.prepare(k - 1)
+        ref_is_policy = updater.reference_is_policy
+        trajs = _trajectories(run, k)
+        t0 = time.perf_counter()
+        metrics, timings = staged_update(
+            updater, stage, trajs, algo, algo_cfg, seed=cfg.seed + k, iteration=k, critic_warmup=0
+        )
+        wall = time.perf_counter() - t0
+    finally:
+        learner.shutdown()
+    passes = _passes(
+        cfg,
+        algo,
+        algo_cfg,
+        trajs,
+        shape,
+        pad,
+        seed=cfg.seed + k,
+        ref_is_policy=ref_is_policy,
+        ref_equals_policy=k == 1,
+        critic_reach=not filing,
+    )
+    print(f"learner {name}, iteration {k}: {wall:.1f} s {timings}", flush=True)
+    return {
+        "overrides": overrides,
+        "wall_s": wall,
+        "timings": timings,
+        "update_kl": metrics.get("kl_update"),
+        "passes": [p.__dict__ for p in passes],
+    }
+
+
+def _passes(
+    cfg: Any,
+    algo: Any,
+    algo_cfg: Any,
+    trajs: list[Any],
+    shape: Shape,
+    pad: int,
+    *,
+    seed: int,
+    ref_is_policy: bool,
+    ref_equals_policy: bool,
+    critic_reach: bool,
+) -> list[Pass]:
+    """The named passes of one update of ``trajs`` under ``cfg`` (one learner worker, one policy adapter):
+    ``ref_is_policy``, the updater skips the π_ref pass; ``ref_equals_policy``, a π_ref pass would compute π_old
+    again (RL's first update)."""
+    from envs import success_reward
+    from launch.config import engine_old_logprobs
+    from launch.updater import ENGINE_CHECK_ROWS, measure_sample
+    from learners.batch import row_lengths, value_reach
+    from learners.prepare import shaped_turns
+    from learners.schedule import minibatch_rows
+    from learners.targets import sequences
+
+    lc = cfg.learner
+    turns = shaped_turns(
+        trajs,
+        algo_cfg,
+        success_reward=success_reward(cfg.env.name, dict(cfg.env.options)),
+        max_len=lc.max_seq_len,
+        pad_id=pad,
+    )
+    seqs = sequences(turns, algo.value_slots)
+    n, micro = len(seqs), lc.micro_batch_size
+    lengths = row_lengths(seqs.attention_mask)
+    logits = seqs.response_mask[:, 1:].sum(axis=1)  # positions that predict a response token
+    reach = value_reach(seqs) if critic_reach else lengths
+    everyone = np.arange(n)
+
+    def forward(name: str, phase: str, rows: np.ndarray, needed: bool) -> Pass:
+        use, comp, flops = pass_cost(
+            shape, lengths, logits, group_pass_micro(lengths, micro, GROUP_CHUNK_MICRO * micro, rows)
+        )
+        return Pass(name, phase, int(rows.size), use, comp, flops, needed)
+
+    out = []
+    engine = engine_old_logprobs(cfg, "cpu")
+    out.append(forward("pi_old", "logprobs", everyone[:ENGINE_CHECK_ROWS] if engine else everyone, False))
+    if algo.uses_reference(algo_cfg):
+        out.append(forward("pi_ref", "logprobs", np.arange(0 if ref_is_policy else n), not ref_equals_policy))
+    if algo.value_slots:
+        use, comp, flops = pass_cost(
+            shape,
+            lengths,
+            0 * logits,
+            group_pass_micro(reach, micro, GROUP_CHUNK_MICRO * micro),
+            widths=reach,
+        )
+        out.append(Pass("values", "values", n, use, comp, flops, True))
+    mbs = [
+        rows
+        for _ in range(lc.ppo_epochs)
+        for rows in minibatch_rows(np.random.default_rng(seed).permutation(n), lc.mini_batch_size)
+    ]
+    pol = [m for rows in mbs for m in sorted_micro_batches(lengths, micro, rows)]
+    use, comp, flops = pass_cost(shape, lengths, logits, pol, train=True)
+    out.append(Pass("policy", "update", n * lc.ppo_epochs, use, comp, flops, True))
+    if algo.value_loss is not None:
+        crit = [m for rows in mbs for m in sorted_micro_batches(reach, micro, rows)]
+        use, comp, flops = pass_cost(shape, lengths, 0 * logits, crit, widths=reach, train=True)
+        out.append(Pass("critic", "update", n * lc.ppo_epochs, use, comp, flops, True))
+    if lc.measure_update:
+        out.append(forward("measure", "measure", measure_sample(n, lc.measure_rows, seed), False))
+    return out
+
+
+def _summarise(row: dict[str, Any], peak: float) -> None:
+    """Per arm: GFLOP/s per phase, the redundant share, the needed passes' floor; the arms' ratio."""
+    from launch.config import DEFAULT_PRESET, resolve_config
+
+    row["learner"]["today"]["engine"] = engine_name(resolve_config(DEFAULT_PRESET, []))
+    run_rollout = row["rollout"]["run_s"] or 0.0
+    replay = {name: e["replay_s"] for name, e in row.get("engine", {}).items() if isinstance(e, dict)}
+    for arm in row["learner"].values():
+        # the run's rollout, its generation swapped for the arm's engine's replay of the same calls (the rest of a
+        # rollout, env steps and prompts, is the same on every engine)
+        rollout = run_rollout
+        if arm["engine"] != row["run_engine"] and {arm["engine"], row["run_engine"]} <= replay.keys():
+            rollout += replay[arm["engine"]] - replay[row["run_engine"]]
+        arm["rollout_s"] = rollout
+        passes, times = arm["passes"], arm["timings"]
+        phases = {}
+        for phase in ("logprobs", "values", "update", "measure"):
+            flops = sum(p["flops"] for p in passes if p["phase"] == phase)
+            s = times.get(phase, 0.0)
+            phases[phase] = {"s": s, "gflop": flops / 1e9, "gflop_s": flops / s / 1e9 if s else None}
+        total = sum(p["flops"] for p in passes)
+        needed = sum(p["flops"] for p in passes if p["needed"])
+        learner_s = sum(times.get(ph, 0.0) for ph in phases)
+        arm["phases"] = phases
+        arm["learner_s"] = learner_s
+        arm["redundant_share"] = 1 - needed / total
+        arm["learner_floor_s"] = needed / peak
+        arm["iteration_s"] = rollout + learner_s
+        arm["iteration_floor_s"] = row["rollout"]["floor"]["total_s"] + needed / peak
+        arm["iteration_over_floor"] = arm["iteration_s"] / arm["iteration_floor_s"]
+    arms = row["learner"]
+    row["learner_speedup"] = arms["filing"]["learner_s"] / arms["today"]["learner_s"]
+    row["iteration_speedup"] = arms["filing"]["iteration_s"] / arms["today"]["iteration_s"]
+
+
+def table(out: dict[str, Any]) -> str:
+    m = out["machine"]
+    lines = [
+        f"machine ({out['cpu']}): matmul {m['threads_1']['matmul_gflop_s']:.0f} / {m['threads_2']['matmul_gflop_s']:.0f}"
+        f" GFLOP/s, read {m['threads_1']['read_gb_s']:.1f} / {m['threads_2']['read_gb_s']:.1f} GB/s (1 / 2 threads)",
+        "| iteration | arm | logprobs s | values s | update s | measure s | learner s | GFLOP/s update | redundant | "
+        "learner floor s | rollout s | iteration ÷ floor |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for k, row in out["iterations"].items():
+        for name, arm in row.get("learner", {}).items():
+            ph = arm.get("phases", {})
+            if not ph:
+                continue
+            lines.append(
+                f"| {k} | {name} | {ph['logprobs']['s']:.1f} | {ph['values']['s']:.1f} | {ph['update']['s']:.1f} | "
+                f"{ph['measure']['s']:.1f} | {arm['learner_s']:.1f} | {ph['update']['gflop_s'] or 0:.0f} | "
+                f"{arm['redundant_share']:.1%} | {arm['learner_floor_s']:.1f} | {arm['rollout_s']:.1f} | "
+                f"{arm['iteration_over_floor']:.2f} |"
+            )
+        if "learner_speedup" in row:
+            lines.append(
+                f"iteration {k}: filing ÷ today, learner {row['learner_speedup']:.2f}, "
+                f"iteration {row['iteration_speedup']:.2f}"
+            )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
