@@ -41,7 +41,7 @@ ROOT = setup()
 
 from bench_engines import machine_bounds  # noqa: E402
 from bench_prompts import cpu_model  # noqa: E402
-from bench_replay import _driver_stage, _reference_weights, _run_config  # noqa: E402
+from bench_replay import _driver_stage, _run_config, replay_updater  # noqa: E402
 from iteration_model import (  # noqa: E402
     Pass,
     Shape,
@@ -230,12 +230,10 @@ def _learner_arm(
     from transformers import AutoTokenizer
 
     from cluster.ray_cluster import WorkerResources, init_ray
-    from envs import success_reward
     from launch.algos import get_algo
-    from launch.config import engine_old_logprobs, reference_adapters, resolve_algo_config
+    from launch.config import engine_old_logprobs, resolve_algo_config
     from launch.specs import learner_spec
     from launch.stages import staged_update
-    from launch.updater import Updater
     from launch.warm_start import start_rl
     from learners.group import LearnerGroup
 
@@ -253,17 +251,14 @@ def _learner_arm(
     try:
         policy = list(cfg.model.adapter_names) or ["default"]
         learner.load_checkpoint(str(state), only=policy)
-        refs = reference_adapters(cfg, algo, algo_cfg)
-        for ref in refs:
-            learner.load_adapter_weights(_reference_weights(state, start, ref), adapter=ref)
-        updater = Updater(
+        updater = replay_updater(
+            cfg,
+            algo,
+            algo_cfg,
             learner,
-            cfg.learner,
-            pad_id=pad,
-            success_reward=success_reward(cfg.env.name, dict(cfg.env.options)),
-            role_adapters=cfg.model.role_adapters,
-            ref_adapters=refs,
-            behaviour_is_cap=0.0,
+            state,
+            start,
+            pad,
             engine_old_logprobs=engine_old_logprobs(cfg, "cpu"),
         )
         if k == 1:

@@ -94,6 +94,38 @@ def _reference_weights(state: Path, start: Path, ref: str) -> dict[str, Any]:
     raise SystemExit(f"bench_replay: no weights for the reference {ref!r} under {state} or {start}")
 
 
+def replay_updater(
+    cfg: Any,
+    algo: Any,
+    algo_cfg: Any,
+    learner: Any,
+    state: Path,
+    start: Path,
+    pad: int,
+    *,
+    engine_old_logprobs: bool = False,
+) -> Any:
+    """The run's ``Updater`` over ``learner`` at ``state``, the KL references its update read loaded (the rollouts
+    were the state's own: no behaviour correction)."""
+    from envs import success_reward
+    from launch.config import reference_adapters
+    from launch.updater import Updater
+
+    refs = reference_adapters(cfg, algo, algo_cfg)
+    for ref in refs:
+        learner.load_adapter_weights(_reference_weights(state, start, ref), adapter=ref)
+    return Updater(
+        learner,
+        cfg.learner,
+        pad_id=pad,
+        success_reward=success_reward(cfg.env.name, dict(cfg.env.options)),
+        role_adapters=cfg.model.role_adapters,
+        ref_adapters=refs,
+        behaviour_is_cap=0.0,
+        engine_old_logprobs=engine_old_logprobs,
+    )
+
+
 def _driver_stage(cfg: Any, algo: Any, algo_cfg: Any, tok: Any, pad: int, updater: Any, run: Path) -> Any:
     """The variant's driver stage over the run's folder (``launch.specs.STAGES``, as ``build_run`` builds it), with
     no rollouts: what it would collect (HISR's π_ref episodes, the stored data) must be there already."""
@@ -151,12 +183,10 @@ def replay(args: argparse.Namespace) -> int:
     from actors.models import resolve_model_path
     from actors.trajectory import read_jsonl
     from cluster.ray_cluster import WorkerResources, init_ray
-    from envs import success_reward
     from launch.algos import get_algo
-    from launch.config import reference_adapters, resolve_algo_config
+    from launch.config import resolve_algo_config
     from launch.specs import env_task_ids, expert_demonstrations, learner_spec
     from launch.stages import staged_update
-    from launch.updater import Updater
     from launch.warm_start import start_rl
     from learners.batch import build_turn_batch
     from learners.diagnostics import probe_deltas, probe_splits
@@ -221,18 +251,7 @@ def replay(args: argparse.Namespace) -> int:
             own_critic = args.critic_from_run and cfg.algo == base.algo and algo.value_slots
             policy = list(cfg.model.adapter_names) or ["default"]
             learner.load_checkpoint(str(state), only=[*policy, *([CRITIC_ADAPTER] if own_critic else [])])
-            refs = reference_adapters(cfg, algo, algo_cfg)
-            for ref in refs:
-                learner.load_adapter_weights(_reference_weights(state, start, ref), adapter=ref)
-            updater = Updater(
-                learner,
-                cfg.learner,
-                pad_id=pad,
-                success_reward=success_reward(cfg.env.name, dict(cfg.env.options)),
-                role_adapters=cfg.model.role_adapters,
-                ref_adapters=refs,
-                behaviour_is_cap=0.0,
-            )
+            updater = replay_updater(cfg, algo, algo_cfg, learner, state, start, pad)
             if k == 1:  # RL starts here, as the driver starts it
                 start_rl(learner, cfg.learner, policy)
             lp_before = {key: p.logprobs(updater) for key, p in probes.items()}

