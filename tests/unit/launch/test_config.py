@@ -130,6 +130,7 @@ MAIN_JOB = {
     "env.train_tasks": 8,
     "rollout.groups_per_iter": 4,
     "rollout.eval_temperature": 1.0,
+    "rollout.engine": "vllm",
     "rollout.weight_sync": "merged",
     "bc.epochs": 2,
     "learner.actor_lr": 1e-4,
