@@ -105,25 +105,17 @@ def replay_updater(
     *,
     engine_old_logprobs: bool = False,
 ) -> Any:
-    """The run's ``Updater`` over ``learner`` at ``state``, the KL references its update read loaded (the rollouts
-    were the state's own: no behaviour correction)."""
-    from envs import success_reward
-    from launch.config import reference_adapters
-    from launch.updater import Updater
+    """The run's ``Updater`` over ``learner`` (``launch.specs.updater``) at ``state``, the KL references its update
+    read loaded; the rollouts were the state's own, so no behaviour correction, and π_old as ``engine_old_logprobs``
+    says (False: recomputed)."""
+    from launch.specs import updater
 
-    refs = reference_adapters(cfg, algo, algo_cfg)
-    for ref in refs:
+    up = updater(cfg, algo, algo_cfg, learner, pad)
+    up.behaviour_is_cap = 0.0
+    up.engine_old_logprobs = engine_old_logprobs
+    for ref in up.ref_adapters:
         learner.load_adapter_weights(_reference_weights(state, start, ref), adapter=ref)
-    return Updater(
-        learner,
-        cfg.learner,
-        pad_id=pad,
-        success_reward=success_reward(cfg.env.name, dict(cfg.env.options)),
-        role_adapters=cfg.model.role_adapters,
-        ref_adapters=refs,
-        behaviour_is_cap=0.0,
-        engine_old_logprobs=engine_old_logprobs,
-    )
+    return up
 
 
 def _driver_stage(cfg: Any, algo: Any, algo_cfg: Any, tok: Any, pad: int, updater: Any, run: Path) -> Any:
