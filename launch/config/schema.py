@@ -110,7 +110,7 @@ class RolloutConfig:
     weight_sync: str = "lora"
     """How a new adapter reaches the engine: "lora" (hot-swapped LoRA tensors) or "merged" (one adapter: merged into
     the base weights at every push, W + α/r·B·A from a kept copy of the base, so the engine generates without the
-    per-layer LoRA products; vLLM on CPU, or HF)."""
+    per-layer LoRA products; vLLM on CPU, or HF; vLLM on CUDA hot-swaps LoRA either way)."""
     agent: str = "plan_execute"
     """react | plan_execute | hipif | step_hrl | multi2."""
     agent_options: dict[str, Any] = field(default_factory=lambda: {"compact": True})

@@ -1,0 +1,20 @@
+"""What ``actors.vllm_engine`` decides before vLLM runs: the prefix-cache name of a hot-swapped adapter and the
+dtype vLLM's CUDA LoRA kernels accept (both seen on an H200, docs/results/gpu_vllm.md)."""
+
+from __future__ import annotations
+
+import pytest
+
+from actors.vllm_engine import VLLMEngine, cache_name
+from common.lora import LoraSpec
+
+
+def test_each_version_of_an_adapter_has_its_own_prefix_cache_name() -> None:
+    # vLLM 0.26 keys cached KV on the LoRARequest's name alone: one name for v1 and v2 reuses v1's KV after a swap
+    assert cache_name("executor", 1) != cache_name("executor", 2)
+    assert cache_name("planner", 2) != cache_name("executor", 2)
+
+
+def test_float32_lora_on_cuda_is_refused_in_one_line_before_vllm_starts() -> None:
+    with pytest.raises(ValueError, match="model.dtype auto or bfloat16, got float32"):
+        VLLMEngine("no-model-needed", LoraSpec(8, 16, ("q_proj",)), dtype="float32", device="cuda")
