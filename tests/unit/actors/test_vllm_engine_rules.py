@@ -16,5 +16,5 @@ def test_each_version_of_an_adapter_has_its_own_prefix_cache_name() -> None:
 
 
 def test_float32_lora_on_cuda_is_refused_in_one_line_before_vllm_starts() -> None:
-    with pytest.raises(ValueError, match="model.dtype auto or bfloat16, got float32"):
+    with pytest.raises(ValueError, match=r"model\.dtype auto or bfloat16, got float32"):
         VLLMEngine("no-model-needed", LoraSpec(8, 16, ("q_proj",)), dtype="float32", device="cuda")
