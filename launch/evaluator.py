@@ -6,8 +6,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
 from actors.trajectory import Trajectory
 from launch.baselines import BASE_SEED
 from launch.episode_stats import trajectory_stats
@@ -51,8 +49,7 @@ class PanelEvaluator:
         """The zero-shot base model's episode on each of ``tasks``, cached: every rollout worker gets a zero adapter
         (LoRA with B = 0 is exactly the base model), plays them, and gets the run's adapters back. Not cached if a
         worker was replaced meanwhile (its replacement holds the run's adapter)."""
-        current = self.pool.pushed[-1]
-        zero = {name: {k: np.zeros_like(v) for k, v in w.items()} for name, w in current.items()}
+        current, zero = self.pool.weights.current(), self.pool.weights.zero()
         restarts = self.pool.restarts
         self.pool.load_everywhere(zero)
         try:

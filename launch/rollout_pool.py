@@ -23,9 +23,7 @@ from actors.trajectory import Trajectory
 from cluster.ray_cluster import WORKER_LOST, WorkerResources, place_workers, spawn_in_bundle
 from launch.panel_tasks import PanelTask
 from launch.panels import shards
-
-Weights = dict[str | None, Any]
-"""Adapter tensors (or their object refs) by adapter name; None: the one adapter every role uses."""
+from launch.weights import AdapterSync, Weights
 
 CONTROL = "control"
 """The rollout workers' concurrency group for calls made while an asynchronous ``serve`` runs."""
@@ -45,8 +43,8 @@ class Collection:
 class RolloutPool:
     """``num_workers`` rollout workers built from ``worker_cfg`` in one placement group (``resources`` each).
 
-    ``version`` counts pushes; ``pushed`` keeps the last two pushes' tensors (a one-step-off checkpoint saves the
-    older: its in-flight rollouts' adapter); ``restarts`` counts replacements, at most ``max_restarts``."""
+    ``weights`` (``launch/weights.py``) owns the push counter and the last two pushes' tensors, this class only
+    carries them to the workers; ``restarts`` counts replacements, at most ``max_restarts``."""
 
     def __init__(
         self, worker_cfg: WorkerConfig, num_workers: int, resources: WorkerResources, *, max_restarts: int
@@ -55,34 +53,31 @@ class RolloutPool:
         self.resources = resources
         self.max_restarts = max_restarts
         self.workers, self.pg = place_workers(RolloutWorker, num_workers, resources, worker_cfg)
-        self.version = 0
-        self.pushed: list[Weights] = []
+        self.weights = AdapterSync()
         self.restarts = 0
         self._seen: dict[str, float] = {}  # the fault counters at the last ``fault_totals``
-        self.streaming = False
-        """True while an asynchronous collection runs: calls then go through the ``control`` concurrency group."""
+        self._streaming = False  # an asynchronous collection runs: calls go through the ``control`` group
 
     def __len__(self) -> int:
         return len(self.workers)
 
-    def call(self, index: int, method: str) -> Callable[..., Any]:
+    def _call(self, index: int, method: str) -> Callable[..., Any]:
         """``worker.<method>.remote``, beside a running asynchronous collection when there is one."""
         fn = getattr(self.workers[index], method)
-        return fn.options(concurrency_group=CONTROL).remote if self.streaming else fn.remote
+        return fn.options(concurrency_group=CONTROL).remote if self._streaming else fn.remote
 
     # -- weights ---------------------------------------------------------------------------------------------
 
     def _send(self, index: int, weights: Weights) -> bool:
         """Load every adapter of ``weights`` (tensors or object refs) into one rollout worker."""
-        load = self.call(index, "set_weights")
-        return all(ray.get([load(w, self.version, n) for n, w in weights.items()]))
+        load = self._call(index, "set_weights")
+        return all(ray.get([load(w, self.weights.version, n) for n, w in weights.items()]))
 
     def push(self, weights: Weights) -> float:
         """A new version: ``ray.put`` each adapter once, every worker loads it from the object ref (a dead worker is
         replaced with these weights). Returns the seconds it took."""
         t0 = time.perf_counter()
-        self.version += 1
-        self.pushed = [*self.pushed[-1:], weights]
+        self.weights.push(weights)
         refs = {n: ray.put(w) for n, w in weights.items()}
         ok = []
         for i in range(len(self.workers)):
@@ -191,10 +186,35 @@ class RolloutPool:
                 out[i] = r
         return out
 
+    # -- asynchronous serving (``launch/stream.py``) -----------------------------------------------------------
+
+    def serve(self, index: int, temperature: float) -> Any:
+        """Start worker ``index``'s ``serve`` (a Ray streaming generator of its finished groups). From then until
+        ``serving_ended`` every other call to the workers goes through their ``control`` concurrency group, beside
+        the running ``serve``."""
+        self._streaming = True
+        worker = self.workers[index]
+        return worker.serve.options(num_returns="streaming").remote(temperature=temperature)
+
+    def enqueue(self, index: int, by_seed: dict[int, list[str]], group_size: int) -> None:
+        """Queue groups of ``group_size`` episodes on worker ``index``'s ``serve``: one call per env seed, for its
+        tasks."""
+        enqueue = self._call(index, "enqueue")
+        ray.get([enqueue(ids, group_size, seed) for seed, ids in by_seed.items()])
+
+    def stop_serving(self, index: int, *, drop_queued: bool = False) -> None:
+        """End worker ``index``'s ``serve`` once its queued groups are done; ``drop_queued``: once the episodes
+        already playing end."""
+        ray.get(self._call(index, "stop")(drop_queued=drop_queued))
+
+    def serving_ended(self) -> None:
+        """No ``serve`` runs any more: calls go to the workers' default slot again."""
+        self._streaming = False
+
     def counters(self) -> dict[str, float]:
         """The workers' cumulative counters, summed, with ``rollout_restarts`` (a replacement's own start at 0)."""
         totals: dict[str, float] = {}
-        for c in ray.get([self.call(i, "counters")() for i in range(len(self.workers))]):
+        for c in ray.get([self._call(i, "counters")() for i in range(len(self.workers))]):
             for k, v in c.items():
                 totals[k] = totals.get(k, 0) + v
         totals["rollout_restarts"] = self.restarts
@@ -232,11 +252,11 @@ class RolloutPool:
         self.workers[index] = spawn_in_bundle(
             RolloutWorker, self.pg, index, n, self.resources, self.worker_cfg
         )
-        if self.pushed:
-            self._send(index, self.pushed[-1])
+        if self.weights.history:
+            self._send(index, self.weights.current())
         print(
             f"[hierarl] rollout worker {index} died ({type(error).__name__}); replaced in "
-            f"{time.perf_counter() - t0:.1f}s with adapter v{self.version} "
+            f"{time.perf_counter() - t0:.1f}s with adapter v{self.weights.version} "
             f"({self.restarts}/{self.max_restarts} restarts); its groups are re-collected",
             flush=True,
         )

@@ -89,8 +89,8 @@ class SyncRollouts:
                 f"[hierarl] {where} has no behaviour adapter: iteration {iteration} is on-policy", flush=True
             )
             return
-        current = self.pool.pushed[-1]
-        self.pool.version -= 2
+        current = self.pool.weights.current()
+        self.pool.weights.step_back()  # the behaviour adapter under its own version, then the current one again
         self.pool.push({None: behaviour})
         self.pending = self.start(iteration)
         self.pool.push(current)

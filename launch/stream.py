@@ -70,18 +70,14 @@ class AsyncRollouts:
     # -- the workers' streams ------------------------------------------------------------------------------
 
     def _start(self, w: int) -> None:
-        self.pool.streaming = True  # from here on, calls to the workers go through their control group
-        worker = self.pool.workers[w]
-        gen = worker.serve.options(num_returns="streaming").remote(temperature=self.cfg.temperature)
-        self.streams[w] = _Stream(gen)
+        self.streams[w] = _Stream(self.pool.serve(w, self.cfg.temperature))
 
     def _enqueue(self, w: int, tasks: list[tuple[str, int]]) -> None:
         """Queue (task, env seed) groups on worker ``w``'s stream, one ``enqueue`` call per env seed."""
         by_seed: dict[int, list[str]] = {}
         for task, seed in tasks:
             by_seed.setdefault(seed, []).append(task)
-        enqueue = self.pool.call(w, "enqueue")
-        ray.get([enqueue(ids, self.cfg.group_size, seed) for seed, ids in by_seed.items()])
+        self.pool.enqueue(w, by_seed, self.cfg.group_size)
         self.streams[w].outstanding.update(tasks)
 
     def queue_batch(self) -> None:
@@ -114,7 +110,7 @@ class AsyncRollouts:
                 self._start(w)
                 self._enqueue(w, lost)
                 if self.stopping:  # ``pause`` waits for this stream to end as well
-                    ray.get(self.pool.call(w, "stop")())
+                    self.pool.stop_serving(w)
                 continue
             stream = self.streams[w]
             if "dropped_group" in item:  # failed after its retries: never comes
@@ -147,7 +143,7 @@ class AsyncRollouts:
         while len(taken) < need:
             if self.ready:
                 group = self.ready.pop(0)
-                if staleness(group, self.pool.version) > self.k:
+                if staleness(group, self.pool.weights.version) > self.k:
                     self.stale += 1
                 else:
                     taken.append(group)
@@ -171,7 +167,7 @@ class AsyncRollouts:
         self.stopping = True
         try:
             for w in list(self.streams):
-                ray.get(self.pool.call(w, "stop")())
+                self.pool.stop_serving(w)
             while self.streams:
                 self._receive()
         finally:  # a failed drain must not leave later replacements told to stop
@@ -186,7 +182,7 @@ class AsyncRollouts:
         """End every stream once the episodes already playing end; the groups still queued are dropped (the run
         is over)."""
         for w in list(self.streams):
-            ray.get(self.pool.call(w, "stop")(drop_queued=True))
+            self.pool.stop_serving(w, drop_queued=True)
         for s in self.streams.values():
             try:
                 for _ in s.gen:  # drain: the last finished groups are not needed
@@ -194,4 +190,4 @@ class AsyncRollouts:
             except WORKER_LOST:
                 pass  # the run is over either way
         self.streams.clear()
-        self.pool.streaming = False
+        self.pool.serving_ended()

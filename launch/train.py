@@ -19,11 +19,11 @@ from actors.trajectory import Trajectory, to_jsonl
 from common.rng import restore_process_rngs
 from launch.build import RunParts, build_run
 from launch.config import TrainConfig
-from launch.rollout_pool import Weights
 from launch.run_log import eval_fields, eval_text, final_table, iteration_line
 from launch.stages import staged_update
 from launch.updater import timed
 from launch.warm_start import bc_from_run, behaviour_cloning, load_init_adapter, start_rl
+from launch.weights import Weights
 from learners.group import LearnerGroup
 
 
@@ -57,7 +57,7 @@ class Trainer:
                 p.log.log(p.empty.empty(it, data.stats))
                 continue
             p.empty.sampled()
-            lag = data.policy_lag(p.pool.version)
+            lag = data.policy_lag(p.pool.weights.version)
             if lag is not None:
                 data.stats["policy_lag"] = lag
             if s.save_trajectories:  # before the update writes its shaping into the turns
@@ -70,7 +70,13 @@ class Trainer:
                 timings.pop("rollout_wait")
             with timed(timings, "push"):
                 self.push()
-            record = {"iteration": it, "phase": "rl", "version": p.pool.version, **data.stats, **metrics}
+            record = {
+                "iteration": it,
+                "phase": "rl",
+                "version": p.pool.weights.version,
+                **data.stats,
+                **metrics,
+            }
             record.update(p.pool.fault_totals(it, learner_restarts=self.learner_restarts))
             if s.eval_every and it % s.eval_every == 0:
                 with timed(timings, "rollout_pause"):
@@ -140,7 +146,7 @@ class Trainer:
         self.resumed_from = path
         restore_process_rngs(state["rng"])
         p.stage.restore(state)
-        p.pool.version = state["version"] - 1
+        p.pool.weights.restore(state["version"])  # the push below is numbered as the checkpoint's
         self.push()
         p.log.resume_at(state["iteration"], state.get("record"))
         print(f"[hierarl] resumed from {path} at iteration {state['iteration'] + 1}", flush=True)
@@ -211,13 +217,13 @@ class Trainer:
         """The policy on the first ``n`` tasks of the eval panel (``PanelEvaluator``); the policy is the base model
         before the first push after a warm start (a zero adapter: its eval is the base model's). Nothing pushed yet:
         the learner's adapter is pushed first, so the workers and the base-model column have one to return to."""
-        if self.parts.pool.version == 0:
+        if self.parts.pool.weights.version == 0:
             self.push()
         return self.parts.evaluator.evaluate(n, is_base=self.serves_base())
 
     def serves_base(self) -> bool:
         """Whether the rollout workers serve the base model: the first push of a fresh run (a zero adapter)."""
-        first_push = self.parts.pool.version == 1
+        first_push = self.parts.pool.weights.version == 1
         return first_push and not self.parts.schedule.init_adapter and self.resumed_from is None
 
     def eval_record(self, iteration: int) -> tuple[dict[str, Any], str]:
@@ -240,9 +246,10 @@ class Trainer:
         iteration's in-flight rollouts come from, so an exact resume regenerates them. The driver stage's state
         goes with it."""
         p = self.parts
-        state = {"version": p.pool.version, "record": record, **p.stage.state()}
-        pushed = p.pool.pushed
-        behaviour = pushed[0][None] if p.schedule.one_step_off and len(pushed) == 2 else None
+        weights = p.pool.weights
+        state = {"version": weights.version, "record": record, **p.stage.state()}
+        older = weights.behaviour() if p.schedule.one_step_off else None
+        behaviour = None if older is None else older[None]
         p.checkpoints.save(iteration, self.learner, state, behaviour)
 
     def close(self) -> None:

@@ -109,7 +109,7 @@ def test_the_base_model_column_is_played_with_a_zero_adapter_and_the_runs_adapte
             n: {
                 k: (rng.normal(0, 0.5, v.shape).astype(v.dtype) if "lora_B" in k else v) for k, v in w.items()
             }
-            for n, w in trainer.parts.pool.pushed[-1].items()
+            for n, w in trainer.parts.pool.weights.current().items()
         }
         trainer.push(trained)
         pool, evaluator = trainer.parts.pool, trainer.parts.evaluator

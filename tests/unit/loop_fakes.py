@@ -16,6 +16,7 @@ from launch.config import LearnerConfig
 from launch.sources import EmptyIterations, IterationData
 from launch.stages import DriverStage
 from launch.train import Trainer
+from launch.weights import AdapterSync
 
 SEED = 7
 STATS = dict.fromkeys(
@@ -65,13 +66,13 @@ class Learner:
 
 
 class Pool:
+    """The real version bookkeeping (``AdapterSync``, pure) without the transport."""
+
     def __init__(self, events: list[tuple]) -> None:
-        self.events, self.version, self.pushed = events, 0, []
+        self.events, self.weights = events, AdapterSync()
 
     def push(self, weights: dict) -> float:
-        self.version += 1
-        self.pushed = [*self.pushed[-1:], weights]
-        self.events.append(("push", self.version))
+        self.events.append(("push", self.weights.push(weights)))
         return 0.0
 
     def fault_totals(self, iteration: int, **extra: float) -> dict[str, float]:
@@ -89,7 +90,7 @@ class Source:
 
     def take(self, iteration: int) -> IterationData:
         self.events.append(("take", iteration))
-        turns = [] if iteration in self.empty else [SimpleNamespace(policy_version=self.pool.version)]
+        turns = [] if iteration in self.empty else [SimpleNamespace(policy_version=self.pool.weights.version)]
         return IterationData([SimpleNamespace(turns=turns)], dict(STATS))
 
     def before_push(self) -> bool:

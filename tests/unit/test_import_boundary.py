@@ -31,6 +31,7 @@ def _pure_modules() -> list[str]:
         "launch.stats",
         "launch.report",
         "launch.episode_stats",
+        "launch.weights",
         "launch.view.run_data",
         "launch.view.page",
         "envs.alfworld_plan",

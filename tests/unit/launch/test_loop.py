@@ -53,7 +53,7 @@ def test_each_iteration_takes_updates_pushes_evaluates_checkpoints_then_logs(tmp
         "record": {k: v for k, v in row.items() if not k.startswith("time_")},
         "offline_steps": 0,
     }
-    assert trainer.parts.pool.pushed[-1] == {None: {"from": "learner0", "export": 5}}
+    assert trainer.parts.pool.weights.current() == {None: {"from": "learner0", "export": 5}}
     out = capsys.readouterr().out
     assert out.count("iter   ") == 4 and "EVAL 0.50" in out
     assert f"hierarl view {tmp_path}" in out
@@ -110,7 +110,7 @@ def test_a_lost_learner_worker_rebuilds_the_group_from_a_checkpoint_and_redoes_t
     first, again = trainer.parts.updater.calls
     assert again["trajs"] is first["trajs"] and again["critic_warmup"] == first["critic_warmup"] == 2
     assert trainer.learner.name == "learner1" and trainer.learner_restarts == 1
-    assert trainer.parts.pool.pushed[-1] == {None: {"from": "learner1", "export": 1}}
+    assert trainer.parts.pool.weights.current() == {None: {"from": "learner1", "export": 1}}
     assert trainer.parts.checkpoints.saved[1][0] == "learner1"
     assert rows[0]["total_learner_restarts"] == 1
     assert "group rebuilt from" in capsys.readouterr().out

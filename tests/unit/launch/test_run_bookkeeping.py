@@ -234,7 +234,7 @@ def test_take_skips_groups_older_than_the_bound_and_keeps_finish_order():
     last waits for the next iteration. (The queue is already ahead, so no worker is asked for anything.)"""
     from launch.stream import AsyncRollouts
 
-    pool = SimpleNamespace(version=5)
+    pool = SimpleNamespace(weights=SimpleNamespace(version=5))
     rollout = SimpleNamespace(groups_per_iter=2)
     stream = AsyncRollouts(pool, rollout, max_staleness=1, train_ids=[], seed=0, first_batch=10)  # type: ignore[arg-type]
     groups = [_group([3, 5]), _group([5]), _group([4, 5]), _group([5, 5])]
@@ -252,13 +252,10 @@ def test_a_failed_pause_does_not_leave_the_queue_stopping() -> None:
 
     from launch.stream import AsyncRollouts
 
-    def dead(index, method):
-        def remote():
-            raise RuntimeError("the worker died")
+    def dead(index, drop_queued=False):
+        raise RuntimeError("the worker died")
 
-        return remote
-
-    pool = SimpleNamespace(call=dead)
+    pool = SimpleNamespace(stop_serving=dead)
     q = AsyncRollouts(pool, SimpleNamespace(), max_staleness=1, train_ids=[], seed=0, first_batch=0)  # type: ignore[arg-type]
     q.streams = {0: SimpleNamespace()}  # type: ignore[dict-item]
     with pytest.raises(RuntimeError, match="died"):
