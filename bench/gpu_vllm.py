@@ -545,6 +545,7 @@ def main() -> None:
     for step in steps:
         if step in GPU_ONLY and not CUDA:
             summary["steps"][step] = {"status": "skipped", "why": f"needs CUDA: {GPU_ONLY[step]}"}
+            write_json(a.out / "summary.json", summary)
             print(f"[gpu_vllm] {step}: skipped (needs CUDA: {GPU_ONLY[step]})", flush=True)
             continue
         t0 = time.perf_counter()
