@@ -1,11 +1,12 @@
 """The rollout worker: an inference engine and a pool of environments, playing groups of episodes
 (``actors.episodes.iter_episodes``) for the driver.
 
-``RolloutWorker`` is a plain class; ``cluster/`` wraps it with ``ray.remote``.  Streaming: ``collect_stream``
-yields each group as soon as its G episodes are done (use it as a Ray streaming generator,
-``num_returns="streaming"``), and ``collect`` is its list; a driver that prefers futures calls ``collect`` once per
-group and ``ray.wait``s on them.  Weights sent with ``set_weights`` while a collection runs (actor created with
-``max_concurrency >= 2``) are applied between two generation rounds, never inside one.
+``RolloutWorker`` is a plain class; ``cluster/`` wraps it with ``ray.remote``.  Two ways to play: ``collect``
+plays a fixed set of groups and returns them whole (the synchronous loop, evaluation); ``serve`` is a Ray streaming
+generator (``num_returns="streaming"``) that plays whatever ``enqueue`` adds across weight pushes, yielding each group
+as it finishes (the asynchronous loop).  Both run the same ``_play``.  Weights sent with ``set_weights`` while a
+collection runs (actor created with ``max_concurrency >= 2``) are applied between two generation rounds, never
+inside one.
 """
 
 from __future__ import annotations
@@ -244,34 +245,6 @@ class RolloutWorker:
 
     # ------------------------------------------------------------------ collection
 
-    def collect_stream(
-        self,
-        task_ids: Sequence[str | None],
-        group_size: int,
-        seed: int | None = None,
-        *,
-        packed: bool = True,
-        temperature: float | None = None,
-        sample_seed: int | None = None,
-        seeds: Sequence[int] | None = None,
-    ) -> Iterator[dict[str, Any] | TrajectoryGroup]:
-        """Yield one group per task id as soon as its ``group_size`` episodes (same task, same env ``seed``; or
-        ``seeds[i]`` for task i, as an evaluation panel fixes them) are all done.  A group with a failed episode is replayed whole, up to ``max_group_retries`` times, then
-        dropped (``stats["groups_dropped"]``): a partial group is never returned.  ``packed``: the
-        ``pack_group`` dict (numpy arrays, for Ray); else a ``TrajectoryGroup``.  ``temperature`` overrides the
-        configured one for this call (evaluation at the validation temperature); ``sample_seed`` seeds torch's
-        RNG first, which makes the HF engine's sampling reproducible (exact resume); vLLM ignores it."""
-        if sample_seed is not None:
-            import torch
-
-            torch.manual_seed(sample_seed)
-        groups = _Groups()
-        if seeds is not None and len(seeds) != len(task_ids):
-            raise ValueError(f"{len(seeds)} seeds for {len(task_ids)} tasks")
-        for i, task_id in enumerate(task_ids):
-            groups.submit(task_id, seed if seeds is None else int(seeds[i]), group_size)
-        yield from self._play(groups, self._params(temperature), packed)
-
     def serve(
         self, *, temperature: float | None = None, packed: bool = True
     ) -> Iterator[dict[str, Any] | TrajectoryGroup]:
@@ -381,18 +354,23 @@ class RolloutWorker:
         sample_seed: int | None = None,
         seeds: Sequence[int] | None = None,
     ) -> list[dict[str, Any] | TrajectoryGroup]:
-        """``list(collect_stream(...))``: whole groups only, in completion order."""
-        return list(
-            self.collect_stream(
-                task_ids,
-                group_size,
-                seed,
-                packed=packed,
-                temperature=temperature,
-                sample_seed=sample_seed,
-                seeds=seeds,
-            )
-        )
+        """One group per task id, in completion order: ``group_size`` episodes of the same task on the same env
+        ``seed`` (or ``seeds[i]`` for task i, as an evaluation panel fixes them).  A group with a failed episode is
+        replayed whole, up to ``max_group_retries`` times, then dropped (``stats["groups_dropped"]``): a partial group
+        is never returned.  ``packed``: the ``pack_group`` dict (numpy arrays, for Ray); else a ``TrajectoryGroup``.
+        ``temperature`` overrides the configured one for this call (evaluation at the validation temperature);
+        ``sample_seed`` seeds torch's RNG first, which makes the HF engine's sampling reproducible (exact resume);
+        vLLM ignores it."""
+        if sample_seed is not None:
+            import torch
+
+            torch.manual_seed(sample_seed)
+        if seeds is not None and len(seeds) != len(task_ids):
+            raise ValueError(f"{len(seeds)} seeds for {len(task_ids)} tasks")
+        groups = _Groups()
+        for i, task_id in enumerate(task_ids):
+            groups.submit(task_id, seed if seeds is None else int(seeds[i]), group_size)
+        return list(self._play(groups, self._params(temperature), packed))
 
     def sample(
         self, prompts: Sequence[Sequence[int]], role: str, seed: int, *, temperature: float | None = None
