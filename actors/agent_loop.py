@@ -29,6 +29,7 @@ deepspeed or torch.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from actors.agents import hipif, multi2, plan_execute, react, step_hrl
@@ -73,3 +74,25 @@ def make_agent(
         history_length=history_length,
         **options,
     )
+
+
+@dataclass(frozen=True)
+class AgentFactory:
+    """How a collection makes each episode's agent (``make_agent``): one record instead of five loop parameters, so
+    the episode loop does not change when a protocol gains a field."""
+
+    protocol: str
+    env_name: str
+    history_length: int = 2
+    adapters: Mapping[str, str | None] | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+    """Protocol fields (``make_agent``'s ``options``)."""
+
+    def __call__(self) -> EpisodeAgent:
+        return make_agent(
+            self.protocol,
+            env_name=self.env_name,
+            history_length=self.history_length,
+            adapters=self.adapters,
+            **dict(self.options),
+        )

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from actors.agent_loop import AGENTS
+from actors.agent_loop import AGENTS, AgentFactory
 from actors.agents.base import PlanStep
 from actors.inference import GenerationRequest, GenerationResult, SamplingParams
 from actors.trajectory import Trajectory
@@ -130,14 +130,10 @@ def collect_demonstrations(
                 engine,
                 [env],
                 [EpisodeRequest(task_id, i, group_id=f"demo-{i}", traj_id=f"demo-{i}")],
-                protocol=protocol,
-                env_name=env_name,
+                agent=AgentFactory(protocol, env_name, history_length, adapters, agent_options or {}),
                 params=SamplingParams(),
                 max_steps=max_steps,
                 tokenizer=tokenizer,
-                adapters=adapters,
-                history_length=history_length,
-                agent_options=agent_options,
             )
             if traj.won:
                 demos.append(traj)

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from actors.agent_loop import make_agent
+from actors.agent_loop import AgentFactory
 from actors.agents.base import ModelCall
 from actors.agents.parsing import masks_for_parse, normalize_ws, render_prompt, token_offsets_from_pieces
 from actors.env_pool import EnvPool, EnvResult
@@ -159,19 +159,16 @@ def iter_episodes(
     envs: EnvPool | Sequence[Any],
     requests: deque[EpisodeRequest] | Iterable[EpisodeRequest],
     *,
-    protocol: str,
-    env_name: str,
+    agent: AgentFactory,
     params: SamplingParams,
     max_steps: int,
     tokenizer: Any = None,
-    adapters: Mapping[str, str | None] | None = None,
     policy_version: int | None = None,
-    history_length: int = 2,
     max_prompt_tokens: int | None = None,
-    agent_options: Mapping[str, Any] | None = None,
     before_generate: Callable[[], None] | None = None,
 ) -> Iterator[Trajectory]:
-    """Play ``requests`` on the env slots, yielding each trajectory when it ends (module docstring).
+    """Play ``requests`` on the env slots, yielding each trajectory when it ends (module docstring); ``agent`` makes
+    each episode's agent.
 
     ``requests`` may be a ``deque`` the caller appends to while iterating (group retries).  ``policy_version``
     None records the engine's reported adapter version on every turn (the weights that really generated it);
@@ -195,7 +192,7 @@ def iter_episodes(
                     traj_id=req.traj_id or uuid.uuid4().hex[:12],
                     group_id=req.group_id,
                     task_id=req.task_id or str(res.info.get("task_id", "")),
-                    env_name=env_name,
+                    env_name=agent.env_name,
                     task=str(res.info.get("task", "")),
                     info={
                         "seed": req.seed,
@@ -203,16 +200,7 @@ def iter_episodes(
                         "admissible_actions": res.info.get("admissible_actions"),
                     },
                 )
-                ep = _Episode(
-                    make_agent(
-                        protocol,
-                        env_name=env_name,
-                        history_length=history_length,
-                        adapters=adapters,
-                        **dict(agent_options or {}),
-                    ),
-                    traj,
-                )
+                ep = _Episode(agent(), traj)
                 if res.failed:
                     done.append(_finish(ep, "failed", reason=res.failure))
                     free.append(slot)

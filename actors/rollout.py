@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from actors.agent_loop import AgentFactory
 from actors.agents.base import adapter_for
 from actors.env_pool import EnvPool
 from actors.env_process import build_env
@@ -154,6 +155,13 @@ class RolloutWorker:
         from actors.models import resolve_model_path
 
         self.config = config
+        self.agents = AgentFactory(
+            config.protocol,
+            config.env_name,
+            config.history_length,
+            config.adapters,
+            config.agent_options,
+        )
         if config.torch_threads:
             import torch
 
@@ -301,15 +309,11 @@ class RolloutWorker:
                 self.engine,
                 self.envs,
                 groups.queue,
-                protocol=self.config.protocol,
-                env_name=self.config.env_name,
+                agent=self.agents,
                 params=params,
                 max_steps=self.config.max_steps,
                 tokenizer=self.tokenizer,
-                adapters=self.config.adapters,
-                history_length=self.config.history_length,
                 max_prompt_tokens=self.config.max_model_len - self.config.max_new_tokens,
-                agent_options=self.config.agent_options,
                 before_generate=self._apply_staged,
             ):
                 self.stats["episodes"] += 1

@@ -373,7 +373,7 @@ def per_step_tokens(traj: Any) -> dict[str, list[int]]:
 
 def replay(env: Any, env_name: str, task_id: str, plan: list[tuple[str, list[str]]], tokenizer: Any) -> dict:
     """Every protocol on the same plan through ``iter_episodes`` with ``ExpertEngine`` (the demo collector's way)."""
-    from actors.agent_loop import AGENTS
+    from actors.agent_loop import AGENTS, AgentFactory
     from actors.demos import ExpertEngine, flatten_plan
     from actors.episodes import EpisodeRequest, iter_episodes
     from actors.inference import SamplingParams
@@ -386,12 +386,10 @@ def replay(env: Any, env_name: str, task_id: str, plan: list[tuple[str, list[str
             engine,
             [env],
             [EpisodeRequest(task_id, 0, traj_id=f"{protocol}-{task_id}")],
-            protocol=protocol,
-            env_name=env_name,
+            agent=AgentFactory(protocol, env_name, adapters={role: role for role in AGENTS[protocol].roles}),
             params=SamplingParams(),
             max_steps=n_actions,
             tokenizer=tokenizer,
-            adapters={role: role for role in AGENTS[protocol].roles},
         )
         out[protocol] = {
             "won": traj.won,

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import pytest
 
+from actors.agent_loop import AgentFactory
 from actors.demos import ExpertEngine, flatten_plan
 from actors.episodes import EpisodeRequest, iter_episodes
 from actors.inference import SamplingParams
@@ -81,13 +82,13 @@ def play(cfg: TrainConfig, trainer: Trainer, task_ids: list[str], plans: list[li
                 engine,
                 [env],
                 [EpisodeRequest(task_id, i, group_id=f"task-{i}", traj_id=f"{tag}-{i}")],
-                protocol=protocol,
-                env_name="synthetic",
+                # ExpertEngine reads the role from the adapter name
+                agent=AgentFactory(
+                    protocol, "synthetic", adapters={"agent": "agent"}, options={"compact": True}
+                ),
                 params=SamplingParams(),
                 max_steps=cfg.env.max_steps,
                 tokenizer=trainer.parts.tokenizer,
-                adapters={"agent": "agent"},  # ExpertEngine reads the role from the adapter name
-                agent_options={"compact": True},
             )
             out.append(traj)
     finally:

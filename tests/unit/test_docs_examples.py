@@ -32,7 +32,7 @@ import pytest
 
 import envs
 import envs.base
-from actors.agent_loop import AGENTS
+from actors.agent_loop import AGENTS, AgentFactory
 from actors.demos import collect_demonstrations
 from actors.episodes import EpisodeRequest
 from actors.inference import SamplingParams
@@ -344,8 +344,7 @@ def test_protocol_plays_through_the_rollout_loop_and_a_malformed_reply_is_an_inv
         FakeEngine(tok, script),
         [SyntheticHierEnv()],
         [EpisodeRequest(TASK, 0, "g", "g/0")],
-        protocol="act_only",
-        env_name="synthetic",
+        agent=AgentFactory("act_only", "synthetic"),
         params=PARAMS,
         max_steps=10,
     )

@@ -14,7 +14,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from actors.agent_loop import make_agent
+from actors.agent_loop import AgentFactory, make_agent
 from actors.agents.parsing import TAG_TO_MASK
 from actors.episodes import EpisodeRequest, response_pieces
 from actors.inference import SamplingParams
@@ -68,11 +68,9 @@ def play(engine, protocol: str, task: str, *, max_steps: int = 10, adapters=None
         engine,
         envs,
         [EpisodeRequest(task, 0, "g", "g/0")],
-        protocol=protocol,
-        env_name="synthetic",
+        agent=AgentFactory(protocol, "synthetic", adapters=adapters),
         params=PARAMS,
         max_steps=max_steps,
-        adapters=adapters,
     )
     return traj
 
@@ -287,8 +285,7 @@ def test_context_overflow_truncates_episode(tok):
         engine,
         [SyntheticHierEnv()],
         [EpisodeRequest("stages2-acts2-dist0-seed3", 0, "g", "g/0")],
-        protocol="react",
-        env_name="synthetic",
+        agent=AgentFactory("react", "synthetic"),
         params=PARAMS,
         max_steps=5,
         max_prompt_tokens=20,
@@ -307,8 +304,7 @@ def test_env_exception_fails_episode_not_loop(tok):
         engine,
         [_Broken(), SyntheticHierEnv()],
         [EpisodeRequest("stages2-acts2-dist0-seed3", 0, "g", f"g/{i}") for i in range(2)],
-        protocol="react",
-        env_name="synthetic",
+        agent=AgentFactory("react", "synthetic"),
         params=PARAMS,
         max_steps=2,
     )
@@ -324,8 +320,7 @@ def test_more_requests_than_slots_all_run(tok):
         engine,
         [SyntheticHierEnv() for _ in range(2)],
         reqs,
-        protocol="plan_execute",
-        env_name="synthetic",
+        agent=AgentFactory("plan_execute", "synthetic"),
         params=PARAMS,
         max_steps=2,
     )
