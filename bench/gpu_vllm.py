@@ -115,7 +115,7 @@ SCALE_SET = [
     "learner.micro_batch_size=8", "checkpoint_every=5",
 ]  # fmt: skip
 """The presets at scale: 32 groups of 4 = 128 episodes an iteration on 32 train tasks (each seen by one group an
-iteration), 5 iterations = 640 episodes; the presets' BC (48 demonstrations × 2), evaluation (16 held-out tasks × 2
+iteration), 5 iterations = 640 episodes; the presets' BC (96 demonstrations × 2), evaluation (16 held-out tasks × 2
 and the train tasks × 2, T = 1) and reward terms; GPU micro-batches."""
 
 

@@ -83,7 +83,7 @@ def test_the_depth2_study_is_the_main_job_at_depth_2():
     assert (fb["env.max_steps"], fb["env.options"], fb["bc.episodes"]) == (
         8,
         {"depths": [2], "distractors": 4},
-        48,
+        96,
     )
 
 
