@@ -113,6 +113,7 @@ class VLLMEngine:
         self._versions: dict[str, int] = {}
         self._ids: dict[str, int] = {}
         self._paths: dict[str, Path] = {}
+        self._requests: dict[str, Any] = {}  # the LoRARequest that serves each adapter's current version
         self._shapes: dict[str, tuple[int, ...]] = {}
         self._base = projection_weights(model_path) if merged else {}
 
@@ -158,6 +159,7 @@ class VLLMEngine:
         old = self._paths.get(name)
         self._paths[name] = path
         self._versions[name] = version
+        self._requests[name] = LoRARequest(request.lora_name, lora_id, str(path))
         if old is not None and old != path:
             shutil.rmtree(old, ignore_errors=True)
         return True
@@ -167,7 +169,6 @@ class VLLMEngine:
     ) -> list[GenerationResult]:
         from vllm import SamplingParams as VSamplingParams
         from vllm.inputs import TokensPrompt
-        from vllm.lora.request import LoRARequest
 
         greedy = params.temperature <= 0.0
         sp = VSamplingParams(
@@ -187,11 +188,10 @@ class VLLMEngine:
                 loras.append(None)
             elif r.adapter is None:
                 loras.append(None)
-            elif r.adapter not in self._paths:
+            elif r.adapter not in self._requests:
                 raise KeyError(f"adapter {r.adapter!r} was never loaded")
             else:
-                name, path = r.adapter, str(self._paths[r.adapter])
-                loras.append(LoRARequest(cache_name(name, self._versions[name]), self._ids[name], path))
+                loras.append(self._requests[r.adapter])
         prompts = [TokensPrompt(prompt_token_ids=list(r.prompt_ids)) for r in requests]
         outs = self.llm.generate(prompts, sp, lora_request=loras, use_tqdm=False)
         results = []

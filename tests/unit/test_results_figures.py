@@ -7,6 +7,7 @@ rows) from its JSON and checks that the page prints them, to the digits it print
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
@@ -33,15 +34,16 @@ def flat(text: str) -> str:
     return re.sub(r"\s+", " ", text)
 
 
-def row(text: str, first_cell: str) -> list[str]:
-    """The cells of the one table row whose first cell starts with ``first_cell``."""
+def row(text: str, first_cell: str, second_cell: str = "") -> list[str]:
+    """The cells of the one table row whose first cell starts with ``first_cell`` (and second with
+    ``second_cell``)."""
     rows = [
         [c.strip() for c in line.strip().strip("|").split("|")]
         for line in text.splitlines()
         if line.startswith("|")
     ]
-    found = [r for r in rows if r[0].startswith(first_cell)]
-    assert len(found) == 1, f"{len(found)} table rows start with {first_cell!r}"
+    found = [r for r in rows if r[0].startswith(first_cell) and r[1:2] and r[1].startswith(second_cell)]
+    assert len(found) == 1, f"{len(found)} table rows start with {first_cell!r} | {second_cell!r}"
     return found[0]
 
 
@@ -281,7 +283,7 @@ def test_gpu_vllm_swap_and_decode_tables():
     swap = data("gpu_vllm/swap.json")["result"]["bfloat16"]
     for v in swap["versions"]:
         for adapter in ("planner", "executor", "base"):
-            cells = [c.replace("*", "") for c in row_of(text, f"v{v['version']}", adapter)]
+            cells = [c.replace("*", "") for c in row(text, f"v{v['version']}", adapter)]
             vllm, hf = v["vllm"][adapter], v["hf"][adapter]
             own, mean = numbers(cells[2])
             assert shows(own, vllm["own"]) and shows(mean, vllm["own_mean"])
@@ -301,25 +303,13 @@ def test_gpu_vllm_swap_and_decode_tables():
         ("HF + peft", "hf", "hf_lora"),
     ):
         first, _, second = label.partition(" | ")
-        cells = row_of(text, first, second)
+        cells = row(text, first, second)
         e = engines[key]
         assert shows(cells[2], e[f"{case}_steps_s_b1"]) and shows(cells[3], e[f"{case}_steps_s_b32"])
         assert shows(cells[4], e[f"{case}_tokens_s_b32"])
     hf32 = engines["hf"]["hf_lora_tokens_s_b32"]
     assert f"{engines['vllm_lora']['lora_tokens_s_b32'] / hf32:.1f}×" == "14.6×"
     assert f"{engines['vllm_merged']['merged_tokens_s_b32'] / hf32:.1f}×" == "29.0×"
-
-
-def row_of(text: str, first: str, second: str) -> list[str]:
-    """The one table row whose first two cells start with ``first`` and ``second``."""
-    rows = [
-        [c.strip() for c in line.strip().strip("|").split("|")]
-        for line in text.splitlines()
-        if line.startswith("|")
-    ]
-    found = [r for r in rows if len(r) > 1 and r[0].startswith(first) and r[1].startswith(second)]
-    assert len(found) == 1, f"{len(found)} table rows start with {first!r} | {second!r}"
-    return found[0]
 
 
 def test_main_job_vllm_negated_control():
@@ -347,3 +337,13 @@ def test_main_job_vllm_negated_control():
     for col, key in ((5, "eval_task_rates"), (6, "train_eval_task_rates")):
         g = paired_gain(pooled(neg, -1, key), pooled(true, -1, key))
         assert_shows(numbers(cells[col]), [g.mean, g.low, g.high])
+
+
+def test_gpu_vllm_transfer_calls():
+    """The bundle's transfer calls: each of calls 2-5 took the session's held device time up by 5-6 s (the device
+    tool's replies kept in gpu_vllm/calls.json), as both vLLM pages say."""
+    held = [c["held_s_after"] for c in data("gpu_vllm/calls.json")["calls"][:5]]
+    steps = [b - a for a, b in itertools.pairwise(held)]
+    assert min(steps) >= 5 and max(steps) < 6.5  # 5.2, 5.4, 6.1, 5.9: "5–6 s" rounded
+    for name in ("gpu_vllm.md", "gpu_vllm_bundle.md"):
+        assert "calls 2–5" in flat(page(name)) and "5–6 s each" in flat(page(name))
