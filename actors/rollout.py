@@ -46,6 +46,8 @@ class WorkerConfig:
     """"vllm", "hf" or "auto" (``rollout.engine``)."""
     weight_sync: str
     """"lora" or "merged" (``rollout.weight_sync``: the engine serves the adapter merged into its base weights)."""
+    gpu_memory_utilization: float
+    """vLLM's share of the GPU's memory (``rollout.gpu_memory_utilization``; CUDA only)."""
     dtype: str
     lora: LoraSpec
     protocol: str
@@ -190,6 +192,7 @@ class RolloutWorker:
                 max_model_len=config.max_model_len,
                 seed=config.seed,
                 merged=config.weight_sync == "merged",
+                gpu_memory_utilization=config.gpu_memory_utilization,
             )
             self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
             weights = initial if initial is not None else zero_lora_weights(self.model_path, lora)

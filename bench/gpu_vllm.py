@@ -197,7 +197,7 @@ def gaps(learner: Any, seqs: Any, engine_lp: Any, adapters: list[str | None]) ->
     return out
 
 
-def swap(dtype: str, device: str, model: str) -> dict[str, Any]:
+def swap(dtype: str, device: str, model: str, memory: float) -> dict[str, Any]:
     """The swap step at one dtype (module docstring)."""
     import numpy as np
     import ray
@@ -233,13 +233,16 @@ def swap(dtype: str, device: str, model: str) -> dict[str, Any]:
     zero = zero_lora_weights(path, lora)
     for seed, name in enumerate(("planner", "executor"), start=1):
         learner.load_adapter_weights(random_adapter(zero, seed), adapter=name)
-    wait_for_gpu_memory()
+    wait_for_gpu_memory(memory + 0.1)
     t0 = time.perf_counter()
     actor = (
         ray.remote(VLLMEngine)
         .options(num_gpus=0.5 if CUDA else 0, num_cpus=1)
-        .remote(path, lora, dtype=dtype, device=device, max_model_len=2048, max_loras=2)
-    )
+        .remote(
+            path, lora, dtype=dtype, device=device, max_model_len=2048, max_loras=2,
+            gpu_memory_utilization=memory,
+        )
+    )  # fmt: skip
     ray.get(actor.adapter_version.remote(None))  # the engine has started
     startup_s = time.perf_counter() - t0
     hf = HFEngine(path, lora, dtype=dtype, device=device, adapters=("planner", "executor"))
@@ -517,6 +520,10 @@ def main() -> None:
     ap.add_argument("--steps", default=",".join(STEPS))
     ap.add_argument("--model", default=None, help="default: smollm2 on CUDA, the tiny model on the CPU")
     ap.add_argument("--share", type=float, default=0.25, help="GPU share of each worker in the train runs")
+    ap.add_argument(
+        "--vllm-memory", type=float, default=0.5,
+        help="the swap step's engine's share of GPU memory (lower it beside other runs on the GPU)",
+    )  # fmt: skip
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--prompt-tokens", type=int, default=300)
     ap.add_argument("--new-tokens", type=int, default=64)
@@ -578,13 +585,16 @@ def run_step(step: str, a: argparse.Namespace, model: str) -> dict[str, Any]:
     if step == "swap":
         import ray
 
-        ray.init(num_cpus=4 if CUDA else 2, num_gpus=1 if CUDA else 0, include_dashboard=False)
+        # "local": its own cluster, never one a training run beside it on the machine started
+        ray.init(
+            address="local", num_cpus=4 if CUDA else 2, num_gpus=1 if CUDA else 0, include_dashboard=False
+        )
         try:
             out = {}
             # CUDA: bf16 alone, vLLM's LoRA kernels take no fp32 (VLLMEngine refuses it); a failure is recorded
             for dtype in ("bfloat16",) if CUDA else ("float32",):
                 try:
-                    out[dtype] = swap(dtype, "cuda" if CUDA else "cpu", model)
+                    out[dtype] = swap(dtype, "cuda" if CUDA else "cpu", model, a.vllm_memory)
                 except Exception:
                     import traceback
 

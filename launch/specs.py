@@ -188,6 +188,7 @@ def rollout_worker_config(cfg: TrainConfig, model_path: str, device: str, **over
         "model_path": model_path,
         "engine": cfg.rollout.engine,
         "weight_sync": cfg.rollout.weight_sync,
+        "gpu_memory_utilization": cfg.rollout.gpu_memory_utilization,
         "dtype": cfg.model.dtype,
         "device": device,
         "lora": lora_spec(cfg),

@@ -122,6 +122,10 @@ class RolloutConfig:
     gpus_per_worker: float = 1.0
     """GPUs each rollout worker reserves on a GPU cluster (ignored on CPU): a fraction (0.5) shares one GPU with a
     learner worker, as on a single-GPU machine; on several GPUs a whole number."""
+    gpu_memory_utilization: float = 0.5
+    """Share of a GPU's memory a vLLM engine takes (weights + KV cache; vLLM's ``gpu_memory_utilization``; CUDA
+    only): 0.5 leaves the other half to a learner on the same GPU; lower it when several runs or workers share one
+    GPU (the sum of their shares must stay under 1, or the last engine to start fails)."""
     group_size: int = 4
     """Trajectories per task and initial state (the group of GRPO/RLOO/GiGPO baselines)."""
     groups_per_iter: int = 2

@@ -90,6 +90,12 @@ def _check_ranges(cfg: TrainConfig) -> None:
         (_gpu_share(r.gpus_per_worker), "rollout.gpus_per_worker", r.gpus_per_worker, GPU_SHARE),
         (r.group_size >= 1, "rollout.group_size", r.group_size, ge1),
         (r.groups_per_iter >= 1, "rollout.groups_per_iter", r.groups_per_iter, ge1),
+        (
+            0 < r.gpu_memory_utilization < 1,
+            "rollout.gpu_memory_utilization",
+            r.gpu_memory_utilization,
+            "a number in (0, 1)",
+        ),
         (r.temperature > 0, "rollout.temperature", r.temperature, gt0),
         (0 < r.top_p <= 1, "rollout.top_p", r.top_p, "a number in (0, 1]"),
         (r.max_new_tokens >= 1, "rollout.max_new_tokens", r.max_new_tokens, ge1),

@@ -62,6 +62,7 @@ def _config(path, spec, engine: str, **kw):
         "model_path": path,
         "engine": engine,
         "weight_sync": "lora",
+        "gpu_memory_utilization": 0.5,
         "dtype": "float32",
         "lora": spec,
         "protocol": "plan_execute",

@@ -351,6 +351,7 @@ def _worker(tok, script: Callable, env_name: str, **kw) -> RolloutWorker:
             16, 32, ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
         ),
         "protocol": "react",
+        "gpu_memory_utilization": 0.5,
         "env_name": env_name,
         "env_options": {},
         "num_envs": 3,

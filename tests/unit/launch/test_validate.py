@@ -219,6 +219,8 @@ def test_every_listed_protocol_option_is_an_agent_field():
         ("rollout.temperature=0", "rollout.temperature"),
         ("rollout.eval_temperature=-0.1", "rollout.eval_temperature"),
         ("rollout.top_p=1.5", "rollout.top_p"),
+        ("rollout.gpu_memory_utilization=1", "rollout.gpu_memory_utilization"),
+        ("rollout.gpu_memory_utilization=0", "rollout.gpu_memory_utilization"),
         ("env.max_steps=0", "env.max_steps"),
         ("env.workers_per_rollout=0", "env.workers_per_rollout"),
         ("rollout.max_new_tokens=0", "rollout.max_new_tokens"),
