@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +66,12 @@ def convert_smollm2(dest: Path) -> Path:
     theta = _rope_theta(json.loads((tmp / "config.json").read_text()))
     if theta != _EXPECTED_ROPE_THETA:
         raise RuntimeError(f"SmolLM2 conversion produced rope_theta={theta}, expected {_EXPECTED_ROPE_THETA}")
-    os.replace(tmp, dest)
+    try:
+        os.replace(tmp, dest)
+    except OSError:  # another process (a run started beside this one) converted it first
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not (dest / "config.json").exists():
+            raise
     return dest
 
 

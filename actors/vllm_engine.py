@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import tempfile
@@ -44,6 +45,10 @@ def configure_vllm_env(*, on_cpu: bool) -> None:
     if on_cpu:
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+    elif importlib.util.find_spec("flashinfer") is None:
+        # vLLM 0.26's GPU model runner imports FlashInfer for its top-p/top-k sampler unless told not to; a CUDA
+        # install without it (seen on an H200: every engine start failed) samples with PyTorch's ops instead
+        os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
 
 
 def cache_name(adapter: str, version: int) -> str:
