@@ -66,9 +66,15 @@ def convert_smollm2(dest: Path) -> Path:
     theta = _rope_theta(json.loads((tmp / "config.json").read_text()))
     if theta != _EXPECTED_ROPE_THETA:
         raise RuntimeError(f"SmolLM2 conversion produced rope_theta={theta}, expected {_EXPECTED_ROPE_THETA}")
+    return publish_folder(tmp, dest)
+
+
+def publish_folder(tmp: Path, dest: Path) -> Path:
+    """Rename the finished ``tmp`` to ``dest``; when another process (a run started beside this one) got there
+    first, its folder is kept and ``tmp`` dropped."""
     try:
         os.replace(tmp, dest)
-    except OSError:  # another process (a run started beside this one) converted it first
+    except OSError:
         shutil.rmtree(tmp, ignore_errors=True)
         if not (dest / "config.json").exists():
             raise

@@ -347,3 +347,47 @@ def test_gpu_vllm_transfer_calls():
     assert min(steps) >= 5 and max(steps) < 6.5  # 5.2, 5.4, 6.1, 5.9: "5–6 s" rounded
     for name in ("gpu_vllm.md", "gpu_vllm_bundle.md"):
         assert "calls 2–5" in flat(page(name)) and "5–6 s each" in flat(page(name))
+
+
+def test_gpu_vllm_train_swap_main_job_and_depth2():
+    """gpu_vllm_train: the swap table after the prefix-cache fix, the main job's table (held-out success with its
+    Wilson interval over 16 tasks x 2 samples, valid format, approx_kl, update KL, iteration time), the depth-2 runs'
+    BC wins and vLLM's start-up memory figures, from gpu_vllm_train/{swap,study}.json."""
+    text = page("gpu_vllm_train.md")
+    swap = data("gpu_vllm_train/swap.json")["result"]["bfloat16"]
+    assert all(swap["checks"].values())
+    for v in swap["versions"]:
+        for adapter in ("planner", "executor"):
+            cells = [c.replace("*", "") for c in row(text, f"v{v['version']}", adapter)]
+            vllm, hf = v["vllm"][adapter], v["hf"][adapter]
+            assert_shows(
+                numbers(cells[2]) + numbers(cells[3]), [vllm["own"], vllm["own_mean"], vllm["other"]]
+            )
+            assert_shows(numbers(cells[4]) + numbers(cells[5]), [hf["own"], hf["own_mean"], hf["other"]])
+    runs = {r["label"]: r for r in data("gpu_vllm_train/study.json")["runs"]}
+    main = runs["main"]["rows"]
+    for label, r in zip(("after BC", "RL 1", "RL 2", "RL 3"), main, strict=True):
+        cells = [c.replace("*", "") for c in row(text, label)]
+        if "eval_success" in r:
+            n = r["eval_n"] * 2  # 16 tasks x eval_samples 2
+            wins = round(r["eval_success"] * n)
+            assert_shows(numbers(cells[1]), [wins / n, *wilson(wins, n)])
+        valid = r.get("valid_format", r.get("eval_valid_format"))
+        assert shows(numbers(cells[2])[0], valid)
+        if r["phase"] == "rl":
+            assert_shows(
+                numbers(cells[3]) + numbers(cells[4]),
+                [r["approx_kl"], r["kl_update"], r["kl_update/subgoal"]],
+            )
+            assert shows(numbers(cells[5])[0], r["time_iteration"])
+    bc_wins = {
+        k: round(r["rows"][0]["eval_success"] * 32) for k, r in runs.items() if k != "main" and r["rows"]
+    }
+    assert bc_wins == {"hiper_s0": 0, "hiper_s1": 0, "ppo_s0": 1, "ppo_s1": 1, "ppo_s2": 1}
+    assert "HiPER seeds 0 and 1 0 of 32, PPO seeds 0, 1, 2 1 of 32 each" in flat(text)
+    non_torch = [g for r in runs.values() for g in r["vllm_non_torch_gib"]]
+    first = [r["vllm_kv_cache_gib"][0] for r in runs.values()]
+    replaced = [r["vllm_kv_cache_gib"][-1] for r in runs.values() if r["vllm_kv_cache_gib"][-1] > 0]
+    assert f"{min(non_torch):.1f}–{max(non_torch):.1f} GiB" == "5.6–7.4 GiB"
+    assert sum(k < 0 for k in first) == 6 and "Six of seven first engines" in text
+    assert f"{min(replaced):.2f}–{max(replaced):.2f} GiB" == "0.49–2.25 GiB"
