@@ -213,6 +213,10 @@ def main() -> None:
         "--share", type=float, default=0.25, help="GPU share of each worker (HISR runs three groups)"
     )
     ap.add_argument(
+        "--stagger", type=float, default=0.0, metavar="S",
+        help="with --parallel, start the runs S seconds apart (vLLM engines starting at once misjudge free memory)",
+    )  # fmt: skip
+    ap.add_argument(
         "--deadline", type=float, metavar="S",
         help="kill the runs still going S seconds after the start and keep their rows so far (marked cut)",
     )  # fmt: skip
@@ -265,10 +269,11 @@ def main() -> None:
         jobs.append((train, label, preset, overrides))
     deadline = None if a.deadline is None else time.time() + a.deadline
     with ThreadPoolExecutor(len(jobs) if a.parallel else 1) as pool:
-        futures = {
-            pool.submit(fn, preset, model, work / label, a.share, overrides, deadline): label
-            for fn, label, preset, overrides in jobs
-        }
+        futures = {}
+        for k, (fn, label, preset, overrides) in enumerate(jobs):
+            if a.parallel and k and a.stagger:
+                time.sleep(a.stagger)  # vLLM counts memory others take during its start-up profile as its own
+            futures[pool.submit(fn, preset, model, work / label, a.share, overrides, deadline)] = label
         for future in as_completed(futures):
             label = futures[future]
             run = {**future.result(), "run_dir": str(work / label)}  # train() labels it by its folder

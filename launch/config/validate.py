@@ -378,9 +378,24 @@ BC_KEYS = (
 """Run-config keys (or key prefixes) that shape the BC warm start: ``bc.from_run`` needs them equal."""
 
 
+CHECKPOINT_KEYS = (
+    "algo",
+    "model.lora_",
+    "model.role_adapters",
+    "rollout.agent",
+    "learner.dtype",
+    "learner.zero_stage",
+    "learner.num_workers",
+)
+"""Run-config keys (or key prefixes) that shape what a checkpoint holds (adapters, their optimizer state's format,
+the learner's shards): ``resume=true`` needs them equal to the saved run's. A bf16 learner met an fp32 run's
+checkpoint with DeepSpeed's ``KeyError: 'dynamic_loss_scale'``."""
+
+
 def check_run_dir(cfg: TrainConfig) -> None:
     """A run folder that already holds a run (its metrics or checkpoints) is only continued (``resume=true``),
-    never overwritten: a fresh run there would delete the old run's metrics."""
+    never overwritten: a fresh run there would delete the old run's metrics. A resume keeps the saved run's
+    ``CHECKPOINT_KEYS``."""
     run = Path(cfg.run_dir).expanduser()
     held = [name for name in ("metrics.jsonl", "checkpoints") if (run / name).exists()]
     if held and not cfg.resume:
@@ -388,6 +403,14 @@ def check_run_dir(cfg: TrainConfig) -> None:
             f"run_dir: {run} already holds a run ({', '.join(held)}); allowed: resume=true to continue it, "
             "another run_dir, or remove the folder"
         )
+    if cfg.resume and (run / "config.yaml").exists():
+        mine, theirs = (flatten(dataclasses.asdict(c)) for c in (cfg, read_run_config(run)))
+        for key in sorted(mine):
+            if key.startswith(CHECKPOINT_KEYS) and mine[key] != theirs.get(key):
+                raise ConfigError(
+                    f"resume: {run} was run with {key}={theirs.get(key)!r}, this run has {mine[key]!r}; "
+                    "allowed: the saved run's value (its checkpoints hold that setting)"
+                )
 
 
 def check_bc_source(cfg: TrainConfig) -> Path:

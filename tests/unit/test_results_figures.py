@@ -391,3 +391,24 @@ def test_gpu_vllm_train_swap_main_job_and_depth2():
     assert f"{min(non_torch):.1f}–{max(non_torch):.1f} GiB" == "5.6–7.4 GiB"
     assert sum(k < 0 for k in first) == 6 and "Six of seven first engines" in text
     assert f"{min(replaced):.2f}–{max(replaced):.2f} GiB" == "0.49–2.25 GiB"
+    from launch.stats import paired_gain
+
+    prose = flat(text)
+    g = paired_gain(main[0]["eval_task_rates"], main[-1]["eval_task_rates"])
+    assert f"+{g.mean:.3f} [{g.low:+.3f}, {g.high:+.3f}]".replace("-", "−") in prose
+    cpu = data("gpu_vllm_train/cpu_bf16_learner.json")["rows"]
+    g = paired_gain(cpu[0]["eval_task_rates"], cpu[-1]["eval_task_rates"])
+    assert f"gain +{g.mean:.3f} [{g.low:+.3f}, {g.high:+.3f}]".replace("-", "−") in prose
+    rl = cpu[1:]
+    assert (
+        f"at most {max(r['kl_update/switch'] for r in rl):.4f} and {max(r['kl_update/subgoal'] for r in rl):.4f}"
+        in prose
+    )
+    assert f"approx_kl stayed ≤ {max(r['approx_kl'] for r in rl):.4f}" in prose
+    assert "valid format 0.88, 0.95, 0.97" in prose and [round(r["valid_format"], 2) for r in rl] == [
+        0.88,
+        0.95,
+        0.97,
+    ]
+    wins = round(cpu[-1]["eval_success"] * 32)
+    assert f"{wins / 32:.3f} [{wilson(wins, 32)[0]:.3f}, {wilson(wins, 32)[1]:.3f}]" in prose

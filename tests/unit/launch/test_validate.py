@@ -17,6 +17,7 @@ from launch.config import (
     ConfigError,
     check_run_dir,
     resolve_config,
+    resolved_text,
     validate,
 )
 from reward.shaping import HIPIF_TERMS
@@ -345,6 +346,27 @@ def test_an_existing_run_is_continued_never_overwritten(tmp_path, capsys):
     assert (run / "metrics.jsonl").read_text() == '{"iteration": 0}\n'
     check_run_dir(resolve_config(None, [f"run_dir={run}", "resume=true"]))
     assert main(["train", "--dry-run", f"run_dir={run}"]) == 0  # a dry run writes nothing
+
+
+def test_a_resume_keeps_the_settings_its_checkpoints_hold(tmp_path, capsys):
+    """Before: resuming an fp32 run with learner.dtype=bfloat16 died in DeepSpeed's checkpoint loader
+    (``KeyError: 'dynamic_loss_scale'``) after Ray, the engines and the learner had started."""
+    run = tmp_path / "run"
+    run.mkdir()
+    saved = resolve_config(None, [f"run_dir={run}"])
+    (run / "config.yaml").write_text(resolved_text(saved, validate(saved)))
+    (run / "metrics.jsonl").write_text('{"iteration": 0}\n')
+    check_run_dir(
+        resolve_config(None, [f"run_dir={run}", "resume=true", "iterations=9"])
+    )  # more iterations: fine
+    capsys.readouterr()
+    assert main(["train", f"run_dir={run}", "resume=true", "learner.dtype=bfloat16"]) == 2
+    assert capsys.readouterr().err == (
+        f"hierarl train: resume: {run} was run with learner.dtype='auto', this run has 'bfloat16'; "
+        "allowed: the saved run's value (its checkpoints hold that setting)\n"
+    )
+    with pytest.raises(ConfigError, match=r"model\.lora_rank=16, this run has 8"):
+        check_run_dir(resolve_config(None, [f"run_dir={run}", "resume=true", "model.lora_rank=8"]))
 
 
 @pytest.mark.parametrize(
