@@ -79,7 +79,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, required=True, help="a folder: sampler.json")
     ap.add_argument("--model", default="smollm2")
-    ap.add_argument("--n", type=int, default=4096 if CUDA else 512, help="samples per prompt and temperature")
+    ap.add_argument(
+        "--n",
+        type=int,
+        default=4096 if CUDA else 64,
+        help="samples per prompt and temperature (CPU: a rehearsal)",
+    )
     ap.add_argument("--temperatures", default="1.0,1.3", help="1.3: the main job's rollout temperature")
     ap.add_argument("--vllm-memory", type=float, default=0.1, help="the engine's share of GPU memory")
     a = ap.parse_args()

@@ -36,6 +36,13 @@ if [ ! -d "$dir" ]; then
   args=(--model smollm2 --parallel --share 0.1 --stagger 15 --deadline "$deadline" --work "$dir/work"
     --out "$dir/$name.json" "${R[@]}")
   [ "$seconds" = --print ] && printf '%s\n' "${args[@]}" && exit 0
+  if [ "$name" = main_engine ]; then  # first, so that its engine starts before the runs' (a 0.1 share)
+    bash bench/gpu_background.sh start /tmp/sampler python3 bench/gpu_sampler.py --out /tmp/sampler/res
+    sleep 15
+  fi
   bash bench/gpu_background.sh start "$dir" python3 bench/bench_gpu_train.py "${args[@]}"
 fi
-bash bench/gpu_background.sh wait "$dir" "$seconds" "${3:?OUT}"
+rc=0
+bash bench/gpu_background.sh wait "$dir" "$seconds" "${3:?OUT}" || rc=$?
+if [ -d /tmp/sampler ]; then bash bench/gpu_background.sh wait /tmp/sampler 1 "$3" > /dev/null || true; fi
+exit $rc

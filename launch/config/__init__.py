@@ -5,6 +5,7 @@ only override them.
 * ``resolve``: defaults → preset (its ``base`` first) → command line, type-checked; the algorithm's ``algo.*`` keys
   against its own ``Config``; the saved form of a run's config;
 * ``validate``: names, ranges and combinations, before Ray starts (one line, exit 2);
+* ``run_dir``: the run folder against the config (continue, resume, ``bc.from_run``), before Ray starts;
 * ``help``: every key with its default and doc.
 
 The algorithm's own hyperparameters live in its file (``learners/algos/<name>.py``, a frozen ``Config`` that checks
@@ -26,6 +27,7 @@ from launch.config.resolve import (
     resolved_text,
     to_dict,
 )
+from launch.config.run_dir import BC_KEYS, check_bc_source, check_run_dir
 from launch.config.schema import (
     DEFAULT_PRESET,
     DTYPES,
@@ -47,7 +49,7 @@ from launch.config.schema import (
     reference_adapters,
     torch_threads,
 )
-from launch.config.validate import BC_KEYS, check_bc_source, check_run_dir, validate
+from launch.config.validate import validate
 
 __all__ = [
     "BC_KEYS",

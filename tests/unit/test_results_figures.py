@@ -412,3 +412,10 @@ def test_gpu_vllm_train_swap_main_job_and_depth2():
     ]
     wins = round(cpu[-1]["eval_success"] * 32)
     assert f"{wins / 32:.3f} [{wilson(wins, 32)[0]:.3f}, {wilson(wins, 32)[1]:.3f}]" in prose
+    t1, t13 = data("gpu_vllm_train/sampler_cpu_rehearsal.json")["rows"]
+    fit = {k: (t1[k]["fit_T"], t13[k]["fit_T"]) for k in ("engine_base", "engine_policy", "exact_draws")}
+    assert (
+        f"at T = 1.0 the samples fit {fit['engine_base'][0]:.2f} (base) and {fit['engine_policy'][0]:.2f} "
+        f"(a zero LoRA pushed), exact draws {fit['exact_draws'][0]:.2f}; at T = 1.3, {fit['engine_base'][1]:.2f} "
+        f"and {fit['engine_policy'][1]:.2f}, exact {fit['exact_draws'][1]:.2f}"
+    ) in prose
