@@ -28,7 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
@@ -180,6 +180,15 @@ def loops(result: dict[str, Any]) -> None:
         print_loops(result["loops"])
 
 
+def staggered(jobs: list[Any], seconds: float) -> Iterator[Any]:
+    """``jobs`` one by one, ``seconds`` apart (none before the first): vLLM engines starting together each count the
+    memory the others take during its start-up profile as its own (docs/results/gpu_vllm_train.md)."""
+    for k, job in enumerate(jobs):
+        if k and seconds:
+            time.sleep(seconds)
+        yield job
+
+
 def _jobs(a: argparse.Namespace) -> list[tuple[str, str, list[str]]]:
     """(label, preset, overrides): ``--run`` as given, else each of ``--presets`` shortened alike."""
     if a.run:
@@ -269,11 +278,10 @@ def main() -> None:
         jobs.append((train, label, preset, overrides))
     deadline = None if a.deadline is None else time.time() + a.deadline
     with ThreadPoolExecutor(len(jobs) if a.parallel else 1) as pool:
-        futures = {}
-        for k, (fn, label, preset, overrides) in enumerate(jobs):
-            if a.parallel and k and a.stagger:
-                time.sleep(a.stagger)  # vLLM counts memory others take during its start-up profile as its own
-            futures[pool.submit(fn, preset, model, work / label, a.share, overrides, deadline)] = label
+        futures = {
+            pool.submit(fn, preset, model, work / label, a.share, overrides, deadline): label
+            for fn, label, preset, overrides in staggered(jobs, a.stagger if a.parallel else 0.0)
+        }
         for future in as_completed(futures):
             label = futures[future]
             run = {**future.result(), "run_dir": str(work / label)}  # train() labels it by its folder

@@ -2,6 +2,7 @@
 (a ``hierarl train`` and the Ray cluster it started), its status marked cut; a run that ends in time is left alone.
 Run as a subprocess because the bench scripts set process-wide environment variables on import."""
 
+import itertools
 import json
 import os
 import subprocess
@@ -65,3 +66,30 @@ def test_kill_and_resume_stops_waiting_for_iteration_1_at_the_deadline(tmp_path)
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["killed"] and got["cut"]  # the first run killed at 2 s, the resume cut at once
     assert got["wall"] < 20  # not the 60 s the first run would sleep waiting for an RL row
+
+
+STAGGER_SCRIPT = """
+import json, sys, time
+sys.path.insert(0, "bench")
+from bench_gpu_train import staggered
+t0, seen = time.time(), []
+for job in staggered(["a", "b", "c"], 0.3):
+    seen.append((job, time.time() - t0))
+print(json.dumps(seen))
+"""
+
+
+def test_parallel_runs_start_staggered():
+    """``--stagger``: the runs start one after another, that many seconds apart, the first at once."""
+    out = subprocess.run(
+        [sys.executable, "-c", STAGGER_SCRIPT],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert [job for job, _ in seen] == ["a", "b", "c"]
+    starts = [t for _, t in seen]
+    assert starts[0] < 0.25 and all(b - a >= 0.3 for a, b in itertools.pairwise(starts))
