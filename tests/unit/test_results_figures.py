@@ -419,3 +419,26 @@ def test_gpu_vllm_train_swap_main_job_and_depth2():
         f"(a zero LoRA pushed), exact draws {fit['exact_draws'][0]:.2f}; at T = 1.3, {fit['engine_base'][1]:.2f} "
         f"and {fit['engine_policy'][1]:.2f}, exact {fit['exact_draws'][1]:.2f}"
     ) in prose
+
+
+def test_iteration_bench_replay_pin():
+    """iteration_bench: today's learner settings and the filing's give the same update on the same saved batch (every
+    probe figure equal), and the page prints the figures it cites from replay_pin.json."""
+    text = flat(page("iteration_bench.md"))
+    today, filing = data("iteration_bench/replay_pin.json")["rows"]
+    assert (today["variant"], filing["variant"]) == ("today", "filing")
+    assert today["probe"] == filing["probe"] and len(today["probe"]) == 46
+    for key in ("approx_kl", "clipfrac", "value_loss"):
+        assert today["metrics"][key] == filing["metrics"][key]
+    m = today["metrics"]
+    assert (
+        f"approx_kl ({m['approx_kl']:.5f}), clip fraction ({m['clipfrac']:.4f}) and value loss ({m['value_loss']:.4f})"
+        in text
+    )
+    assert (
+        f"actions +{today['probe']['action/all']:.3f} nats, the switch block +{today['probe']['switch/all']:.3f}"
+        in text
+    )
+    assert f"sat {m['logprob_gap']:.1e} nats".replace("e-0", "e-") in text
+    kls = (today["metrics"]["kl_update"], filing["metrics"]["kl_update"])
+    assert f"({1e3 * kls[0]:.1f}e-3 against {1e3 * kls[1]:.1f}e-3)" in text
