@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import importlib.util
 import json
 import os
 import platform
@@ -58,11 +57,6 @@ from bench_engines import decode_steps_per_s  # noqa: E402
 CUDA = torch.cuda.is_available()
 if not CUDA:  # DeepSpeed picks its accelerator at import
     os.environ.setdefault("DS_ACCELERATOR", "cpu")
-if CUDA and importlib.util.find_spec("flashinfer") is None:
-    # The bundle carries no flashinfer (its kernels compile with nvcc at first use, minutes of a 15-minute lease), and
-    # vLLM 0.26's sampler imports it when it starts on CUDA unless told not to: it then samples with PyTorch's ops.
-    # Workers and the training runs inherit this (read in vllm/v1/sample/ops/topk_topp_sampler.py).
-    os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
 # The lent machine reaches nothing outside it: no hub lookups, no usage report.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")

@@ -243,16 +243,18 @@ def test_main_job_seeds_pooled_by_task(section, prefix):
         assert_shows(numbers(row(text, "tasks, mean over the 3 seeds")[col])[-3:], [g.mean, g.low, g.high])
 
 
-def test_iteration_bench_rows_speedups_and_floor():
+@pytest.mark.parametrize(("name", "label"), [("iteration", ""), ("iteration_multi", "multi ")])
+def test_iteration_bench_rows_speedups_and_floor(name, label):
     """iteration_bench: each arm's row (phase seconds, learner seconds, redundant share, rollout, iteration, floor and
-    its ratio) and the filing ÷ today ratios, from the bench's JSON."""
+    its ratio) and the filing ÷ today ratios, from the bench's JSON (the main job's, and the multi-action preset's
+    rows labelled "multi")."""
     text = page("iteration_bench.md")
-    out = data("iteration_bench/iteration.json")
+    out = data(f"iteration_bench/{name}.json")
     for k, it in out["iterations"].items():
         rows = [
             [c.strip() for c in line.strip().strip("|").split("|")]
             for line in text.splitlines()
-            if line.startswith(f"| {k} |")
+            if line.startswith(f"| {label}{k} |")
         ]
         for arm_name, arm in it["learner"].items():
             (cells,) = [r for r in rows if r[1] == arm_name]
@@ -267,7 +269,8 @@ def test_iteration_bench_rows_speedups_and_floor():
             want += [arm["iteration_s"], arm["iteration_floor_s"], arm["iteration_over_floor"]]
             assert_shows([n for c in cells[2:] for n in numbers(c)], want)
         speed = it["learner"]["filing"]["iteration_s"] / it["learner"]["today"]["iteration_s"]
-        assert f"iteration {k} **{speed:.2f}×**" in flat(text)
+        section = flat(text) if not label else flat(text.split("## The multi-action synthetic preset")[1])
+        assert f"iteration {k} **{speed:.2f}×**" in section
 
 
 def test_the_helpers_catch_a_figure_off_by_one_printed_digit():
