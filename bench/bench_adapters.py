@@ -55,7 +55,9 @@ def run(
 
     path = resolve_model_path(model)
     lora = LoraSpec(8, 16, ("q_proj", "v_proj"))
-    spec = LearnerSpec(path, lora, "float32", 0, 1e-4, 1e-4, 1.0, rows, False, seed=0, master_port=29611)
+    spec = LearnerSpec(
+        path, lora, "float32", 0, 1e-4, 1e-4, 1.0, rows, False, seed=0, critic_trunk="own", master_port=29611
+    )
     cfg = grpo.Config(kl_coef=0.0)
     batch = synthetic_batch(rows, width)
     out: dict[str, Any] = {"model": model, "engine": engine_kind}

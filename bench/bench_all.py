@@ -164,7 +164,20 @@ def learner_child(out: Path, quick: bool) -> None:
     rows, width, steps = (8, 128, 4) if quick else (16, 256, 4)
     path = resolve_model_path(model)
     lora = LoraSpec(8, 16, ("q_proj", "v_proj"))
-    spec = LearnerSpec(path, lora, "float32", 0, 1e-5, 1e-5, 1.0, 4, False, seed=0, master_port=_free_port())
+    spec = LearnerSpec(
+        path,
+        lora,
+        "float32",
+        0,
+        1e-5,
+        1e-5,
+        1.0,
+        4,
+        False,
+        seed=0,
+        critic_trunk="own",
+        master_port=_free_port(),
+    )
     batch = synthetic_batch(rows, width)
 
     init_dist(0, 1, spec.master_port, "cpu")

@@ -282,6 +282,7 @@ def main() -> None:
             model = build_model(shape, args.tokenizer, Path(tmp) / shape, args.device)
             spec = LearnerSpec(
                 model, lora, "auto", 0, 1e-5, 1e-5, 1.0, args.micro_batch_size, args.gradient_checkpointing, seed=0,
+                critic_trunk="own",
                 device=args.device, value_heads=2, master_port=port,
             )  # fmt: skip
             row, worker = learner_phases(spec, batch, args.repeats)

@@ -59,10 +59,12 @@ ENGINES = {"hf_peft": ("hf", False), "hf_merged": ("hf", True), "vllm_merged": (
 ARMS = {
     "filing": ["learner.old_logprobs=recompute", "learner.measure_rows=0"],
     "today": [],
+    "trunk": ["learner.critic_trunk=policy"],
 }
 """Learner settings per arm (overrides on the run's config); ``filing`` also takes the π_ref pass at RL's first
 update, where the reference is still the policy, and generates with HF + peft (the CPU default then); ``today``
-with the engine of today's main job."""
+and ``trunk`` (today's with the critic a head on the policy's trunk, its head fresh) with the engine of today's
+main job."""
 GROUP_CHUNK_MICRO = 4
 """``LearnerGroup._map_rows`` sends a forward pass in chunks of 4 micro-batches per worker."""
 
@@ -72,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--run", required=True, type=Path)
     ap.add_argument("--iterations", default="1,2", help="RL iterations to replay (comma-separated)")
     ap.add_argument("--engines", default="hf_peft,hf_merged", help=f"of {', '.join(ENGINES)}; empty: none")
+    ap.add_argument("--arms", default="filing,today", help=f"learner arms, of {', '.join(ARMS)}")
     ap.add_argument("--out", type=Path, default=Path("bench/results/iteration.json"))
     ap.add_argument("--summarise", type=Path, help="derive the figures of a saved JSON again (no measuring)")
     args = ap.parse_args(argv)
@@ -120,9 +123,8 @@ def main(argv: list[str] | None = None) -> int:
             write_json(args.out, out)
         row["run_engine"] = engine_name(base)
         row["learner"] = {
-            name: _learner_arm(args.run, base, k, over, name, shape) for name, over in ARMS.items()
+            name: _learner_arm(args.run, base, k, ARMS[name], name, shape) for name in args.arms.split(",")
         }
-        row["learner"]["filing"]["engine"] = "hf_peft"
         _summarise(row, peak)
         write_json(args.out, out)  # after every iteration: a cut run keeps what it measured
     print(table(out))
@@ -231,7 +233,7 @@ def _learner_arm(
 
     from cluster.ray_cluster import WorkerResources, init_ray
     from launch.algos import get_algo
-    from launch.config import engine_old_logprobs, resolve_algo_config
+    from launch.config import DEFAULT_PRESET, engine_old_logprobs, resolve_algo_config, resolve_config
     from launch.specs import learner_spec
     from launch.stages import staged_update
     from launch.warm_start import start_rl
@@ -287,10 +289,12 @@ def _learner_arm(
         ref_is_policy=ref_is_policy,
         ref_equals_policy=k == 1,
         critic_reach=not filing,
+        critic_trunk=cfg.learner.critic_trunk == "policy",
     )
     print(f"learner {name}, iteration {k}: {wall:.1f} s {timings}", flush=True)
     return {
         "overrides": overrides,
+        "engine": "hf_peft" if filing else engine_name(resolve_config(DEFAULT_PRESET, [])),
         "wall_s": wall,
         "timings": timings,
         "update_kl": metrics.get("kl_update"),
@@ -310,10 +314,12 @@ def _passes(
     ref_is_policy: bool,
     ref_equals_policy: bool,
     critic_reach: bool,
+    critic_trunk: bool = False,
 ) -> list[Pass]:
     """The named passes of one update of ``trajs`` under ``cfg`` (one learner worker, one policy adapter):
     ``ref_is_policy``, the updater skips the π_ref pass; ``ref_equals_policy``, a π_ref pass would compute π_old
-    again (RL's first update)."""
+    again (RL's first update); ``critic_trunk``, the critic's head reads the policy pass's hidden states (no
+    decoder pass of its own in the update; its values pass stays)."""
     from envs import success_reward
     from launch.config import engine_old_logprobs
     from launch.updater import ENGINE_CHECK_ROWS, measure_sample
@@ -365,7 +371,7 @@ def _passes(
     pol = [m for rows in mbs for m in sorted_micro_batches(lengths, micro, rows)]
     use, comp, flops = pass_cost(shape, lengths, logits, pol, train=True)
     out.append(Pass("policy", "update", n * lc.ppo_epochs, use, comp, flops, True))
-    if algo.value_loss is not None:
+    if algo.value_loss is not None and not critic_trunk:
         crit = [m for rows in mbs for m in sorted_micro_batches(reach, micro, rows)]
         use, comp, flops = pass_cost(shape, lengths, 0 * logits, crit, widths=reach, train=True)
         out.append(Pass("critic", "update", n * lc.ppo_epochs, use, comp, flops, True))
@@ -376,9 +382,7 @@ def _passes(
 
 def _summarise(row: dict[str, Any], peak: float) -> None:
     """Per arm: GFLOP/s per phase, the redundant share, the needed passes' floor; the arms' ratio."""
-    from launch.config import DEFAULT_PRESET, resolve_config
 
-    row["learner"]["today"]["engine"] = engine_name(resolve_config(DEFAULT_PRESET, []))
     run_rollout = row["rollout"]["run_s"] or 0.0
     replay = {name: e["replay_s"] for name, e in row.get("engine", {}).items() if isinstance(e, dict)}
     for arm in row["learner"].values():
@@ -405,8 +409,10 @@ def _summarise(row: dict[str, Any], peak: float) -> None:
         arm["iteration_floor_s"] = row["rollout"]["floor"]["total_s"] + needed / peak
         arm["iteration_over_floor"] = arm["iteration_s"] / arm["iteration_floor_s"]
     arms = row["learner"]
-    row["learner_speedup"] = arms["filing"]["learner_s"] / arms["today"]["learner_s"]
-    row["iteration_speedup"] = arms["filing"]["iteration_s"] / arms["today"]["iteration_s"]
+    for slow, fast, key in (("filing", "today", ""), ("today", "trunk", "trunk_")):
+        if {slow, fast} <= arms.keys():
+            row[f"{key}learner_speedup"] = arms[slow]["learner_s"] / arms[fast]["learner_s"]
+            row[f"{key}iteration_speedup"] = arms[slow]["iteration_s"] / arms[fast]["iteration_s"]
 
 
 def table(out: dict[str, Any]) -> str:
@@ -429,11 +435,12 @@ def table(out: dict[str, Any]) -> str:
                 f"{arm['redundant_share']:.1%} | {arm['learner_floor_s']:.1f} | {arm['rollout_s']:.1f} | "
                 f"{arm['iteration_over_floor']:.2f} |"
             )
-        if "learner_speedup" in row:
-            lines.append(
-                f"iteration {k}: filing ÷ today, learner {row['learner_speedup']:.2f}, "
-                f"iteration {row['iteration_speedup']:.2f}"
-            )
+        for slow, fast, key in (("filing", "today", ""), ("today", "trunk", "trunk_")):
+            if f"{key}learner_speedup" in row:
+                lines.append(
+                    f"iteration {k}: {slow} ÷ {fast}, learner {row[f'{key}learner_speedup']:.2f}, "
+                    f"iteration {row[f'{key}iteration_speedup']:.2f}"
+                )
     return "\n".join(lines)
 
 

@@ -219,6 +219,7 @@ def swap(dtype: str, device: str, model: str, memory: float) -> dict[str, Any]:
             micro_batch_size=8,
             gradient_checkpointing=False,
             seed=0,
+            critic_trunk="own",
             device=device,
             adapters=(("planner", 1e-2), ("executor", 1e-2)),
             master_port=_free_port(),

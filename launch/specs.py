@@ -103,6 +103,7 @@ def learner_spec(
         micro_batch_size=cfg.learner.micro_batch_size,
         gradient_checkpointing=cfg.learner.gradient_checkpointing,
         value_heads=algo.value_heads,
+        critic_trunk=cfg.learner.critic_trunk,
         target_critic=algo.target_critic,
         adapters=adapters,
         extra_critics=extra_critics,

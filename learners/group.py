@@ -178,16 +178,25 @@ class LearnerGroup:
                 shards = _pad_empty_shards([mb.rows(r) for r in _shards(len(mb), len(self.workers))], mb)
                 # each shard travels cut to its longest row (the workers cut their micro-batches again)
                 shards = [s.narrow(int(row_lengths(s.seqs.attention_mask).max())) for s in shards]
+                policy_step = policy_loss is not None and steps >= critic_only_steps
+                # a critic on the policy's trunk steps inside the policy's pass (one decoder pass for both)
+                joint = (
+                    policy_step
+                    and value_loss is not None
+                    and critic is None
+                    and self.spec.critic_trunk == "policy"
+                )
+                joint_args = (value_loss, target_tau) if joint else ()
                 refs = (
-                    []
-                    if policy_loss is None or steps < critic_only_steps
-                    else [
-                        w.update_policy.remote(s, policy_loss, loss_cfg, adapter)
+                    [
+                        w.update_policy.remote(s, policy_loss, loss_cfg, adapter, *joint_args)
                         for w, s in zip(self.workers, shards, strict=True)
                     ]
+                    if policy_step
+                    else []
                 )
                 n_policy = len(refs)
-                if value_loss is not None:
+                if value_loss is not None and not joint:
                     refs += [
                         w.update_critic.remote(s, value_loss, loss_cfg, target_tau, critic)
                         for w, s in zip(self.workers, shards, strict=True)
@@ -196,8 +205,9 @@ class LearnerGroup:
                 merged: dict[str, float] = {}
                 for r in results[:n_policy]:
                     for k, v in r.items():
-                        merged[k] = merged.get(k, 0.0) + v / len(self.workers)
-                for r in results[n_policy:]:
+                        if k != "value_loss":
+                            merged[k] = merged.get(k, 0.0) + v / len(self.workers)
+                for r in results if joint else results[n_policy:]:
                     merged["value_loss"] = merged.get("value_loss", 0.0) + r["value_loss"]
                 for k, v in merged.items():
                     sums[k] = sums.get(k, 0.0) + v

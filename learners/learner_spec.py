@@ -39,6 +39,10 @@ class LearnerSpec:
     gradient_checkpointing: bool
     """Recompute each decoder layer's activations in backward instead of keeping them (training passes only)."""
     seed: int
+    critic_trunk: str
+    """Where the critic's head reads its hidden states: "own" (its LoRA adapter on the shared base, its own decoder
+    passes) or "policy" (the first policy adapter's, detached: one decoder pass gives log-probs and values,
+    ``learners.value_model.TrunkValueHead``)."""
     device: str = "cpu"
     value_heads: int = 0
     """0: no critic; 1: V(s); 2: HiPER [V_high, V_low]."""

@@ -39,25 +39,47 @@ def using_adapter(model: nn.Module, adapter: str | None) -> Iterator[None]:
             m._active_adapter = b
 
 
+def value_head(hidden: int, heads: int, mlp_hidden: int = 0) -> nn.Module:
+    """A value head on hidden states of width ``hidden``: linear, or with ``mlp_hidden`` > 0 the two-layer
+    W₂·SiLU(W₁h) of HISR Eq. 2. The output layer starts at 0 (every value 0)."""
+    out = nn.Linear(mlp_hidden or hidden, heads)
+    nn.init.zeros_(out.weight)
+    nn.init.zeros_(out.bias)
+    return nn.Sequential(nn.Linear(hidden, mlp_hidden), nn.SiLU(), out) if mlp_hidden else out
+
+
+def _head_values(head: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
+    dtype = next(head.parameters()).dtype
+    return head(hidden.to(dtype)).float()
+
+
 class ValueModel(nn.Module):
-    """Base LM with its active LoRA adapter + a head on the last hidden state: values float[B, L, H]. The head is
-    linear, or with ``mlp_hidden`` > 0 the two-layer W₂·SiLU(W₁h) of HISR Eq. 2. The output layer starts at 0
-    (every value 0)."""
+    """Base LM with its active LoRA adapter + a head on the last hidden state: values float[B, L, H]."""
 
     def __init__(self, backbone: nn.Module, hidden: int, heads: int, mlp_hidden: int = 0) -> None:
         super().__init__()
         self.backbone = backbone
-        out = nn.Linear(mlp_hidden or hidden, heads)
-        nn.init.zeros_(out.weight)
-        nn.init.zeros_(out.bias)
-        self.head = nn.Sequential(nn.Linear(hidden, mlp_hidden), nn.SiLU(), out) if mlp_hidden else out
+        self.head = value_head(hidden, heads, mlp_hidden)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         # the decoder alone: the LM head's B × L × vocab logits are never needed for values
         decoder = self.backbone.get_base_model().get_decoder()
         hidden = decoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-        dtype = next(self.head.parameters()).dtype
-        return self.head(hidden.to(dtype)).float()
+        return _head_values(self.head, hidden)
+
+
+class TrunkValueHead(nn.Module):
+    """A value head on the policy's own last hidden states (``learner.critic_trunk=policy``): values float[B, L, H]
+    from hidden float[B, L, D]. It is given the states detached, so the value loss trains the head and never moves
+    the policy: the policy's update stays what it is with a critic of its own, and the critic's own decoder passes
+    (its training forward and backward, about half of an update's FLOPs on the main job) are not run."""
+
+    def __init__(self, hidden: int, heads: int, mlp_hidden: int = 0) -> None:
+        super().__init__()
+        self.head = value_head(hidden, heads, mlp_hidden)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return _head_values(self.head, hidden.detach())
 
 
 def adapter_of(param_name: str) -> str | None:

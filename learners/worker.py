@@ -13,23 +13,17 @@ call names the adapter or critic it means; None is the policy's / the critic's.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
 import torch
 
-from common.rng import process_rngs, restore_process_rngs
 from learners.algorithm import PolicyLossFn, ValueLossFn
 from learners.batch import LearnerBatch, Sequences, micro_batches, value_reach
-from learners.engines import load_engine
 from learners.learner_spec import CRITIC_ADAPTER
 from learners.losses import entropy_from_logprobs
-from learners.schedule import warmup_lr
 from learners.targets import CriticInputs, PolicyInputs
-from learners.value_model import adapter_of
-from learners.worker_models import LearnerModels
+from learners.worker_state import LearnerState
 
 _Rows = TypeVar("_Rows", Sequences, LearnerBatch)
 
@@ -38,7 +32,7 @@ ENTROPY_SAMPLE = 64
 """Response positions per training micro-batch whose entropy the ``entropy`` metric averages."""
 
 
-class LearnerWorker(LearnerModels):
+class LearnerWorker(LearnerState):
     """Plain class; ``cluster.ray_cluster.place_workers`` wraps it with ``ray.remote``."""
 
     # -- forward passes ----------------------------------------------------------------------------------------
@@ -59,8 +53,13 @@ class LearnerWorker(LearnerModels):
         ``entropy`` also the token entropy at those positions (float32[N], no gradient); ``entropy_sample`` > 0:
         at most that many of them, evenly spaced (a metric's mean needs no more, and the full-vocabulary softmax
         cost ~19 % of a policy step on the tiny model)."""
+        return self._logprobs_at(self._decoder_hidden(ids, attn), ids, where, entropy, entropy_sample)
+
+    def _logprobs_at(
+        self, hidden: torch.Tensor, ids: torch.Tensor, where: torch.Tensor, entropy: bool, entropy_sample: int
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``_response_logprobs`` from the decoder's hidden states float[B, L, D]."""
         lm = self.policy.module.get_base_model()
-        hidden = lm.get_decoder()(input_ids=ids, attention_mask=attn).last_hidden_state
         sel = where[:, 1:].bool()
         # log_softmax then gather, not logits − logsumexp: its fused forward and backward took ~40 % less time on
         # the CPU (fp32, 49k vocabulary), and the logits are not kept for backward (its own output is)
@@ -147,10 +146,12 @@ class LearnerWorker(LearnerModels):
         with self._critic_active(name):
             for rows, _, s in self._micro_batches(seqs, critic=True):
                 ids, attn, pos = self._dev(s.input_ids), self._dev(s.attention_mask), self._dev(s.value_pos)
-                got = self._gather_values(engine(ids, attn), pos, head)
+                got = self._gather_values(self._critic_forward(name, engine, ids, attn), pos, head)
                 if target is not None and target.any():
                     with self._target_weights():
-                        from_target = self._gather_values(engine(ids, attn), pos, head)
+                        from_target = self._gather_values(
+                            self._critic_forward(name, engine, ids, attn), pos, head
+                        )
                     got = torch.where(self._dev(target)[None, :], from_target, got)
                 out[rows] = got.cpu().numpy()
         return out
@@ -181,10 +182,18 @@ class LearnerWorker(LearnerModels):
             )
 
     def update_policy(
-        self, batch: LearnerBatch, loss_fn: PolicyLossFn, loss_cfg: Any, adapter: str | None = None
+        self,
+        batch: LearnerBatch,
+        loss_fn: PolicyLossFn,
+        loss_cfg: Any,
+        adapter: str | None = None,
+        value_loss: ValueLossFn | None = None,
+        target_tau: float = 0.0,
     ) -> dict[str, float]:
         """One optimizer step of policy adapter ``adapter`` (None: the first) over ``batch`` (this rank's share of a
-        mini-batch), in micro-batches.
+        mini-batch), in micro-batches. With ``value_loss`` (a critic on the policy's trunk only) the critic's head
+        takes its step in the same pass: its values come from the policy's forward (``update_critic``'s loss and
+        ``target_tau``, its ``value_loss`` metric returned beside the policy's).
 
         ``loss_fn(new_logprobs, PolicyInputs, cfg) -> (token_loss float[B, L], metrics)`` is the algorithm's pure
         per-token loss; it is aggregated with ``batch.loss_weight`` (float[B, L], computed once over the whole
@@ -195,21 +204,34 @@ class LearnerWorker(LearnerModels):
             raise ValueError("update_policy needs the mini-batch's loss_weight (set by the learner group)")
         engine = self._engine(adapter)
         engine.train()
+        critic = None
+        if value_loss is not None:
+            if (
+                not self._on_trunk(CRITIC_ADAPTER)
+                or (adapter or self.adapter_names[0]) != self.adapter_names[0]
+            ):
+                raise ValueError("a joint policy and critic step needs the critic on this policy's trunk")
+            if batch.value_weight is None:
+                raise ValueError("update_policy with a value loss needs the mini-batch's value_weight")
+            critic = self.critics[CRITIC_ADAPTER]
+            critic.train()
+            head = self._dev(batch.seqs.value_head)
         chunks = self._micro_batches(batch)
         self._check_zero3_accumulation(len(chunks))
         sums: dict[str, float] = {}
-        tokens = 0.0
+        tokens, value_total = 0.0, 0.0
         # forward and backward under the adapter: a checkpointed backward recomputes the forward
         with self._active(adapter):
             for _, _, micro in chunks:
                 s = micro.seqs
-                new_lp, ent = self._response_logprobs(
-                    self._dev(s.input_ids),
-                    self._dev(s.attention_mask),
-                    self._dev(s.response_mask),
-                    entropy=True,
-                    entropy_sample=ENTROPY_SAMPLE,
-                )
+                ids = self._dev(s.input_ids)
+                hidden = self._decoder_hidden(ids, self._dev(s.attention_mask))
+                if critic is not None:
+                    assert value_loss is not None
+                    value_total += self._critic_backward(
+                        critic, critic(hidden), micro, head, value_loss, loss_cfg
+                    )
+                new_lp, ent = self._logprobs_at(hidden, ids, self._dev(s.response_mask), True, ENTROPY_SAMPLE)
                 inputs = PolicyInputs(
                     old_logprobs=self._dev(micro.old_logprobs),
                     token_adv=self._dev(micro.token_adv),
@@ -233,6 +255,9 @@ class LearnerWorker(LearnerModels):
         metrics = {k: v / max(tokens, 1.0) for k, v in sums.items()}
         metrics["loss_tokens"] = tokens
         metrics["lr"] = lr
+        if critic is not None:
+            self._critic_step(critic, target_tau)
+            metrics["value_loss"] = value_total
         return metrics
 
     def update_critic(
@@ -261,163 +286,37 @@ class LearnerWorker(LearnerModels):
         with self._critic_active(name):
             for _, _, micro in chunks:
                 s = micro.seqs
-                v = self._gather_values(
-                    engine(self._dev(s.input_ids), self._dev(s.attention_mask)),
-                    self._dev(s.value_pos),
-                    head,
+                values = self._critic_forward(
+                    name, engine, self._dev(s.input_ids), self._dev(s.attention_mask)
                 )
-                inputs = CriticInputs(
-                    value_target=self._dev(micro.value_target),
-                    old_values=self._dev(micro.old_values),
-                    value_weight=self._dev(micro.value_weight),
-                )
-                loss, _ = loss_fn(v, inputs, loss_cfg)
-                engine.backward(loss * self.world_size)
-                total += float(loss.detach())
+                total += self._critic_backward(engine, values, micro, head, loss_fn, loss_cfg)
+        self._critic_step(engine, target_tau)
+        return {"value_loss": total}
+
+    def _critic_backward(
+        self,
+        engine: Any,
+        values: torch.Tensor,
+        micro: LearnerBatch,
+        head: torch.Tensor,
+        loss_fn: ValueLossFn,
+        loss_cfg: Any,
+    ) -> float:
+        """The critic loss of one micro-batch from its values float[B, L, H], backward through ``engine``."""
+        v = self._gather_values(values, self._dev(micro.seqs.value_pos), head)
+        inputs = CriticInputs(
+            value_target=self._dev(micro.value_target),
+            old_values=self._dev(micro.old_values),
+            value_weight=self._dev(micro.value_weight),
+        )
+        loss, _ = loss_fn(v, inputs, loss_cfg)
+        engine.backward(loss * self.world_size)
+        return float(loss.detach())
+
+    def _critic_step(self, engine: Any, target_tau: float) -> None:
         engine.step()
         if target_tau > 0:
             self.soft_update_target(target_tau)
-        return {"value_loss": total}
-
-    # -- weights and checkpoints -----------------------------------------------------------------------------
-
-    def adapter_weights(self, adapter: str | None = None) -> dict[str, np.ndarray]:
-        """Policy adapter ``adapter``'s LoRA tensors (None: the first) under PEFT's saved key names (what vLLM and
-        peft load)."""
-        from peft import get_peft_model_state_dict
-
-        module = self.policy.module
-        name = adapter or self.adapter_names[0]
-        self._engine(name)
-        params = [p for p in module.parameters() if p.requires_grad]
-        if self.spec.zero_stage == 3:
-            import deepspeed
-
-            with deepspeed.zero.GatheredParameters(params):
-                state = get_peft_model_state_dict(module, adapter_name=name)
-        else:
-            state = get_peft_model_state_dict(module, adapter_name=name)
-        return {k: v.detach().float().cpu().numpy().copy() for k, v in state.items()}
-
-    def save_checkpoint(self, path: str) -> None:
-        """The trainable state only: every adapter's and critic's engine without the frozen base weights (LoRA
-        tensors, value heads and optimizer state, DeepSpeed format; the base is ``spec.model_path``), the PEFT
-        adapters (rank 0), and RNG. ~1 % of a full engine checkpoint for a LoRA run."""
-        root = Path(path)
-        for name, (engine, folder) in self._all_engines().items():
-            with self._own_tensors(name):
-                engine.save_checkpoint(str(root / folder), tag="ckpt", exclude_frozen_parameters=True)
-        if self.rank == 0:
-            self.policy.module.save_pretrained(
-                str(root / "adapter"), selected_adapters=[*self.adapter_names, *self.frozen]
-            )
-        torch.save(
-            {
-                "rng": process_rngs(),
-                "step_count": self.step_count,
-                "critic_target": self.critic_target,
-                "warmup": self.warmup,
-            },
-            root / f"learner_rank{self.rank}.pt",
-        )
-
-    def load_checkpoint(self, path: str, *, only: Sequence[str] | None = None) -> None:
-        """Restore ``save_checkpoint``'s state. ``only``: the engines of those adapters and critics, and RNG; the
-        rest stays as it is (``bc.from_run``: the policy adapters, as BC never trains a critic and another
-        algorithm's may have other heads; the frozen reference copies are the driver's to copy. HISR's cached
-        stages: the reward models)."""
-        from peft.utils import load_peft_weights
-
-        root = Path(path)
-        engines = self._all_engines()
-        unknown = sorted(set(only or ()) - set(engines))
-        if unknown:
-            raise ValueError(
-                f"no adapter or critic {unknown[0]!r} to load; this learner has {', '.join(engines)}"
-            )
-        # not strict: the frozen base weights are not in the checkpoint (they come from spec.model_path)
-        for name in engines if only is None else only:
-            engine, folder = engines[name]
-            with self._own_tensors(name):
-                load_engine(engine, root / folder)
-            # the optimizer state carries the saving run's learning rate; the run's config decides it (a resume
-            # under the same config is unchanged; an update replay with another lr gets that lr)
-            for group in engine.optimizer.param_groups:
-                group["lr"] = self.lrs[name]
-        for name in self.frozen if only is None else []:
-            folder = root / "adapter" / name
-            if not folder.is_dir():
-                raise ValueError(
-                    f"checkpoint {path} has no frozen reference adapter {name!r} (written before the run kept one); "
-                    "allowed: resume it with learner.kl_reference=base, as it ran"
-                )
-            weights = load_peft_weights(str(folder), device="cpu")
-            self.load_adapter_weights({k: v.float().numpy() for k, v in weights.items()}, adapter=name)
-        state = torch.load(root / f"learner_rank{self.rank}.pt", weights_only=False)
-        restore_process_rngs(state["rng"])
-        self.step_count = state["step_count"]
-        loaded = state.get("warmup", {})  # a checkpoint from before the warm-up existed: none in progress
-        names = set(self.adapter_names if only is None else only)
-        self.warmup = {n: w for n, w in self.warmup.items() if n not in names}
-        self.warmup.update({n: tuple(w) for n, w in loaded.items() if n in names})
-        if self.critic_target is not None and (only is None or CRITIC_ADAPTER in only):  # part of the critic
-            saved = state.get("critic_target")
-            if saved is None:
-                raise ValueError(f"checkpoint {path} has no target critic to restore")
-            self.critic_target = [t.to(p.device) for t, p in zip(saved, self._critic_params(), strict=True)]
-
-    def load_adapter_weights(self, weights: dict[str, np.ndarray], adapter: str | None = None) -> None:
-        """Set adapter ``adapter``'s LoRA tensors (None: the first policy adapter; a frozen one allowed; PEFT key
-        names, as ``adapter_weights`` returns them): a warm start, or a copy of the policy as the KL reference."""
-        from peft import set_peft_model_state_dict
-
-        if self.spec.zero_stage == 3:
-            raise ValueError(
-                "model.init_adapter needs learner.zero_stage 0-2 (ZeRO-3 partitions the adapter)"
-            )
-        name = self._policy_or_frozen(adapter)
-        result = set_peft_model_state_dict(
-            self.policy.module,
-            {k: torch.from_numpy(np.array(v)) for k, v in weights.items()},
-            adapter_name=name,
-        )
-        missing = [k for k in result.missing_keys if adapter_of(k) == name]
-        if missing or result.unexpected_keys:
-            raise ValueError(
-                f"adapter does not fit the policy: {len(missing)} missing, "
-                f"{len(result.unexpected_keys)} unexpected LoRA tensors (e.g. {(missing + result.unexpected_keys)[0]})"
-            )
-
-    def set_lr(self, lr: float, adapter: str | None = None) -> None:
-        """Behaviour cloning runs at its own learning rate through the same optimizer."""
-        for group in self._engine(adapter).optimizer.param_groups:
-            group["lr"] = lr
-
-    def start_rl(self, adapter: str | None = None, *, fresh: bool = True, warmup_steps: int = 0) -> None:
-        """RL begins for policy adapter ``adapter`` (None: the first): ``fresh`` forgets its AdamW moments, and its
-        learning rate warms up over its next ``warmup_steps`` steps (``learners.schedule.warmup_lr``). After
-        behaviour cloning, BC's moments would otherwise make most of every RL step (BC's squared gradients in the
-        denominator, its direction in the numerator); verl, OpenRLHF and TRL give RL a fresh optimizer too."""
-        name = adapter or self.adapter_names[0]
-        if fresh:
-            inner = self._engine(name).optimizer
-            while not hasattr(inner, "state") and hasattr(inner, "optimizer"):  # DeepSpeed's wrappers
-                inner = inner.optimizer
-            inner.state.clear()  # torch's AdamW starts a parameter's moments and step count anew when absent
-        self.warmup[name] = (0, warmup_steps)
-
-    def _warm_up_lr(self, name: str) -> float:
-        """Set and return the learning rate of adapter ``name``'s next step: ``warmup_lr`` while it warms up after
-        ``start_rl``, else whatever its param groups hold (the run's, or BC's ``set_lr``)."""
-        groups = self._engine(name).optimizer.param_groups
-        if name in self.warmup:
-            done, total = self.warmup[name]
-            for group in groups:
-                group["lr"] = warmup_lr(self.lrs[name], done, total)
-            self.warmup[name] = (done + 1, total)
-            if done + 1 >= total:
-                del self.warmup[name]
-        return float(groups[0]["lr"])
 
     def ping(self) -> int:
         return self.rank

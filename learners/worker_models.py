@@ -32,7 +32,7 @@ from torch import nn
 from common.dtypes import pick_dtype
 from learners.engines import drop_tied_frozen_weights, ds_config, init_dist
 from learners.learner_spec import CRITIC_ADAPTER, CriticSpec, LearnerSpec
-from learners.value_model import ValueModel, adapter_of, polyak_update_, using_adapter
+from learners.value_model import TrunkValueHead, ValueModel, adapter_of, polyak_update_, using_adapter
 
 
 class LearnerModels:
@@ -75,11 +75,16 @@ class LearnerModels:
         policy = get_peft_model(base, lora_cfg, adapter_name=self.adapter_names[0])
         for name in names[1:]:
             policy.add_adapter(name, lora_cfg)
+        self.trunk_critic = spec.critic_trunk == "policy" and bool(spec.value_heads)
+        """The critic is a head on the first policy adapter's hidden states (``TrunkValueHead``), no adapter."""
+        if spec.critic_trunk not in ("own", "policy"):
+            raise ValueError(f"critic_trunk must be 'own' or 'policy', not {spec.critic_trunk!r}")
         # the critics' adapters on the same base (ZeRO-3 partitions a module per engine: there the critic has its own)
         self.shared_base = bool(critics) and spec.zero_stage < 3
         if self.shared_base:
             for c in critics:
-                policy.add_adapter(c.name, lora_cfg)
+                if not self._on_trunk(c.name):
+                    policy.add_adapter(c.name, lora_cfg)
         # every adapter but the frozen ones stays trainable (peft freezes all but the active one); the active one is
         # chosen per call (``_active``), so only its tensors get gradients, and each engine's optimizer holds its own
         for n, p in policy.named_parameters():
@@ -96,14 +101,18 @@ class LearnerModels:
             self.engines[name] = engine
         self.policy = self.engines[self.adapter_names[0]]
         self.critics: dict[str, Any] = {}
-        self._critic_modules: dict[str, ValueModel] = {}
+        self._critic_modules: dict[str, nn.Module] = {}
         for c in critics:
-            cmodel = ValueModel(
-                policy if self.shared_base else get_peft_model(self._base_model(), lora_cfg),
-                base.config.hidden_size,
-                c.heads,
-                c.mlp_hidden,
-            )
+            cmodel: nn.Module
+            if self._on_trunk(c.name):
+                cmodel = TrunkValueHead(base.config.hidden_size, c.heads, c.mlp_hidden)
+            else:
+                cmodel = ValueModel(
+                    policy if self.shared_base else get_peft_model(self._base_model(), lora_cfg),
+                    base.config.hidden_size,
+                    c.heads,
+                    c.mlp_hidden,
+                )
             self._critic_modules[c.name] = cmodel
             copt = torch.optim.AdamW(self._critic_params(c.name), lr=c.lr, weight_decay=0.0)
             engine, _, _, _ = deepspeed.initialize(
@@ -159,10 +168,31 @@ class LearnerModels:
         with using_adapter(self.policy.module, self._policy_or_frozen(adapter)):
             yield
 
+    def _on_trunk(self, name: str) -> bool:
+        """Whether critic ``name`` is a head on the policy's trunk (the critic only, ``critic_trunk=policy``)."""
+        return self.trunk_critic and name == CRITIC_ADAPTER
+
     def _critic_active(self, name: str) -> AbstractContextManager[None]:
-        """Passes of critic ``name`` inside use its adapter on the shared base. Backward passes too: with gradient
-        checkpointing they recompute the forward, which must see the same adapter."""
+        """Passes of critic ``name`` inside use its adapter on the shared base (the first policy adapter for a critic
+        on the policy's trunk). Backward passes too: with gradient checkpointing they recompute the forward, which
+        must see the same adapter."""
+        if self._on_trunk(name):
+            return using_adapter(self.policy.module, self.adapter_names[0])
         return using_adapter(self.policy.module, name if self.shared_base else None)
+
+    def _decoder_hidden(self, ids: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+        """float[B, L, D]: the last hidden states of the base model under the active adapter (no LM head)."""
+        decoder = self.policy.module.get_base_model().get_decoder()
+        return decoder(input_ids=ids, attention_mask=attn).last_hidden_state
+
+    def _critic_forward(self, name: str, engine: Any, ids: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+        """float[B, L, H]: critic ``name``'s values over a micro-batch, inside ``_critic_active``. A head on the
+        policy's trunk reads the policy's hidden states, computed without a graph (the head alone trains)."""
+        if not self._on_trunk(name):
+            return engine(ids, attn)
+        with torch.no_grad():
+            hidden = self._decoder_hidden(ids, attn)
+        return engine(hidden)
 
     def _critic(self, name: str | None) -> tuple[str, Any]:
         """(name, engine) of critic ``name`` (None: the critic)."""

@@ -51,6 +51,7 @@ CHECKPOINT_KEYS = (
     "learner.dtype",
     "learner.zero_stage",
     "learner.num_workers",
+    "learner.critic_trunk",
 )
 """Run-config keys (or key prefixes) that shape what a checkpoint holds (adapters, their optimizer state's format,
 the learner's shards): ``resume=true`` needs them equal to the saved run's. A bf16 learner met an fp32 run's

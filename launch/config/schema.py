@@ -167,6 +167,11 @@ class LearnerConfig:
     actor_lr: float = 5e-5
     critic_lr: float = 1e-4
     """The critic's learning rate (its LoRA and value heads), apart from the actor's (HiPER App. C.1: 10x)."""
+    critic_trunk: str = "own"
+    """Where the critic reads its hidden states: "own", its LoRA adapter on the policy's base with its own decoder
+    passes; "policy", a value head on the policy's own hidden states, detached (one decoder pass gives the update's
+    log-probs and values; the value loss trains the head alone, never the policy). For algorithms with a critic
+    and one policy adapter; off by default until a seeds run shows it learns as well as the critic of its own."""
     critic_warmup_passes: int = 0
     """Critic-only passes over the first RL iteration's rollouts (the BC policy's) before its first update, each on
     targets recomputed from the critic as the last pass left it; 0: the first update reads a critic that is 0

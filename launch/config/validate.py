@@ -119,6 +119,7 @@ def _check_ranges(cfg: TrainConfig) -> None:
         (lr.kl_reference in ("start", "base"), "learner.kl_reference", lr.kl_reference, "start, base"),
         (lr.actor_lr > 0, "learner.actor_lr", lr.actor_lr, gt0),
         (lr.critic_lr > 0, "learner.critic_lr", lr.critic_lr, gt0),
+        (lr.critic_trunk in ("own", "policy"), "learner.critic_trunk", lr.critic_trunk, "own, policy"),
         (
             lr.critic_warmup_passes >= 0,
             "learner.critic_warmup_passes",
@@ -250,6 +251,13 @@ def _check_algo(cfg: TrainConfig) -> Any:
             f"learner.zero_stage: algo={cfg.algo}'s SPRM shares the policy's base, which ZeRO-3 would partition per "
             "engine; allowed: 0, 1, 2"
         )
+    for refused, why in (
+        (not algo.value_heads, f"algo={cfg.algo} has no critic"),
+        (bool(cfg.model.role_adapters), "model.role_adapters gives the policy several trunks"),
+        (cfg.learner.zero_stage == 3, "learner.zero_stage 3 partitions the trunk per engine"),
+    ):
+        if refused and cfg.learner.critic_trunk == "policy":
+            raise ConfigError(f"learner.critic_trunk: 'policy' refused, {why}; allowed: own")
     if algo.target_critic and cfg.learner.zero_stage == 3:
         raise ConfigError(
             f"learner.zero_stage: algo={cfg.algo} keeps a target copy of the critic, which ZeRO-3 would partition; "

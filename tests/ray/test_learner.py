@@ -104,6 +104,7 @@ def _spec(model_path: str, **kw):
         "gradient_checkpointing": False,
         "value_heads": 2,
         "seed": 0,
+        "critic_trunk": "own",
         "master_port": IN_PROCESS_PORT,
     }
     base.update(kw)

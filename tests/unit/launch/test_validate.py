@@ -475,3 +475,25 @@ def test_sampling_temperature_is_free_without_a_ratio_and_in_evaluation():
     validate(resolve_config("step_hrl_scienceworld"))
     validate(resolve_config("multi2_scienceworld", ["rollout.top_p=0.9"]))
     validate(resolve_config(DEFAULT_PRESET, ["algo=sft", "rollout.temperature=0.7"]))
+
+
+@pytest.mark.parametrize(
+    "overrides, needle",
+    [
+        (["algo=grpo"], "algo=grpo has no critic"),
+        (
+            [
+                "rollout.agent=multi2",
+                "rollout.weight_sync=lora",
+                'model.role_adapters={"planner": "planner", "executor": "executor"}',
+            ],
+            "model.role_adapters gives the policy several trunks",
+        ),
+        (["learner.zero_stage=3", "learner.micro_batch_size=32"], "learner.zero_stage 3 partitions the trunk"),
+    ],
+)
+def test_a_critic_on_the_policys_trunk_needs_a_critic_and_one_trunk(overrides, needle):
+    message = _error(["learner.critic_trunk=policy", *overrides])
+    assert message.startswith("learner.critic_trunk: 'policy' refused") and needle in message
+    assert "learner.critic_trunk: got 'shared'" in _error(["learner.critic_trunk=shared"])
+    validate(resolve_config(DEFAULT_PRESET, ["learner.critic_trunk=policy"]))
