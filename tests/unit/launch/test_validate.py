@@ -489,7 +489,10 @@ def test_sampling_temperature_is_free_without_a_ratio_and_in_evaluation():
             ],
             "model.role_adapters gives the policy several trunks",
         ),
-        (["learner.zero_stage=3", "learner.micro_batch_size=32"], "learner.zero_stage 3 partitions the trunk"),
+        (
+            ["learner.zero_stage=3", "learner.micro_batch_size=32"],
+            "learner.zero_stage 3 partitions the trunk",
+        ),
     ],
 )
 def test_a_critic_on_the_policys_trunk_needs_a_critic_and_one_trunk(overrides, needle):
