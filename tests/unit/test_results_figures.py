@@ -445,3 +445,70 @@ def test_iteration_bench_replay_pin():
     assert f"sat {m['logprob_gap']:.1e} nats".replace("e-0", "e-") in text
     kls = (today["metrics"]["kl_update"], filing["metrics"]["kl_update"])
     assert f"({1e3 * kls[0]:.1f}e-3 against {1e3 * kls[1]:.1f}e-3)" in text
+
+
+def test_critic_trunk_seeds_replay_and_iteration_rows():
+    """critic_trunk: per seed the trunk arm's held-out gain and trunk minus own after RL, the pooled gains of both
+    arms and their difference (each task's rate averaged over the seeds first, t over tasks), the replay rows, and
+    the iteration table with its today ÷ trunk ratios, from the runs' and benches' JSON."""
+    from launch.stats import paired_gain
+
+    text = page("critic_trunk.md")
+    seeds, replay_text, timed = (
+        text.split(f"## {h}")[1].split("\n## ")[0] for h in ("Three", "The second", "The it")
+    )
+    own = [data(f"main_job_learns/vllm_seed{s}.json")["rows"] for s in (0, 1, 2)]
+    trunk = [data(f"critic_trunk/trunk_seed{s}.json")["rows"] for s in (0, 1, 2)]
+    key = "eval_task_rates"
+    for seed in (0, 1, 2):
+        cells = row(seeds, str(seed))
+        g = paired_gain(trunk[seed][0][key], trunk[seed][-1][key])
+        bc, rl = trunk[seed][0]["eval_success"], trunk[seed][-1]["eval_success"]
+        assert_shows(numbers(cells[2]), [bc, rl, g.mean, g.low, g.high])
+        d = paired_gain(own[seed][-1][key], trunk[seed][-1][key])
+        shown = 3 if d.changed else 1  # "0.000 (no task changed)"
+        assert_shows(numbers(cells[3])[:shown], [d.mean, d.low, d.high][:shown])
+
+    def pooled(runs, i):
+        return [statistics.mean(r[i][key][t] for r in runs) for t in range(len(runs[0][i][key]))]
+
+    cells = row(seeds, "tasks, mean over the 3 seeds")
+    for col, (before, after) in (
+        (1, (pooled(own, 0), pooled(own, -1))),
+        (2, (pooled(trunk, 0), pooled(trunk, -1))),
+        (3, (pooled(own, -1), pooled(trunk, -1))),
+    ):
+        g = paired_gain(before, after)
+        assert_shows(numbers(cells[col]), [g.mean, g.low, g.high])
+    replay = {
+        r["variant"]: r for arm in ("own", "trunk") for r in data(f"critic_trunk/replay_{arm}.json")["rows"]
+    }
+    lines = {
+        line.split("|")[1].strip().replace("*", ""): line
+        for line in replay_text.splitlines()
+        if line.startswith("| ")
+    }
+    for arm in ("own", "trunk"):
+        for name, label in ((arm, arm), (f"{arm}/neg", f"{arm}, negated"), (f"{arm}/zero", f"{arm}, A ≡ 0")):
+            m, p = replay[name]["metrics"], replay[name]["probe"]
+            want = [m["kl_update"] * 1e3, m["kl_update/action"] * 1e3]
+            want += [
+                p["action/all"],
+                p["action/turn0"],
+                p["action/keep"],
+                p["switch/all"],
+                p["train/action/all"],
+            ]
+            if name == arm:
+                want.append((p["action/all"] - replay[f"{arm}/neg"]["probe"]["action/all"]) / 2)
+            cells = lines[label].strip().strip("|").split("|")
+            assert_shows([n for c in cells[1:] for n in numbers(c)], want)
+    bench = data("critic_trunk/iteration_main.json")
+    for k, it in bench["iterations"].items():
+        for arm_name, arm in it["learner"].items():
+            ph = arm["phases"]
+            want = [ph[p]["s"] for p in ("logprobs", "values", "update", "measure")]
+            want += [arm["learner_s"], arm["learner_floor_s"], arm["rollout_s"], arm["iteration_s"]]
+            want += [arm["iteration_over_floor"]]
+            assert_shows(numbers(" ".join(row(timed, k, arm_name)[2:])), want)
+        assert f"iteration {k} **{it['trunk_iteration_speedup']:.2f}×**" in flat(timed)
