@@ -503,12 +503,13 @@ def test_critic_trunk_seeds_replay_and_iteration_rows():
                 want.append((p["action/all"] - replay[f"{arm}/neg"]["probe"]["action/all"]) / 2)
             cells = lines[label].strip().strip("|").split("|")
             assert_shows([n for c in cells[1:] for n in numbers(c)], want)
-    bench = data("critic_trunk/iteration_main.json")
-    for k, it in bench["iterations"].items():
-        for arm_name, arm in it["learner"].items():
-            ph = arm["phases"]
-            want = [ph[p]["s"] for p in ("logprobs", "values", "update", "measure")]
-            want += [arm["learner_s"], arm["learner_floor_s"], arm["rollout_s"], arm["iteration_s"]]
-            want += [arm["iteration_over_floor"]]
-            assert_shows(numbers(" ".join(row(timed, k, arm_name)[2:])), want)
-        assert f"iteration {k} **{it['trunk_iteration_speedup']:.2f}×**" in flat(timed)
+    depth2 = text.split("## The iteration at depth 2")[1].split("\n## ")[0]
+    for name, section, label in (("main", timed, ""), ("d2", depth2, "d2 ")):
+        for k, it in data(f"critic_trunk/iteration_{name}.json")["iterations"].items():
+            for arm_name, arm in it["learner"].items():
+                ph = arm["phases"]
+                want = [ph[p]["s"] for p in ("logprobs", "values", "update", "measure")]
+                want += [arm["learner_s"], arm["learner_floor_s"], arm["rollout_s"], arm["iteration_s"]]
+                want += [arm["iteration_over_floor"]]
+                assert_shows(numbers(" ".join(row(section, f"{label}{k}", arm_name)[2:])), want)
+            assert f"iteration {k} **{it['trunk_iteration_speedup']:.2f}×**" in flat(section)
