@@ -158,6 +158,21 @@ def _train(worker, batch: LearnerBatch, steps: int = 2, critic: bool = True) -> 
             worker.update_critic(batch, hiper.value_loss, hiper.Config())
 
 
+def _group_step(group, batch: LearnerBatch, epochs: int = 1) -> dict[str, float]:
+    """``epochs`` passes of one GRPO-loss + HiPER-critic mini-batch over ``batch`` through a ``LearnerGroup``, its
+    old log-probs the group's own (ratio 1 at the start)."""
+    return group.update(
+        dataclasses.replace(batch, old_logprobs=group.logprobs(batch.seqs)),
+        policy_loss=grpo.ALGORITHM.policy_loss,
+        value_loss=hiper.value_loss,
+        loss_cfg=LOSS_CFG,
+        agg="token-mean",
+        mini_batch_size=B,
+        epochs=epochs,
+        seed=0,
+    )
+
+
 def _max_gap(a: np.ndarray, b: np.ndarray, mask: np.ndarray) -> float:
     return float(np.abs(a - b)[mask].max())
 
@@ -334,17 +349,7 @@ def test_data_parallel_group_equals_single_worker(ray_local, model_path):
     }
     out = {}
     for n, g in groups.items():
-        b = dataclasses.replace(batch, old_logprobs=g.logprobs(batch.seqs))
-        g.update(
-            b,
-            policy_loss=grpo.ALGORITHM.policy_loss,
-            value_loss=hiper.value_loss,
-            loss_cfg=LOSS_CFG,
-            agg="token-mean",
-            mini_batch_size=B,
-            epochs=2,
-            seed=0,
-        )
+        _group_step(g, batch, epochs=2)
         out[n] = (g.adapter_weights(), g.logprobs(batch.seqs), g.values(batch.seqs))
     for g in groups.values():
         g.shutdown()  # workers and placement groups: the next test's group needs the CPUs back

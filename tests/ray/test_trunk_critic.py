@@ -17,7 +17,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from tests.ray.test_learner import LOSS_CFG, MICRO_TOL, B, _batch, _free_port, _spec, _worker
+from tests.ray.test_learner import LOSS_CFG, MICRO_TOL, _batch, _free_port, _group_step, _spec, _worker
 
 pytestmark = pytest.mark.slow
 
@@ -86,16 +86,7 @@ def test_the_group_steps_policy_and_head_in_one_pass(model_path):
     alone.update_policy(b, grpo.ALGORITHM.policy_loss, LOSS_CFG, value_loss=hiper.value_loss)
     group = LearnerGroup(_spec(model_path, master_port=_free_port(), **TRUNK), 1, WorkerResources(0.5, 0))
     try:
-        out = group.update(
-            dataclasses.replace(b, old_logprobs=group.logprobs(batch.seqs)),
-            policy_loss=grpo.ALGORITHM.policy_loss,
-            value_loss=hiper.value_loss,
-            loss_cfg=LOSS_CFG,
-            agg="token-mean",
-            mini_batch_size=B,
-            epochs=1,
-            seed=0,
-        )
+        out = _group_step(group, batch)
         v = group.values(batch.seqs)
     finally:
         group.shutdown()
