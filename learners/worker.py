@@ -105,7 +105,7 @@ class LearnerWorker(LearnerState):
         for rows, width, s in self._micro_batches(seqs):
             ids, attn, where = self._dev(s.input_ids), self._dev(s.attention_mask), self._dev(s.response_mask)
             with self._active(adapter):
-                hidden = lm.get_decoder()(input_ids=ids, attention_mask=attn).last_hidden_state
+                hidden = self._decoder_hidden(ids, attn)
                 sel = where[:, 1:].bool()
                 top = lm.get_output_embeddings()(hidden[:, :-1][sel]).argmax(dim=-1)
             match = torch.zeros(ids.shape, dtype=torch.float32, device=ids.device)
