@@ -96,6 +96,22 @@ def read_peft_adapter(path: str | Path) -> tuple[dict[str, np.ndarray], LoraSpec
     return {k: v.float().numpy() for k, v in tensors.items()}, spec
 
 
+def read_adapters(
+    root: str | Path, names: Sequence[str]
+) -> tuple[dict[str | None, dict[str, np.ndarray]], LoraSpec]:
+    """A saved adapter folder as the weights a push carries: one PEFT subfolder per name in ``names`` (a run with
+    ``model.role_adapters`` saves each adapter under its name), keyed by name; else ``root`` itself, the one
+    adapter every role uses, keyed None."""
+    root = Path(root)
+    if names and all((root / n / "adapter_config.json").exists() for n in names):
+        out: dict[str | None, dict[str, np.ndarray]] = {}
+        for n in names:
+            out[n], spec = read_peft_adapter(root / n)
+        return out, spec
+    weights, spec = read_peft_adapter(root)
+    return {None: weights}, spec
+
+
 def zero_lora_weights(model_path: str, spec: LoraSpec) -> dict[str, np.ndarray]:
     """All-zero LoRA tensors in PEFT's state-dict naming for ``model_path`` (shapes from a meta-device model):
     B = 0 makes the adapter an exact no-op, which vLLM needs as a starting adapter to serve requests by name."""
@@ -170,16 +186,12 @@ class RolloutWorker:
             torch.set_num_threads(config.torch_threads)
         self.name = "rollout" if world_size == 1 else f"rollout {rank + 1}/{world_size}"
         self.model_path = resolve_model_path(config.model_path)
-        lora, initial = config.lora, None
+        lora = config.lora
         self.adapter_names = sorted({a for a in config.adapters.values() if a is not None})
-        per_adapter: dict[str, dict[str, np.ndarray]] = {}
+        per_adapter: dict[str | None, dict[str, np.ndarray]] = {}
         if config.adapter_path:
-            root = Path(config.adapter_path)
-            if all((root / n / "adapter_config.json").exists() for n in self.adapter_names):
-                for n in self.adapter_names:
-                    per_adapter[n], lora = read_peft_adapter(root / n)
-            else:
-                initial, lora = read_peft_adapter(root)
+            per_adapter, lora = read_adapters(config.adapter_path, self.adapter_names)
+        initial = per_adapter.get(None)
         if engine is None:
             from transformers import AutoTokenizer
 

@@ -175,6 +175,14 @@ def schedule(cfg: TrainConfig, bc_source: Path | None) -> Schedule:
     )
 
 
+def panel_evaluator(
+    cfg: TrainConfig, pool: RolloutPool, evaluation: Evaluation, samples: int
+) -> PanelEvaluator:
+    """An evaluator of ``pool``'s policy on ``evaluation``'s panel at the run's evaluation temperature and sampling
+    seed: the run's own evaluations and ``hierarl eval``'s of its checkpoint play the same episodes."""
+    return PanelEvaluator(pool, evaluation, cfg.rollout.eval_temperature, cfg.seed + EVAL_SEED, samples)
+
+
 def build_run(cfg: TrainConfig, device: str | None = None) -> RunParts:
     """The run's parts, in the order a run starts them: the resolved config printed and saved to ``config.yaml``,
     the process seeded, Ray started, then the workers and the driver's parts. ``device``: "cuda" or "cpu" for the
@@ -212,23 +220,11 @@ def build_run(cfg: TrainConfig, device: str | None = None) -> RunParts:
     checkpoints = Checkpointer(run_dir / "checkpoints", cfg.checkpoint_keep_last)
     keeper = EpisodeKeeper(run_dir, tokenizer, cfg.keep_episodes, [s.name for s in algo.value_slots])
     log = RunLog(run_dir, cfg.log, algo=cfg.algo, env=cfg.env.name, config=to_dict(cfg))
-    evaluator = PanelEvaluator(
-        pool,
-        Evaluation(scope(cfg), model_path),
-        cfg.rollout.eval_temperature,
-        cfg.seed + EVAL_SEED,
-        cfg.eval_samples,
-    )
+    evaluator = panel_evaluator(cfg, pool, Evaluation(scope(cfg), model_path), cfg.eval_samples)
     rl_evaluator = (
         None
         if rl_panel is None
-        else PanelEvaluator(
-            pool,
-            Evaluation(rl_task_scope(cfg), model_path),
-            cfg.rollout.eval_temperature,
-            cfg.seed + EVAL_SEED,
-            cfg.eval_train_samples,
-        )
+        else panel_evaluator(cfg, pool, Evaluation(rl_task_scope(cfg), model_path), cfg.eval_train_samples)
     )
     empty = EmptyIterations(cfg.rollout.max_empty_iterations, cfg.rollout.groups_per_iter)
     demos = partial(demonstrations, cfg, tokenizer, bc_ids)

@@ -8,18 +8,20 @@ import dataclasses
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from launch.config import ConfigError, one_line, read_run_config
+from launch.report import paper_table
 
 
 def cmd_eval(args: Sequence[str]) -> int:
     p = argparse.ArgumentParser(
         prog="hierarl eval",
         description="RUN: evaluate a run's latest checkpoint on evaluation panels (the same (task, env seed) pairs "
-        "for every run): the paper-style table per task type, success with its Wilson 95%% interval, beside the "
+        "for every run) through the run's own evaluator (its rollout workers, eval temperature, sampling seed and "
+        "eval_samples): the paper-style table per task type, success with its Wilson 95%% interval, beside the "
         "random policy and the zero-shot base model on the same pairs; written to <run>/eval_<panel>.md, .csv "
         "and .json (per-task outcomes). RUN_A RUN_B: compare two runs on the panel they share, task by task "
         "(their stored outcomes: eval_<panel>.json, else their last eval in metrics.jsonl), with an exact sign "
@@ -54,97 +56,120 @@ def cmd_eval(args: Sequence[str]) -> int:
     if a.panel and a.split:
         print("hierarl eval: --panel or --split, not both", file=sys.stderr)
         return 2
-    cfg = read_run_config(run)
-    adapter = run / "checkpoints" / latest.read_text().strip() / "adapter"
-    from launch.panels import AUTO, load_panel, resolve_panel
-
-    wanted = [(name, cfg.env.eval_split) for name in a.panel.split(",")] if a.panel else []
-    wanted += [(AUTO, split) for split in a.split.split(",")] if a.split else []
-    panels = []  # (panel, the run config with the env options it is played with)
+    panels = [(name, None) for name in a.panel.split(",")] if a.panel else []
+    panels += [(None, split) for split in a.split.split(",")] if a.split else []
     try:
-        for name, split in wanted or [(cfg.eval_panel, cfg.env.eval_split)]:
+        played = CheckpointEval(run, panels, a.episodes, random=not a.no_random, base=not a.no_base)
+    except ConfigError as e:
+        print(f"hierarl eval: {one_line(e)}", file=sys.stderr)
+        return 2
+    tables = []
+    for panel, ev, seconds in played.play():
+        tables.append((panel.label, _report(run, played, panel, ev, seconds)))
+    if len(tables) > 1:
+        print(paper_table(tables), flush=True)
+    return 0
+
+
+class CheckpointEval:
+    """A run's latest checkpoint on evaluation panels through the run's own evaluator (``build.panel_evaluator``:
+    its rollout workers, evaluation temperature, sampling seed and ``eval_samples`` a task), so that on the run's
+    own panel it plays the episodes of the run's evaluation of that checkpoint. Panels are resolved and checked
+    on construction (``ConfigError``), before Ray starts."""
+
+    def __init__(
+        self,
+        run: Path,
+        panels: Sequence[tuple[str | None, str | None]],
+        episodes: int,
+        *,
+        random: bool = True,
+        base: bool = True,
+    ) -> None:
+        """``panels``: (stored panel name, None) or (None, a split scored on its auto panel); empty: the run's own
+        panel. ``episodes``: each panel's first N tasks (0: all)."""
+        from actors.models import resolve_model_path
+        from launch.evaluation import Evaluation, scope
+        from launch.panels import AUTO, load_panel
+
+        cfg = self.cfg = read_run_config(run)
+        self.adapter = run / "checkpoints" / (run / "checkpoints" / "latest").read_text().strip() / "adapter"
+        self.model_path = resolve_model_path(cfg.model.path, cfg.model.cache_dir)
+        self.episodes = episodes
+        self.panels = []  # (the run config with the env options the panel is played in, its evaluation)
+        for name, split in panels or [(cfg.eval_panel, None)]:
+            name, split = name or AUTO, split or cfg.env.eval_split
             # a stored panel named here is played in the env it was made in (e.g. every TextCraft depth for a run
             # trained on depth 1); the run's own panel and auto panels in the run's env
             own = name in (AUTO, cfg.eval_panel)
             options = dict(cfg.env.options) if own else load_panel(name).options
-            env_cfg = dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, options=options))
-            panels.append((resolve_panel(cfg.env.name, options, split, name, a.episodes), env_cfg))
-    except ConfigError as e:
-        print(f"hierarl eval: {one_line(e)}", file=sys.stderr)
-        return 2
-
-    import torch
-
-    from actors.models import resolve_model_path
-    from actors.rollout import RolloutWorker
-    from launch.baselines import BASE_SEED, base_cache, random_rates
-    from launch.evaluation import outcome_string, per_type
-    from launch.report import eval_markdown, eval_rows, paper_table, write_eval
-    from launch.specs import rollout_worker_config
-
-    m_path = resolve_model_path(cfg.model.path, cfg.model.cache_dir)
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-
-    def worker(env_cfg: Any, adapter_path: str | None) -> RolloutWorker:
-        wc = rollout_worker_config(
-            env_cfg, m_path, device, adapter_path=adapter_path, temperature=cfg.rollout.eval_temperature
-        )
-        return RolloutWorker(wc)
-
-    def play(w: RolloutWorker, tasks: Sequence[Any], sample_seed: int) -> list[Any]:
-        ids, seeds = [t.task_id for t in tasks], [t.seed for t in tasks]
-        groups = w.collect(ids, 1, packed=False, seeds=seeds, sample_seed=sample_seed)
-        return [t for g in groups for t in g.trajectories]  # type: ignore[union-attr]
-
-    policies: dict[str, RolloutWorker] = {}  # one per set of env options
-    tables = []
-    try:
-        for panel, env_cfg in panels:
-            key = json.dumps(env_cfg.env.options, sort_keys=True)
-            if key not in policies:
-                policies[key] = worker(env_cfg, str(adapter))
-            t0 = time.perf_counter()
-            trajs = play(policies[key], panel.tasks, cfg.seed + 10_000)
-            seconds = time.perf_counter() - t0
-            chance = {} if a.no_random else per_type(panel, random_rates(env_cfg, panel.tasks))
-            base: dict[str, float] = {}
-            if not a.no_base:
-                cache = base_cache(env_cfg, m_path)
-                missing = cache.missing(panel.tasks)
-                if missing:
-                    zero_shot = worker(env_cfg, None)
-                    try:
-                        played = play(zero_shot, missing, BASE_SEED)
-                    finally:
-                        zero_shot.close()
-                    won = {(t.task_id, t.info.get("seed")): float(t.won) for t in played}
-                    cache.put({t: won[t.key] for t in missing if t.key in won})
-                values = cache.values(panel.tasks)
-                base = per_type(panel, values) if values is not None else {}
-            rows = eval_rows(trajs, chance, base)
-            title = (
-                f"{cfg.algo} / {cfg.rollout.agent} on {cfg.env.name}, panel {panel.label} ({len(trajs)} of "
-                f"{len(panel.tasks)} tasks played, {seconds:.0f}s; checkpoint {adapter.parent.name})"
+            env_cfg = dataclasses.replace(
+                cfg, env=dataclasses.replace(cfg.env, options=options, eval_split=split)
             )
-            text = eval_markdown(rows, title)
-            stem = run / f"eval_{panel.name}"
-            write_eval(rows, text, stem)
-            outcomes = outcome_string(panel, trajs)
-            record = {
-                "panel": panel.label,
-                "outcomes": outcomes,
-                "checkpoint": str(adapter.parent),
-                "rows": rows,
-            }
-            stem.with_suffix(".json").write_text(json.dumps(record, indent=1, default=str))
-            tables.append((panel.label, rows))
-            print(text, flush=True)
-    finally:
-        for w in policies.values():
-            w.close()
-    if len(tables) > 1:
-        print(paper_table(tables), flush=True)
-    return 0
+            evaluated = dataclasses.replace(
+                scope(env_cfg),
+                eval_panel=name,
+                eval_episodes=episodes,
+                eval_baselines=True,
+                eval_base_model=base,
+                eval_random=random,
+            )
+            evaluation = Evaluation(evaluated, self.model_path)
+            evaluation.panel(episodes)  # resolved and checked here
+            self.panels.append((env_cfg, evaluation))
+
+    def play(self) -> Iterator[tuple[Any, dict[str, Any], float]]:
+        """Per panel: (the panel, ``PanelEvaluator.evaluate``'s result with its episodes, seconds)."""
+        import ray
+        import torch
+
+        from actors.rollout import read_adapters
+        from cluster.ray_cluster import init_ray
+        from launch.build import panel_evaluator
+        from launch.specs import rollout_pool
+
+        cfg = self.cfg
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        names = sorted({n for n in (dict(cfg.model.role_adapters) or {"policy": "policy"}).values() if n})
+        weights, _ = read_adapters(self.adapter, names)
+        started = not ray.is_initialized()
+        init_ray(cfg.ray_address, device=device)
+        pools: dict[str, Any] = {}  # one rollout pool per set of env options
+        try:
+            for env_cfg, evaluation in self.panels:
+                key = json.dumps(env_cfg.env.options, sort_keys=True)
+                if key not in pools:
+                    pools[key] = rollout_pool(env_cfg, self.model_path, device)
+                    pools[key].push(weights)
+                t0 = time.perf_counter()
+                ev = panel_evaluator(cfg, pools[key], evaluation, cfg.eval_samples).evaluate(self.episodes)
+                yield evaluation.panel(self.episodes), ev, time.perf_counter() - t0
+        finally:
+            for pool in pools.values():
+                pool.close()
+            if started:
+                ray.shutdown()
+
+
+def _report(run: Path, played: CheckpointEval, panel: Any, ev: dict[str, Any], seconds: float) -> list[Any]:
+    """One panel's table printed and written to ``<run>/eval_<panel>.md``, ``.csv`` and ``.json`` (the per-task
+    outcomes paired comparisons read); returns its rows."""
+    from launch.report import eval_markdown, eval_rows, write_eval
+
+    cfg = played.cfg
+    rows = eval_rows(ev["episodes"], ev["random_per_type"], ev["base_per_type"])
+    title = (
+        f"{cfg.algo} / {cfg.rollout.agent} on {cfg.env.name}, panel {panel.label} ({len(panel.tasks)} tasks × "
+        f"{ev['samples']} at T = {ev['temperature']}, {seconds:.0f}s; checkpoint {played.adapter.parent.name})"
+    )
+    text = eval_markdown(rows, title)
+    stem = run / f"eval_{panel.name}"
+    write_eval(rows, text, stem)
+    keys = ("panel", "outcomes", "success", "ci_low", "ci_high", "samples", "temperature", "task_rates")
+    record = {**{k: ev[k] for k in keys}, "checkpoint": str(played.adapter.parent), "rows": rows}
+    stem.with_suffix(".json").write_text(json.dumps(record, indent=1, default=str))
+    print(text, flush=True)
+    return rows
 
 
 def _compare_runs(a: Path, b: Path, panel: str | None) -> int:

@@ -109,6 +109,8 @@ class EvalScope:
     eval_episodes: int
     eval_baselines: bool
     eval_base_model: bool = True
+    eval_random: bool = True
+    """The random policy's column with ``eval_baselines`` (``hierarl eval --no-random`` skips it: slow envs)."""
 
 
 def scope(cfg: TrainConfig) -> EvalScope:
@@ -140,8 +142,11 @@ class Evaluation:
         return self._panels[n]
 
     def chance(self, panel: Panel) -> list[float] | None:
-        """The random policy's success rate per panel task (cached on disk), None with ``eval_baselines=false``."""
-        return random_rates(self.cfg, panel.tasks) if self.cfg.eval_baselines else None
+        """The random policy's success rate per panel task (cached on disk), None with ``eval_baselines=false``
+        or ``eval_random=false``."""
+        return (
+            random_rates(self.cfg, panel.tasks) if self.cfg.eval_baselines and self.cfg.eval_random else None
+        )
 
     def base_missing(self, panel: Panel) -> list[PanelTask]:
         """The panel tasks the base model has not played yet in this setting (none with ``eval_baselines=false`` or

@@ -8,6 +8,7 @@ import json
 import math
 import random
 
+import numpy as np
 import pytest
 
 from actors.agents.parsing import normalize_ws
@@ -15,6 +16,7 @@ from envs.textcraft import TextCraftEnv
 from launch.build import build_run
 from launch.cli import main
 from launch.config import resolve_config
+from launch.eval_cli import CheckpointEval
 from launch.train import Trainer
 
 pytestmark = pytest.mark.slow
@@ -45,7 +47,8 @@ def test_one_worker_two_workers_and_a_shuffled_panel_play_the_same_pairs(
     ray_local, tmp_path, capsys, monkeypatch
 ):
     monkeypatch.setenv("HIERARL_CACHE", str(tmp_path / "cache"))
-    trainer = Trainer(build_run(resolve_config(None, [*TINY_TEXTCRAFT, f"run_dir={tmp_path}"])))
+    cfg = resolve_config(None, [*TINY_TEXTCRAFT, "rollout.eval_temperature=1.0", f"run_dir={tmp_path}"])
+    trainer = Trainer(build_run(cfg))
     try:
         pool = trainer.parts.pool
         panel = trainer.parts.evaluator.evaluation.panel(6)
@@ -67,20 +70,39 @@ def test_one_worker_two_workers_and_a_shuffled_panel_play_the_same_pairs(
             for t in trajs:  # the first prompt shows the state the panel's seed gives
                 obs, _ = env.reset(task_id=t.task_id, seed=t.info["seed"])
                 assert t.turns[0].anchor_key == normalize_ws(obs), how
-        # and an evaluation scores exactly these pairs: one outcome per panel task
+        # and an evaluation scores exactly these pairs: one outcome per panel task (of a trained adapter: here a
+        # random one, B != 0, whose sampled replies differ)
+        rng = np.random.default_rng(0)
+        weights = trainer.learner.adapter_weights()
+        trainer.learner.load_adapter_weights(
+            {
+                k: rng.normal(0, 0.5, v.shape).astype(v.dtype) if "lora_B" in k else v
+                for k, v in weights.items()
+            }
+        )
+        trainer.push()
         ev = trainer.evaluate(6)
         assert ev["panel"] == panel.label and len(ev["outcomes"]) == 6 and ev["dropped"] == 0
         trainer.checkpoint(0)
     finally:
         trainer.close()
-    # ``hierarl eval RUN``: the checkpoint on two panels' first 3 tasks, tables with both baselines, outcomes saved
+    # ``hierarl eval RUN`` plays through the run's own evaluator: on the run's panel, the episodes of the run's
+    # evaluation of that checkpoint (same workers, temperature, sampling seeds), reply for sampled reply
+    [(_, again, _)] = list(CheckpointEval(tmp_path, [], 6, random=False, base=False).play())
+
+    def replies(trajs):
+        return sorted((t.task_id, t.info["seed"], t.turns[0].response_text) for t in trajs)
+
+    assert again["panel"] == ev["panel"] and replies(again["episodes"]) == replies(ev["episodes"])
+    assert len({r for *_, r in replies(ev["episodes"])}) > 1  # sampled replies that a wrong seed would change
+    # on two panels' first 3 tasks: tables with both baselines, outcomes saved
     assert (
         main(["eval", str(tmp_path), "--panel", "textcraft_test_depth1,textcraft_test", "--episodes", "3"])
         == 0
     )
     out = capsys.readouterr().out
     assert (
-        "panel textcraft_test_depth1@1[:3] (3 of 3 tasks played" in out
+        "panel textcraft_test_depth1@1[:3] (3 tasks × 1 at T = 1.0" in out
         and "| panel | depth1 | depth2 | depth3 | all |" in out
     )
     saved = json.loads((tmp_path / "eval_textcraft_test_depth1.json").read_text())
@@ -94,8 +116,6 @@ def test_the_base_model_column_is_played_with_a_zero_adapter_and_the_runs_adapte
     """With a trained (here: random, B != 0) adapter pushed, the base model's episodes are the base model's (the
     same greedy replies as a worker that never had an adapter), they are cached, and afterwards the workers reply
     with the run's adapter again."""
-    import numpy as np
-
     from actors.rollout import RolloutWorker
     from launch.specs import rollout_worker_config
 
