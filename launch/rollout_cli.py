@@ -15,28 +15,23 @@ import numpy as np
 
 from actors.rollout import RolloutWorker
 from actors.trajectory import Trajectory, to_jsonl
+from launch.episode_stats import trajectory_stats
 
 
 def summarize(trajectories: Sequence[Trajectory], wall_s: float) -> dict[str, Any]:
-    """Success rate, mean return, env steps, tokens per turn, throughput."""
-    turns = [t for tr in trajectories for t in tr.turns]
-    n = max(len(trajectories), 1)
-    steps = [tr.info.get("env_steps", 0) for tr in trajectories]
+    """A run's episode summary (``trajectory_stats``: the same keys as a run's metrics rows) with the episode and turn
+    counts, the mean score, how episodes ended and the throughput."""
+    turns = sum(len(tr.turns) for tr in trajectories)
     return {
         "episodes": len(trajectories),
-        "success_rate": sum(tr.won for tr in trajectories) / n,
-        "mean_return": float(np.mean([tr.episode_return for tr in trajectories])) if trajectories else 0.0,
-        "mean_score": float(np.mean([tr.score for tr in trajectories])) if trajectories else 0.0,
-        "mean_env_steps": float(np.mean(steps)) if steps else 0.0,
-        "turns": len(turns),
-        "valid_format_rate": float(np.mean([t.decision.valid for t in turns])) if turns else 0.0,
-        "prompt_tokens_per_turn": float(np.mean([t.prompt_ids.size for t in turns])) if turns else 0.0,
-        "response_tokens_per_turn": float(np.mean([t.response_ids.size for t in turns])) if turns else 0.0,
+        **trajectory_stats(trajectories),
+        "score": float(np.mean([tr.score for tr in trajectories])) if trajectories else 0.0,
+        "turns": turns,
         "status": {
             s: sum(tr.status == s for tr in trajectories) for s in ("finished", "truncated", "failed")
         },
         "wall_s": wall_s,
-        "turns_per_s": len(turns) / wall_s if wall_s > 0 else 0.0,
+        "turns_per_s": turns / wall_s if wall_s > 0 else 0.0,
     }
 
 
@@ -162,13 +157,13 @@ def rollout_main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         (k, summary[k])
         for k in (
             "episodes",
-            "success_rate",
-            "mean_return",
-            "mean_env_steps",
+            "success",
+            "return",
+            "env_steps",
             "turns",
-            "valid_format_rate",
-            "prompt_tokens_per_turn",
-            "response_tokens_per_turn",
+            "valid_format",
+            "prompt_tokens",
+            "response_tokens",
             "wall_s",
             "turns_per_s",
         )

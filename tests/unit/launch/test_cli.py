@@ -4,6 +4,7 @@ config, no distributed stack imported, no Ray session in a fresh process), and t
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -189,3 +190,20 @@ def test_rollout_command_defaults_are_the_run_configs():
     assert e.value.code == 2
     with pytest.raises(ConfigError, match=r"env\.name: unknown value 'alfwrld'"):
         rollout_run_config(rollout_parser().parse_args(["--env", "alfwrld"]))
+
+
+def test_rollout_command_summarises_with_a_runs_episode_keys(tmp_path):
+    """``hierarl rollout``'s summary is the run's episode summary (``trajectory_stats``' keys, as in metrics rows),
+    its figures those of the JSONL it wrote: 3 episodes of the tiny model, HF engine, TextCraft depth 1."""
+    from actors.trajectory import read_jsonl
+    from launch.episode_stats import trajectory_stats
+    from launch.rollout_cli import rollout_main
+
+    out = tmp_path / "r.jsonl"
+    args = ["--model", "tiny", "--engine", "hf", "--dtype", "float32", "--episodes", "3", "--max-steps", "2"]
+    summary = rollout_main([*args, "--max-new-tokens", "8", "--num-envs", "1", "--out", str(out)])
+    trajs = list(read_jsonl(out))
+    assert json.loads(out.with_suffix(".summary.json").read_text())["episodes"] == len(trajs) == 3
+    assert set(trajectory_stats(trajs)) < set(summary)
+    assert summary["success"] == sum(t.won for t in trajs) / 3
+    assert summary["turns"] == sum(len(t.turns) for t in trajs) and summary["env_steps"] <= 2
