@@ -37,7 +37,7 @@ from common.progress import Ticker
 @dataclass(frozen=True)
 class WorkerConfig:
     """Everything one rollout worker needs. Built from a run config (``launch.config.TrainConfig``) by
-    ``launch.specs.rollout_worker_config``: the fields the run config holds have no default here (the run config's
+    ``launch.driver.wiring.rollout_worker_config``: the fields the run config holds have no default here (the run config's
     dataclasses hold the one set of defaults); only the worker-specific ones do."""
 
     model_path: str

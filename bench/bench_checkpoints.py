@@ -1,6 +1,6 @@
 """Checkpoint size and save/load time per algorithm, beside the frozen base weights they no longer contain.
 
-For each preset, the learner worker its run would build (``launch.specs.learner_spec``: the algorithm's critic
+For each preset, the learner worker its run would build (``launch.driver.wiring.learner_spec``: the algorithm's critic
 heads, target critic, policy adapters, Multi2's frozen offline copies, HISR's hindsight adapter and SPRM) is created
 in this process on ``--model``; every trained adapter and value model take one optimizer step (so AdamW's moments
 exist, as in any RL checkpoint),
@@ -111,9 +111,9 @@ def measure(preset: str, model: str, repeats: int, rows: int, width: int) -> dic
     import dataclasses
 
     from actors.models import resolve_model_path
-    from launch.algos import get_algo
     from launch.config import resolve_algo_config, resolve_config
-    from launch.specs import learner_spec
+    from launch.driver.algos import get_algo
+    from launch.driver.wiring import learner_spec
     from learners.algos import grpo, ppo
     from learners.worker import LearnerWorker
 

@@ -65,7 +65,7 @@ PHASES = ("time_rollout", "time_logprobs", "time_values", "time_update", "time_p
 
 def _command(preset: str, model: str, run_dir: Path, share: float, overrides: list[str]) -> list[str]:
     return [
-        sys.executable, "-m", "launch.cli", "train", preset, f"model.path={model}", f"run_dir={run_dir}",
+        sys.executable, "-m", "launch.cli.main", "train", preset, f"model.path={model}", f"run_dir={run_dir}",
         f"rollout.gpus_per_worker={share}", f"learner.gpus_per_worker={share}", *overrides,
     ]  # fmt: skip
 

@@ -175,7 +175,7 @@ def _engine_replay(
     from actors.inference import GenerationRequest, SamplingParams
     from actors.rollout import read_peft_adapter
     from launch.config import torch_threads
-    from launch.specs import lora_spec
+    from launch.driver.wiring import lora_spec
 
     threads = torch_threads(cfg, cfg.rollout.num_workers, 2, "cpu")
     torch.set_num_threads(threads)
@@ -232,11 +232,11 @@ def _learner_arm(
     from transformers import AutoTokenizer
 
     from cluster.ray_cluster import WorkerResources, init_ray
-    from launch.algos import get_algo
     from launch.config import DEFAULT_PRESET, engine_old_logprobs, resolve_algo_config, resolve_config
-    from launch.specs import learner_spec
-    from launch.stages import staged_update
-    from launch.warm_start import start_rl
+    from launch.driver.algos import get_algo
+    from launch.driver.stages import staged_update
+    from launch.driver.warm_start import start_rl
+    from launch.driver.wiring import learner_spec
     from learners.group import LearnerGroup
 
     cfg = _run_config(run, overrides)
@@ -322,7 +322,7 @@ def _passes(
     decoder pass of its own in the update; its values pass stays)."""
     from envs import success_reward
     from launch.config import engine_old_logprobs
-    from launch.updater import ENGINE_CHECK_ROWS, measure_sample
+    from launch.driver.updater import ENGINE_CHECK_ROWS, measure_sample
     from learners.batch import row_lengths, value_reach
     from learners.prepare import shaped_turns
     from learners.schedule import minibatch_rows

@@ -31,9 +31,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from actors.models import resolve_model_path
     from actors.trajectory import read_jsonl
-    from launch.algos import get_algo
     from launch.config import resolve_algo_config
-    from launch.kept_episodes import EpisodeKeeper
+    from launch.driver.algos import get_algo
+    from launch.driver.kept_episodes import EpisodeKeeper
     from learners.prepare import learner_batch, shaped_turns
     from learners.targets import sequences
 

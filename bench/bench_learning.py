@@ -59,7 +59,7 @@ from _env import setup
 
 ROOT = setup()
 
-from launch.stats import seed_mean  # noqa: E402  (importable once setup() put the repo on the path)
+from launch.evaluation.intervals import seed_mean  # noqa: E402  (importable once setup() put the repo on the path)
 
 
 def read_history(run_dir: Path) -> list[dict[str, Any]]:
@@ -88,7 +88,7 @@ def ensure_run(
     if run and not finished(history, resolve_config(preset, overrides).iterations):
         if run_dir.exists():  # a killed run: continue it from its checkpoint (a fresh start if it has none)
             overrides = [*overrides, "resume=true"]
-        cmd = [sys.executable, "-m", "launch.cli", "train", *([preset] if preset else []), *overrides]
+        cmd = [sys.executable, "-m", "launch.cli.main", "train", *([preset] if preset else []), *overrides]
         print("[bench] " + " ".join(cmd), flush=True)
         t0 = time.perf_counter()
         with open(out / f"{name}.log", "w") as log:
@@ -126,7 +126,7 @@ def curve(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def aggregate(curves: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """Mean, (population) std and the 95 % t-interval's half-width (``_ci95``, ``launch.stats.seed_mean``) over
+    """Mean, (population) std and the 95 % t-interval's half-width (``_ci95``, ``launch.evaluation.intervals.seed_mean``) over
     seeds at every label all runs share; a missing or NaN value (an offline algorithm's train success: it collects
     no episodes) is left out."""
     labels = [p["label"] for p in curves[0]]
@@ -159,7 +159,7 @@ def eval_gain(c: list[dict[str, Any]]) -> float | None:
 
 def task_gain(c: list[dict[str, Any]], key: str) -> list[float] | None:
     """Per-task success rates at the last evaluated point minus after BC (``key``: ``rl_task_rates`` or
-    ``eval_task_rates``), None without both: what ``launch.stats.paired_gain`` reads."""
+    ``eval_task_rates``), None without both: what ``launch.evaluation.intervals.paired_gain`` reads."""
     start = next((p[key] for p in c if p["label"] == "bc" and p.get(key)), None)
     end = next((p[key] for p in reversed(c) if p["label"] != "bc" and p.get(key)), None)
     if start is None or end is None or len(start) != len(end):
@@ -171,7 +171,7 @@ def gain_table(curves: dict[str, list[list[dict[str, Any]]]], names: dict[str, l
     """Per label and panel: each seed's paired RL gain over BC (mean per-task change with its t-interval over tasks,
     ``paired_gain``), and the tasks' changes averaged over seeds with a t-interval over tasks (the task the unit;
     seeds of one task are not independent evidence)."""
-    from launch.stats import paired_gain
+    from launch.evaluation.intervals import paired_gain
 
     out: dict[str, Any] = {}
     for label, cs in curves.items():

@@ -3,7 +3,7 @@
 The rows are the main job's preset (``hiper_textcraft_cpu``) expert demonstrations in its agent's format, padded as
 the driver pads them (``learners.prepare.shaped_turns``), with real HiPER targets from the learner's own log-probs
 and values (``learners.prepare.learner_batch``). Each variant runs in a fresh process (RSS is per process), which
-builds the learner as the preset does (``launch.specs.learner_spec``) and measures, phase by phase, the peak
+builds the learner as the preset does (``launch.driver.wiring.learner_spec``) and measures, phase by phase, the peak
 resident set (``VmHWM``, reset before each phase through ``/proc/self/clear_refs``) and the wall time:
 
 ``load`` (policy + critic built, the policy copied into its frozen KL reference as the driver does after BC) ·
@@ -74,9 +74,9 @@ def build_rows(preset: str, model: str, episodes: int, out: Path) -> dict[str, A
 
     from actors.models import resolve_model_path
     from envs import success_reward
-    from launch.algos import get_algo
     from launch.config import resolve_algo_config, resolve_config
-    from launch.specs import env_task_ids, expert_demonstrations
+    from launch.driver.algos import get_algo
+    from launch.driver.wiring import env_task_ids, expert_demonstrations
     from learners.prepare import shaped_turns
     from learners.targets import sequences
 
@@ -109,9 +109,9 @@ def child(preset: str, model: str, overrides: list[str], rows_file: Path) -> dic
     from bench_checkpoints import random_targets
 
     from actors.models import resolve_model_path
-    from launch.algos import get_algo
     from launch.config import resolve_algo_config, resolve_config
-    from launch.specs import learner_spec
+    from launch.driver.algos import get_algo
+    from launch.driver.wiring import learner_spec
     from learners.batch import Sequences
     from learners.prepare import minibatch
     from learners.worker import LearnerWorker

@@ -16,12 +16,12 @@ from the same state and trains on the same rollouts:
   (with its target copy: STEP-HRL's and Multi2's IQL critics, whose warm-up the run did);
 * trajectories: ``RUN/trajectories/iter_<k>.jsonl`` (collected by that policy), shaped afresh per variant (HISR:
   scored by the run's reward models as the run had them, the online hindsight model trained as the run did);
-* the variant's driver stage (``launch.stages``) as a resume from ``iter_<k-1>`` has it: restored from the
+* the variant's driver stage (``launch.driver.stages``) as a resume from ``iter_<k-1>`` has it: restored from the
   checkpoint's driver state and prepared on the learner (HISR's reward models: the checkpoint's, or the stage cache's
   for ``k`` = 1; the stored data's phase and critic steps owed); nothing is collected again;
-* one update: the driver's code (``launch.stages.staged_update`` over the run's ``Updater``), seed ``seed + k`` for
+* one update: the driver's code (``launch.driver.stages.staged_update`` over the run's ``Updater``), seed ``seed + k`` for
   the mini-batch order; the first variant is repeated with other seeds (``--repeats``) to measure the noise floor.
-  Replaying iteration 1, RL starts as the driver starts it (``launch.warm_start.start_rl``: the variant's
+  Replaying iteration 1, RL starts as the driver starts it (``launch.driver.warm_start.start_rl``: the variant's
   ``learner.rl_optimizer`` and warm-up), so a run written before RL's optimizer was reset replays under today's
   default unless the variant says ``learner.rl_optimizer=continue``;
 * ``--controls``: each variant also with its advantages negated and zeroed (``learner.advantage_scale`` −1, 0),
@@ -105,10 +105,10 @@ def replay_updater(
     *,
     engine_old_logprobs: bool = False,
 ) -> Any:
-    """The run's ``Updater`` over ``learner`` (``launch.specs.updater``) at ``state``, the KL references its update
+    """The run's ``Updater`` over ``learner`` (``launch.driver.wiring.updater``) at ``state``, the KL references its update
     read loaded; the rollouts were the state's own, so no behaviour correction, and π_old as ``engine_old_logprobs``
     says (False: recomputed)."""
-    from launch.specs import updater
+    from launch.driver.wiring import updater
 
     up = updater(cfg, algo, algo_cfg, learner, pad)
     up.behaviour_is_cap = 0.0
@@ -119,9 +119,9 @@ def replay_updater(
 
 
 def _driver_stage(cfg: Any, algo: Any, algo_cfg: Any, tok: Any, pad: int, updater: Any, run: Path) -> Any:
-    """The variant's driver stage over the run's folder (``launch.specs.STAGES``, as ``build_run`` builds it), with
+    """The variant's driver stage over the run's folder (``launch.driver.wiring.STAGES``, as ``build_run`` builds it), with
     no rollouts: what it would collect (HISR's π_ref episodes, the stored data) must be there already."""
-    from launch.specs import StageInputs, stage_builder
+    from launch.driver.wiring import StageInputs, stage_builder
 
     def no_rollouts(*_: Any, **__: Any) -> list[Any]:
         raise RuntimeError("bench_replay: the driver stage's data and models are read back, never collected")
@@ -175,11 +175,11 @@ def replay(args: argparse.Namespace) -> int:
     from actors.models import resolve_model_path
     from actors.trajectory import read_jsonl
     from cluster.ray_cluster import WorkerResources, init_ray
-    from launch.algos import get_algo
     from launch.config import resolve_algo_config
-    from launch.specs import env_task_ids, expert_demonstrations, learner_spec
-    from launch.stages import staged_update
-    from launch.warm_start import start_rl
+    from launch.driver.algos import get_algo
+    from launch.driver.stages import staged_update
+    from launch.driver.warm_start import start_rl
+    from launch.driver.wiring import env_task_ids, expert_demonstrations, learner_spec
     from learners.batch import build_turn_batch
     from learners.diagnostics import probe_deltas, probe_splits
     from learners.group import LearnerGroup

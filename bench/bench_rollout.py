@@ -107,7 +107,7 @@ def bench_worker_config(engine_kind: str, args: argparse.Namespace) -> Any:
     """The rollout workers' config: the run config's defaults (launch/config/schema.py) with this benchmark's settings
     (synthetic env, in-process envs, sampling at temperature 1, the papers' prompts)."""
     from launch.config import TrainConfig, apply_overrides
-    from launch.specs import rollout_worker_config
+    from launch.driver.wiring import rollout_worker_config
 
     cfg = apply_overrides(
         TrainConfig(),

@@ -131,7 +131,7 @@ def value_expectile(tau: float, direction: str) -> float:
 @dataclass(frozen=True)
 class OfflineRLConfig(CriticFields, RLConfig):
     """The IQL-style offline methods' fields (STEP-HRL, Multi2): a critic with a soft-updated target copy, an
-    expectile value, advantage-weighted regression, and the offline data (``launch.offline``). Each method sets its
+    expectile value, advantage-weighted regression, and the offline data (``launch.driver.offline_data``). Each method sets its
     paper's values."""
 
     reward_terms: tuple[str, ...] = ()
@@ -162,7 +162,7 @@ class OfflineRLConfig(CriticFields, RLConfig):
     actor_loss: str = "awr"
     """awr: w(A) = min(exp(A/β), max_weight); advantage: w = A (the authors' code)."""
     data_ratio: float = 2.0
-    """Collected BC-policy trajectories per expert trajectory in the offline data (``launch.offline``)."""
+    """Collected BC-policy trajectories per expert trajectory in the offline data (``launch.driver.offline_data``)."""
     collect_temperature: float = 0.7
     """Sampling temperature of the BC-policy collection."""
     offline_iterations: int = 0

@@ -1,6 +1,6 @@
 """The algorithm record: everything the driver and the learner need from one algorithm, as plain values (pure).
 
-Each ``learners/algos/<name>.py`` ends with one ``ALGORITHM = Algorithm(...)``; ``launch.algos`` maps names to these
+Each ``learners/algos/<name>.py`` ends with one ``ALGORITHM = Algorithm(...)``; ``launch.driver.algos`` maps names to these
 records. The driver reads fields (``value_slots``, ``uses_reference(cfg)``, ``uses_old_logprobs``) instead of
 branching on module names or probing configs with ``getattr``; the learner calls ``policy_loss`` and
 ``value_loss``, which are pure functions of tensors (``learners.targets``: ``PolicyInputs``, ``CriticInputs``).
@@ -62,18 +62,18 @@ class Algorithm:
     model beside the policy, which its driver stage trains before RL and scores every iteration's trajectories with
     before ``compute_targets``.
     ``offline`` (read from ``driver_stage``): the RL iterations train on a stored dataset (expert demonstrations + BC-policy rollouts, its driver
-    stage ``launch.offline``), not on fresh rollouts; rollouts only build the data and evaluate.
+    stage ``launch.driver.offline_data``), not on fresh rollouts; rollouts only build the data and evaluate.
     With ``offline`` and ``uses_reference(cfg)``, the KL reference is the policy as the online phase found it: a
     frozen copy of each policy adapter (``offline_<name>`` on the learner), taken at the first online iteration;
     offline iterations have no KL term.
     ``anchor_role``: every offline iteration, a share ``cfg.anchor_fraction`` of this role's dataset states get one
     response sampled from the current policy, added as one-turn trajectories with ``info["anchor"]`` (Multi2's
-    policy-anchored term; ``launch.offline``).
+    policy-anchored term; ``launch.driver.offline_data``).
     ``target_critic``: the learner keeps a soft-updated copy of the critic (``cfg.target_tau`` per critic step) that
     value slots with ``target=True`` read, and the first ``cfg.warmup_steps`` optimizer steps train the critic alone.
-    ``driver_stage``: the driver's own work for this algorithm around its updates, by name in ``launch.specs.STAGES``
-    (a name, since the learner side imports nothing of the driver): "reward_models" (HISR, ``launch.hisr``),
-    "offline_data" (STEP-HRL, Multi2: ``launch.offline``); "": none.
+    ``driver_stage``: the driver's own work for this algorithm around its updates, by name in ``launch.driver.wiring.STAGES``
+    (a name, since the learner side imports nothing of the driver): "reward_models" (HISR, ``launch.driver.hisr_rewards``),
+    "offline_data" (STEP-HRL, Multi2: ``launch.driver.offline_data``); "": none.
     """
 
     name: str

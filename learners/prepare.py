@@ -1,6 +1,6 @@
 """The pure half of an update: trajectories → shaped rewards → padded turns → targets → ``LearnerBatch``.
 
-The driver (``launch.updater.Updater.update``) runs it around the learner group's forward passes::
+The driver (``launch.driver.updater.Updater.update``) runs it around the learner group's forward passes::
 
     turns = shaped_turns(trajs, algo_cfg, success_reward=R, max_len, pad_id)   # pure
     seqs = learners.targets.sequences(turns, algo.value_slots)         # pure

@@ -2,7 +2,7 @@
 
 The segment process reward model (SPRM, HISR Eq. 2–3) reads a whole trajectory as one sequence and scores each
 segment at its last token; the hindsight model (Eq. 4, prompts of Tables 9–10) re-predicts one masked turn from the
-whole trajectory and its outcome. The driver (``launch.hisr``) runs both through a learner group; everything that
+whole trajectory and its outcome. The driver (``launch.driver.hisr_rewards``) runs both through a learner group; everything that
 decides their inputs and how their outputs become rewards is here, unit-tested without Ray:
 
     keep_for_reward_models(traj)                        App. B: drop wrong-format and repetitive trajectories

@@ -1,4 +1,4 @@
-"""A run folder as ``hierarl train`` writes it (metrics rows; the kept episodes through ``launch.kept_episodes``'
+"""A run folder as ``hierarl train`` writes it (metrics rows; the kept episodes through ``launch.driver.kept_episodes``'
 writer, each response token's group and advantage given here; or, as older runs have them, ``trajectories/``
 through ``actors.trajectory.to_jsonl``), small enough to reason about: what the viewer's tests read."""
 
@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from actors.trajectory import Decision, Trajectory, Turn, to_jsonl
-from launch.kept_episodes import EpisodeKeeper, episode_record
+from launch.driver.kept_episodes import EpisodeKeeper, episode_record
 
 TASKS = ("depth2-bow", "depth2-acacia_slab")
 

@@ -93,7 +93,7 @@ class EnvConfig:
     """Per-step timeout of a pooled env (``use_pool``): a hung env is restarted, its episode failed."""
     train_tasks: int = 0
     """The tasks RL plays. 0: every task of ``train_split``. N: a fixed set, the first N tasks of the train split's
-    panel (``launch/panels.py``: the order that keeps the task types' shares), the same for every seed; behaviour
+    panel (``launch/evaluation/panels.py``: the order that keeps the task types' shares), the same for every seed; behaviour
     cloning then demonstrates other train tasks, and every evaluation also scores these N tasks
     (``eval_train_samples`` episodes each): learning on the tasks RL trains on, beside the held-out panel."""
 
@@ -263,7 +263,7 @@ class BCConfig:
 
 @dataclass(frozen=True)
 class LogConfig:
-    """Where metrics rows go besides ``metrics.jsonl`` and the Ray dashboard's gauges (``launch/run_log.py``)."""
+    """Where metrics rows go besides ``metrics.jsonl`` and the Ray dashboard's gauges (``launch/driver/run_log.py``)."""
 
     backends: tuple[str, ...] = ("tensorboard",)
     """Any of tensorboard (``<run_dir>/tb``) and wandb (Weights & Biases: ``pip install wandb``)."""
@@ -278,7 +278,7 @@ class TrainConfig:
     """Everything one ``hierarl train`` run needs."""
 
     algo: str = "hiper"
-    """The algorithm: a name of ``launch.algos.ALGOS`` (``hierarl train --help`` lists them all)."""
+    """The algorithm: a name of ``launch.driver.algos.ALGOS`` (``hierarl train --help`` lists them all)."""
     algo_overrides: dict[str, Any] = field(default_factory=dict)
     """The ``algo.<field>`` keys, applied to the algorithm's own ``Config``; empty by default.
     The defaults live in ``learners/algos/<name>.py``; env-specific scaling (e.g. TextCraft's) in the presets."""
@@ -308,7 +308,7 @@ class TrainConfig:
     """Evaluate the untrained model first (SmolLM2 zero-shot wins nothing on our envs: off in the default)."""
     eval_baselines: bool = True
     """Print every eval beside the random policy and the zero-shot base model on the same panel pairs, each
-    computed once per task and setting and cached on disk (``launch/baselines.py``, ``~/.cache/hierarl/baselines``;
+    computed once per task and setting and cached on disk (``launch/evaluation/baselines.py``, ``~/.cache/hierarl/baselines``;
     the first run on a panel plays the base model's episodes with a zero adapter). false: neither (nan)."""
     eval_base_model: bool = True
     """With ``eval_baselines``, the zero-shot base model's column too: one episode per panel task, played once per
@@ -385,7 +385,7 @@ def torch_threads(cfg: TrainConfig, workers: int, cores: int, device: str) -> in
 
 
 def this_device() -> str:
-    """The device this process's workers would use: "cuda" where torch sees one, else "cpu" (as ``launch.build``)."""
+    """The device this process's workers would use: "cuda" where torch sees one, else "cpu" (as ``launch.driver.build``)."""
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"

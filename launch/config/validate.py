@@ -205,7 +205,7 @@ def _check_sampling(cfg: TrainConfig, algo: Any) -> None:
     Evaluation (``rollout.eval_temperature``) trains nothing and is free."""
     if not algo.uses_old_logprobs:
         return
-    from launch.algos import ALGOS
+    from launch.driver.algos import ALGOS
 
     ratio_free = ", ".join(sorted(n for n, a in ALGOS.items() if not a.uses_old_logprobs))
     for key, value in (
@@ -224,7 +224,7 @@ def _check_algo(cfg: TrainConfig) -> Any:
     """The ``algo.*`` keys against the algorithm's Config (which checks its own ranges and choices), then what the
     algorithm needs of the rest of the run (its agent protocols, the learner's ZeRO stage, an env with an expert,
     groups of the size it needs)."""
-    from launch.algos import get_algo
+    from launch.driver.algos import get_algo
 
     algo = get_algo(cfg.algo)
     # the Config checks its own fields as it is built (``learners.algo_config``): a bad value fails here
@@ -371,7 +371,7 @@ def validate(cfg: TrainConfig) -> Any:
     algorithm config. Pure: reads no files beyond importing the modules that define the allowed names."""
     from actors.agent_loop import AGENTS
     from envs.base import env_names
-    from launch.algos import ALGOS
+    from launch.driver.algos import ALGOS
 
     if cfg.algo not in ALGOS:
         raise unknown_algo(cfg.algo)

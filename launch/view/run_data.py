@@ -112,7 +112,7 @@ def spans(text: str) -> tuple[Span, ...]:
 
 
 def _tokens(d: dict[str, Any]) -> tuple[TokenView, ...]:
-    """A kept turn's tokens (``launch.kept_episodes``); none for a turn the update did not read."""
+    """A kept turn's tokens (``launch.driver.kept_episodes``); none for a turn the update did not read."""
     pieces, groups, adv, loss = (d.get(k) or [] for k in ("pieces", "groups", "token_adv", "in_loss"))
     if not (len(pieces) == len(groups) == len(adv) == len(loss)):
         return ()

@@ -1,6 +1,6 @@
 """HISR: hindsight-information-modulated segmental process rewards, PPO with GAE (HISR Sec. 3, App. B).
 
-The pipeline (``launch.hisr`` runs the stages before RL, each cached in the run folder):
+The pipeline (``launch.driver.hisr_rewards`` runs the stages before RL, each cached in the run folder):
 
 1. behaviour cloning on expert trajectories in the ReAct format → π_ref (Eq. 1; the run's ``bc`` phase);
 2. N rollouts per training task with π_ref at temperature 0.7, wrong-format and repetitive ones dropped (App. B);
@@ -13,7 +13,7 @@ The pipeline (``launch.hisr`` runs the stages before RL, each cached in the run 
    ``action_grounding`` shaping term is the second) is the reward of PPO with GAE (Eq. 9).
 
 The SPRM (its own LoRA adapter and head, a value model beside the PPO critic) and the hindsight model (its own LoRA
-adapter) sit on the policy's base in the policy's learner group (``launch.hisr.reward_model_learners``).
+adapter) sit on the policy's base in the policy's learner group (``launch.driver.hisr_rewards.reward_model_learners``).
 
 This file: the config (App. B constants), the targets (GAE over r_fuse), the PPO losses and the SPRM's loss.
 
@@ -29,7 +29,7 @@ Deviations, each labelled where it is made:
   turn's r_fuse, for the case where the SPRM's segment rewards alone do not steer the policy to success;
 * **the SPRM starts from a fresh LoRA** on the base model (its adapter ``sprm`` and the Eq. 2 head), where App. B
   "continue[s] training the π_policy" (π_ref after behaviour cloning) into the SPRM. The hindsight model does start
-  from π_ref (``launch.hisr``); the SPRM cannot yet: the learner copies LoRA tensors into policy and frozen adapters
+  from π_ref (``launch.driver.hisr_rewards``); the SPRM cannot yet: the learner copies LoRA tensors into policy and frozen adapters
   only, not into a value model's (``learners.worker.LearnerWorker.load_adapter_weights``), so π_ref's weights would
   need that copy (and the value model's optimizer state rebuilt) first;
 * **the clip is per token**: Eq. 9's ratio is π(a_t | s_t) / π_old(a_t | s_t) of the whole action a_t (a turn);

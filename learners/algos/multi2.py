@@ -22,7 +22,7 @@ Our copy of the paper lost Eq. 3–7 in extraction; the forms above are reconstr
   current policy"). The authors' public code (park-sangeun/Multi-2-LLM-Agent, ``alg/Multi_RL.py``,
   ``get_policy_q``) evaluates the target critic's Q on the policy's own sampled action; we take
   A' = Q_target(o, g, a') − V(o, g) for one a' sampled from the current executor per dataset state (a share
-  ``anchor_fraction`` of the states each offline iteration, ``launch.offline``) and train −λ A' log π(a'), a
+  ``anchor_fraction`` of the states each offline iteration, ``launch.driver.offline_data``) and train −λ A' log π(a'), a
   policy gradient with the critic's advantage. ``anchor_coef`` λ = 1 is ours (the paper's value is illegible);
   ``anchor_fraction=0`` is the paper's "Vanilla-IQL" ablation (Fig. 7a).
 * **Constants**: the hyperparameter table (App. C.2) lost its values; the authors' ``config/Multi_rl.json`` gives

@@ -4,7 +4,7 @@ Three roles (high / low / progress, ``actors.agents.step_hrl``) share one LoRA p
 Q(s, u) and V(s) on one critic model (the base with its own LoRA): V read at the last prompt token (the state-end
 token), Q at the last response token (the action-end token), as "the hidden state of the last token" of Sec. 3.3.
 The data are step-level transitions (``learners.transitions``) of expert demonstrations plus BC-policy rollouts,
-mixed 1:2 (Sec. 4.1, App. A), built and cached by ``launch.offline``.
+mixed 1:2 (Sec. 4.1, App. A), built and cached by ``launch.driver.offline_data``.
 
     L_Q = E[(r + γ (1 − done) V_target(s') − Q(s, u))²]                  (Eq. 11)
     L_V = E[L₂^τ₂(Q_target(s, u) − V(s))],  L₂^τ(d) = |τ − 1(d < 0)| d²   (Eq. 12)
@@ -74,7 +74,7 @@ from learners.transitions import ROLES, step_hrl_transitions, with_truncation
 class Config(OfflineRLConfig):
     """Table 4's constants over the shared offline fields (``learners.algo_config.OfflineRLConfig``): AWR β 0.95
     (Eq. 13), expectile τ₂ 0.95 (Eq. 12), target τ₁ 0.2, a critic warm-up of 100 steps (App. B), the 1:2 data
-    mixture (App. A), collection at 0.7 (App. B, high/progress roles; see ``launch.offline``)."""
+    mixture (App. A), collection at 0.7 (App. B, high/progress roles; see ``launch.driver.offline_data``)."""
 
     beta: float = 0.95
     warmup_steps: int = 100

@@ -3,7 +3,7 @@ and coloured blocks, the filters filter, the eval grid colours each task, and th
 
 from __future__ import annotations
 
-from launch.cli import main
+from launch.cli.main import main
 from tests.chromium import console_errors, open_page
 from tests.view_runs import TASKS, write_run
 

@@ -9,7 +9,7 @@ import importlib.util
 import pytest
 
 from envs.data import shared_dir
-from launch import panels as P
+from launch.evaluation import panels as P
 
 NEEDS = {
     "alfworld": ("alfworld", shared_dir() / "data" / "alfworld" / "alfworld_json_2.1.1.tar.gz"),

@@ -8,9 +8,9 @@ import json
 import pytest
 
 from envs.data import shared_alfworld_tarball
-from launch.build import build_run
 from launch.config import resolve_config
-from launch.train import Trainer
+from launch.driver.build import build_run
+from launch.driver.train import Trainer
 from tests.ray.tiny_runs import TINY
 
 pytest.importorskip("alfworld", reason="needs `pip install 'hierarl[alfworld]'`")

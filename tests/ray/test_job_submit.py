@@ -79,7 +79,7 @@ def test_ray_job_submit_to_a_local_head(tmp_path):
         user_env = json.dumps({"env_vars": {"OMP_NUM_THREADS": "1", "HIERARL_PROBE": "from-the-job"}})
         submit = [ray_bin, "job", "submit", f"--address=http://127.0.0.1:{dash}", "--working-dir", str(ROOT),
                   "--runtime-env-json", user_env,
-                  "--", sys.executable, "-m", "launch.cli", "train", *args]  # fmt: skip
+                  "--", sys.executable, "-m", "launch.cli.main", "train", *args]  # fmt: skip
         # the head's job agent comes up a few seconds after `ray start` returns (seen once): retry for a minute
         for _ in range(12):
             out = subprocess.run(submit, env=env, capture_output=True, text=True, timeout=600)

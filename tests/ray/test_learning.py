@@ -32,9 +32,9 @@ from actors.agent_loop import AgentFactory
 from actors.demos import ExpertEngine, flatten_plan
 from actors.episodes import EpisodeRequest, iter_episodes
 from actors.inference import SamplingParams
-from launch.build import build_run
 from launch.config import TrainConfig, resolve_config
-from launch.train import Trainer
+from launch.driver.build import build_run
+from launch.driver.train import Trainer
 from learners.batch import build_turn_batch
 from learners.targets import sequences
 

@@ -71,9 +71,9 @@ def _child(run_dir: str) -> None:
     """The run, then the facts the test asserts, as one JSON line on stdout."""
     import ray
 
-    from launch.build import build_run
     from launch.config import resolve_config
-    from launch.train import Trainer
+    from launch.driver.build import build_run
+    from launch.driver.train import Trainer
 
     trainer = Trainer(build_run(resolve_config(None, [*RUN, f"run_dir={run_dir}"])))
     try:

@@ -61,7 +61,7 @@ def test_a_job_on_two_nodes_spreads_rollout_and_learner_workers(tmp_path):
                 "rollout.cpus_per_worker=1", "learner.cpus_per_worker=1", f"run_dir={tmp_path / 'job'}",
                 "ray_address=auto"]  # fmt: skip
         submit = [ray_bin, "job", "submit", f"--address=http://127.0.0.1:{dash}", "--working-dir", str(ROOT),
-                  "--", sys.executable, "-m", "launch.cli", "train", *args]  # fmt: skip
+                  "--", sys.executable, "-m", "launch.cli.main", "train", *args]  # fmt: skip
         for _ in range(12):  # the head's job agent comes up a few seconds after `ray start` returns
             out = subprocess.run(submit, env=env, capture_output=True, text=True, timeout=600)
             if "No available agent to submit job" not in out.stderr:

@@ -13,11 +13,11 @@ import pytest
 
 from actors.agents.parsing import normalize_ws
 from envs.textcraft import TextCraftEnv
-from launch.build import build_run
-from launch.cli import main
+from launch.cli.eval import CheckpointEval
+from launch.cli.main import main
 from launch.config import resolve_config
-from launch.eval_cli import CheckpointEval
-from launch.train import Trainer
+from launch.driver.build import build_run
+from launch.driver.train import Trainer
 
 pytestmark = pytest.mark.slow
 
@@ -117,7 +117,7 @@ def test_the_base_model_column_is_played_with_a_zero_adapter_and_the_runs_adapte
     same greedy replies as a worker that never had an adapter), they are cached, and afterwards the workers reply
     with the run's adapter again."""
     from actors.rollout import RolloutWorker
-    from launch.specs import rollout_worker_config
+    from launch.driver.wiring import rollout_worker_config
 
     monkeypatch.setenv("HIERARL_CACHE", str(tmp_path / "cache"))
     cfg = resolve_config(None, [*TINY_TEXTCRAFT, "rollout.eval_temperature=0", f"run_dir={tmp_path / 'run'}"])

@@ -43,7 +43,7 @@ def test_sweep_runs_a_grid_and_resumes_after_a_kill(tmp_path):
     spec.write_text(SPEC.format(out=out))
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    cmd = [sys.executable, "-m", "launch.cli", "sweep", str(spec)]
+    cmd = [sys.executable, "-m", "launch.cli.main", "sweep", str(spec)]
     first = subprocess.Popen(
         cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
     )

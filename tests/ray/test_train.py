@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from launch.build import build_run
 from launch.config import resolve_config
-from launch.train import Trainer
+from launch.driver.build import build_run
+from launch.driver.train import Trainer
 from tests.ray.tiny_runs import TINY, run_tiny, two_iterations
 
 
@@ -87,7 +87,7 @@ def test_asynchronous_rollouts_train_within_their_staleness_bound_and_resume(ray
 def test_eval_and_training_build_the_same_rollout_config():
     """`hierarl eval` reuses the training rollout config; only what it overrides differs (it once lost the
     compact-prompt agent options, evaluating a model in a prompt format it was never trained on)."""
-    from launch.specs import rollout_worker_config
+    from launch.driver.wiring import rollout_worker_config
 
     cfg = resolve_config(None, [*TINY, 'rollout.agent_options={"compact": true}'])
     train_cfg = rollout_worker_config(cfg, "model", "cpu")
@@ -256,7 +256,7 @@ def test_a_fixed_rl_task_set_is_trained_and_scored_beside_the_held_out_panel(
     assert "RL gain over BC on 2 held-out tasks at T = " in out
     from selenium.webdriver.common.by import By
 
-    from launch.cli import main
+    from launch.cli.main import main
     from tests.chromium import console_errors, open_page
 
     assert main(["view", str(tmp_path)]) == 0

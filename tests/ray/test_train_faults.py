@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from launch.build import build_run
 from launch.config import resolve_config
-from launch.train import Trainer
+from launch.driver.build import build_run
+from launch.driver.train import Trainer
 from tests.ray.tiny_runs import TINY, run_tiny
 
 CHAOS = ["algo=hiper", "rollout.agent=plan_execute", "eval_every=0"]
@@ -116,7 +116,7 @@ def test_a_driver_killed_mid_iteration_resumes_to_the_uninterrupted_run(ray_loca
     cmd = [
         sys.executable,
         "-m",
-        "launch.cli",
+        "launch.cli.main",
         "train",
         str(bare),
         *TINY,
@@ -180,7 +180,7 @@ def test_a_dead_rollout_worker_mid_stream_is_replaced_and_its_groups_queued_agai
     groups whole; pausing then drains the next batch, queued during the take."""
     import ray
 
-    from launch.stream import AsyncRollouts
+    from launch.driver.stream import AsyncRollouts
 
     cfg = resolve_config(
         None, [*TINY, f"run_dir={tmp_path}", "algo=grpo", "rollout.agent=react", "max_staleness=1"]

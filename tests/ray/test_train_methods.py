@@ -9,9 +9,9 @@ import math
 import numpy as np
 import pytest
 
-from launch.build import build_run
 from launch.config import resolve_config
-from launch.train import Trainer
+from launch.driver.build import build_run
+from launch.driver.train import Trainer
 from tests.ray.tiny_runs import HISR_TINY, MULTI2_TINY, TINY, resume_matches, run_tiny, two_iterations
 
 
@@ -178,7 +178,7 @@ def test_role_adapters_train_apart_and_a_resume_reproduces_the_losses(ray_local,
     assert set(planner) == set(executor)
     assert max(float(abs(planner[k] - executor[k]).max()) for k in planner) > 1e-4  # two different adapters
     # hierarl eval serves each adapter from its own checkpoint folder (adapter/<name>)
-    from launch.eval_cli import cmd_eval
+    from launch.cli.eval import cmd_eval
 
     assert cmd_eval([str(tmp_path / "full"), "--episodes", "2", "--no-random"]) == 0
     table = next((tmp_path / "full").glob("eval_*.md")).read_text()

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from launch.build import build_run
 from launch.config import resolve_config
-from launch.train import Trainer
+from launch.driver.build import build_run
+from launch.driver.train import Trainer
 
 # A tiny random model on the synthetic env: exercises every phase (zero-shot eval, BC, rollout, advantages,
 # DeepSpeed updates of policy and critic, weight push, eval, checkpoint) in about a minute.

@@ -39,10 +39,10 @@ from actors.inference import SamplingParams
 from actors.trajectory import Trajectory, Turn
 from envs.random_policy import random_policy_wins
 from envs.synthetic import SyntheticHierEnv
-from launch.algos import ALGOS, get_algo
-from launch.cli import main
-from launch.specs import STAGES, stage_builder
-from launch.stages import staged_update
+from launch.cli.main import main
+from launch.driver.algos import ALGOS, get_algo
+from launch.driver.stages import staged_update
+from launch.driver.wiring import STAGES, stage_builder
 from learners.batch import build_turn_batch
 from reward.shaping import ShapingConfig, apply_shaping
 from tests.unit.scripted_engine import FakeEngine, run_episodes
@@ -55,7 +55,7 @@ PAGES = {
         "launch/configs/reinforce_pp_synthetic_small.yaml",
         "commands",
         "tests/unit/test_reinforce_pp.py",
-        "launch/novelty.py",
+        "launch/driver/novelty.py",
         "register_stage",
     ],
     "adding_an_environment.md": ["envs/keyroom.py", "register", "baseline", "commands"],
@@ -385,5 +385,10 @@ def test_registrations_do_not_leak():
     # the last test of the file: every registration and example module above is gone
     assert "reinforce_pp" not in ALGOS and "keyroom" not in envs.env_names() and "act_only" not in AGENTS
     assert "reinforce_pp_novelty" not in ALGOS and "novelty" not in STAGES
-    examples = {"learners.algos.reinforce_pp", "launch.novelty", "envs.keyroom", "actors.agents.act_only"}
+    examples = {
+        "learners.algos.reinforce_pp",
+        "launch.driver.novelty",
+        "envs.keyroom",
+        "actors.agents.act_only",
+    }
     assert not examples & set(sys.modules)

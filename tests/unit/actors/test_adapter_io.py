@@ -40,7 +40,7 @@ class _RecordingLearner:
 
 
 def test_init_adapter_is_loaded_into_the_learner(tmp_path):
-    from launch.warm_start import load_init_adapter
+    from launch.driver.warm_start import load_init_adapter
 
     w = {"m.lora_A.weight": np.ones((2, 3), np.float32)}
     write_peft_adapter(tmp_path, w, LoraSpec(2, 4, ("v_proj", "q_proj")))
@@ -57,7 +57,7 @@ def test_init_adapter_of_another_rank_is_refused_before_loading(tmp_path):
     write_peft_adapter(
         tmp_path, {"m.lora_A.weight": np.ones((2, 3), np.float32)}, LoraSpec(2, 4, ("q_proj",))
     )
-    from launch.warm_start import load_init_adapter
+    from launch.driver.warm_start import load_init_adapter
 
     learner = _RecordingLearner()
     with pytest.raises(ValueError, match="rank/alpha/targets 2/4"):

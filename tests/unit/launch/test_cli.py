@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from launch.algos import ALGOS
-from launch.cli import COMMANDS, main
+from launch.cli.main import COMMANDS, main
 from launch.config import DEFAULT_PRESET, ConfigError, behaviour_is_cap, resolve_config
+from launch.driver.algos import ALGOS
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -107,7 +107,7 @@ def test_a_bad_algorithm_fails_in_a_fresh_process_before_ray(tmp_path):
     temp dir (``RAY_TMPDIR``), so a session it started would show up there, and Ray run by other processes on the
     machine cannot fail this test."""
     out = subprocess.run(
-        [sys.executable, "-m", "launch.cli", "train", "algo=nonsense"],
+        [sys.executable, "-m", "launch.cli.main", "train", "algo=nonsense"],
         cwd=ROOT,
         env={**_env_without_ray(), "RAY_TMPDIR": str(tmp_path), "TMPDIR": str(tmp_path)},
         capture_output=True,
@@ -123,7 +123,7 @@ def test_a_bad_algorithm_fails_in_a_fresh_process_before_ray(tmp_path):
 
 def test_dry_run_imports_no_distributed_stack():
     code = (
-        "import sys; from launch.cli import main; rc = main(['train', '--dry-run', 'algo=ppo']); "
+        "import sys; from launch.cli.main import main; rc = main(['train', '--dry-run', 'algo=ppo']); "
         "print('LOADED', sorted({m.split('.')[0] for m in sys.modules} & {'ray', 'deepspeed', 'vllm'})); "
         "sys.exit(rc)"
     )
@@ -177,8 +177,8 @@ def test_worker_configs_restate_no_run_config_default():
 def test_rollout_command_defaults_are_the_run_configs():
     import dataclasses
 
+    from launch.cli.rollout import rollout_parser, rollout_run_config
     from launch.config import TrainConfig
-    from launch.rollout_cli import rollout_parser, rollout_run_config
 
     cfg = rollout_run_config(rollout_parser().parse_args([]))
     default = TrainConfig()
@@ -196,8 +196,8 @@ def test_rollout_command_summarises_with_a_runs_episode_keys(tmp_path):
     """``hierarl rollout``'s summary is the run's episode summary (``trajectory_stats``' keys, as in metrics rows),
     its figures those of the JSONL it wrote: 3 episodes of the tiny model, HF engine, TextCraft depth 1."""
     from actors.trajectory import read_jsonl
-    from launch.episode_stats import trajectory_stats
-    from launch.rollout_cli import rollout_main
+    from launch.cli.rollout import rollout_main
+    from launch.evaluation.episode_stats import trajectory_stats
 
     out = tmp_path / "r.jsonl"
     args = ["--model", "tiny", "--engine", "hf", "--dtype", "float32", "--episodes", "3", "--max-steps", "2"]

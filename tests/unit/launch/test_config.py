@@ -5,7 +5,6 @@ import typing
 
 import pytest
 
-from launch.algos import ALGOS, get_algo
 from launch.config import (
     DEFAULT_PRESET,
     PRESET_DIR,
@@ -20,6 +19,7 @@ from launch.config import (
     resolve_config,
     torch_threads,
 )
+from launch.driver.algos import ALGOS, get_algo
 from reward.shaping import SHAPING_CONSTANTS, ShapingConstants, shaping_for
 
 RL_ALGOS = ("ppo", "grpo", "rloo", "gigpo", "hiper")
@@ -106,8 +106,8 @@ def test_dumped_yaml_round_trips():
 
 
 def test_every_rl_algorithm_scales_its_format_penalty_through_algo_overrides():
-    from launch.algos import get_algo
     from launch.config import resolve_algo_config
+    from launch.driver.algos import get_algo
     from reward.shaping import shaping_for
 
     for name in RL_ALGOS:
@@ -347,7 +347,7 @@ def test_the_updater_takes_the_cap_for_the_learners_device():
     a Ray task that sees no GPU itself), not for the driver's own."""
     from types import SimpleNamespace
 
-    from launch.specs import updater
+    from launch.driver.wiring import updater
 
     cfg = resolve_config(None, ["rollout.engine=hf"])  # dtypes auto: bf16 on CUDA
     algo = get_algo(cfg.algo)

@@ -1,5 +1,5 @@
 """An evaluation's result on a panel, its baselines' disk cache and the paired comparison of two runs:
-launch/evaluation.py, launch/baselines.py, launch/report.py and the eval lines and tables of launch/train.py, with
+launch/evaluation/scoring.py, launch/evaluation/baselines.py, launch/evaluation/report.py and the eval lines and tables of launch/driver/train.py, with
 the synthetic env (no Ray)."""
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ import math
 import pytest
 
 from actors.trajectory import Trajectory
-from launch import baselines
-from launch.cli import main
+from launch.cli.main import main
 from launch.config import resolve_config
-from launch.evaluation import Evaluation, scope, summary
-from launch.panels import load_panel, resolve_panel
-from launch.report import paired_rows, run_outcomes
-from launch.run_log import eval_fields, eval_text, final_table, iteration_line
+from launch.driver.run_log import eval_fields, eval_text, final_table, iteration_line
+from launch.evaluation import baselines
+from launch.evaluation.panels import load_panel, resolve_panel
+from launch.evaluation.report import paired_rows, run_outcomes
+from launch.evaluation.scoring import Evaluation, scope, summary
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import pytest
 
 from actors.trajectory import Trajectory
 from launch.config import ConfigError, resolve_config, validate
-from launch.kept_episodes import sample
+from launch.driver.kept_episodes import sample
 
 
 def batch(outcomes: str) -> list[Trajectory]:
@@ -37,7 +37,7 @@ def test_keep_episodes_defaults_to_a_page_worth_and_refuses_a_negative_count():
 
 def test_an_evaluation_run_again_after_a_resume_is_written_over(tmp_path):
     """One file per evaluation and panel: a resumed run that evaluates an iteration again keeps one copy."""
-    from launch.kept_episodes import EpisodeKeeper
+    from launch.driver.kept_episodes import EpisodeKeeper
 
     keeper = EpisodeKeeper(tmp_path, None, 16, [])
     for _ in range(2):

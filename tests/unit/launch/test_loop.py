@@ -1,6 +1,6 @@
-"""The training loop (``launch/train.py``'s ``Trainer``) on plain fakes of its parts (``tests/unit/loop_fakes.py``),
+"""The training loop (``launch/driver/train.py``'s ``Trainer``) on plain fakes of its parts (``tests/unit/loop_fakes.py``),
 without Ray: what it calls, in which order, and what it logs, pushes and checkpoints; and the driver stage's hooks
-(``launch/stages.py``) among those calls. Every fake appends to one event list, so a test reads the loop's calls as
+(``launch/driver/stages.py``) among those calls. Every fake appends to one event list, so a test reads the loop's calls as
 one sequence (take → update → push → eval → checkpoint → log)."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 
 from common.rng import process_rngs
-from launch import train as train_module
 from launch.config import BCConfig
-from launch.train import train
+from launch.driver import train as train_module
+from launch.driver.train import train
 from tests.unit.loop_fakes import SEED, STATS, fake_run, iteration_events
 
 
@@ -167,7 +167,7 @@ def test_train_closes_the_run_whatever_the_loop_raises(tmp_path, monkeypatch):
 
 
 # ------------------------------------------------------------------------------------------------------------
-# The driver stage (``launch/stages.py``): its hooks among the loop's calls
+# The driver stage (``launch/driver/stages.py``): its hooks among the loop's calls
 # ------------------------------------------------------------------------------------------------------------
 
 

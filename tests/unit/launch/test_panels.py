@@ -1,4 +1,4 @@
-"""Evaluation panels (launch/panels.py): fixed (task id, env seed) lists, their order, their checks, and the bad
+"""Evaluation panels (launch/evaluation/panels.py): fixed (task id, env seed) lists, their order, their checks, and the bad
 input that must fail before Ray in one line naming the panel and the first missing task.
 
 Real envs only (the synthetic env here; every benchmark's stored panels against its installed data in
@@ -15,11 +15,11 @@ import pytest
 from actors.trajectory import Trajectory
 from envs.random_policy import random_policy_wins
 from envs.synthetic import SyntheticHierEnv
-from launch import panel_tasks as T
-from launch import panels as P
-from launch.cli import main
+from launch.cli.main import main
 from launch.config import ConfigError, resolve_config
-from launch.evaluation import outcome_string
+from launch.evaluation import panel_tasks as T
+from launch.evaluation import panels as P
+from launch.evaluation.scoring import outcome_string
 
 MULTI = {"stages": [2], "actions_per_stage": 2, "distractors": 2}
 

@@ -6,13 +6,13 @@ import dataclasses
 
 import pytest
 
-from launch.algos import get_algo
 from launch.config import (
     PRESET_DIR,
     flatten,
     resolve_algo_config,
     resolve_config,
 )
+from launch.driver.algos import get_algo
 
 RL_ALGOS = ("ppo", "grpo", "rloo", "gigpo", "hiper")
 

@@ -1,4 +1,4 @@
-"""The run-time registration hooks beside the three name tables: ``launch.algos.register_algo``,
+"""The run-time registration hooks beside the three name tables: ``launch.driver.algos.register_algo``,
 ``envs.register_env`` and ``actors.agent_loop.register_agent`` (the docs' worked examples register through them)."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import envs.base
 from actors.agent_loop import AGENTS, make_agent, register_agent
 from actors.agents import react
 from envs.synthetic import SyntheticHierEnv
-from launch.algos import ALGOS, get_algo, register_algo
 from launch.config import resolve_config, validate
+from launch.driver.algos import ALGOS, get_algo, register_algo
 from learners.algos import rloo
 
 

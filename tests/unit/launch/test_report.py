@@ -1,11 +1,11 @@
-"""The paper-style eval table (launch/report.py): rows per task type and ``all``, beside the random policy."""
+"""The paper-style eval table (launch/evaluation/report.py): rows per task type and ``all``, beside the random policy."""
 
 import math
 
 import pytest
 
 from actors.trajectory import Decision, Trajectory, Turn
-from launch.report import eval_markdown, eval_rows
+from launch.evaluation.report import eval_markdown, eval_rows
 
 
 def _traj(task_type: str, won: bool, score: float, valid: list[bool]) -> Trajectory:

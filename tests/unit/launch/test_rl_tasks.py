@@ -1,6 +1,6 @@
 """The pieces of a run that decide what RL trains on and how its update is measured, without Ray: the fixed RL
-task set apart from BC's demonstrations (``launch.specs``), π_old's source (``launch.config``), the rows the update's
-KL is measured on (``launch.updater``), and demonstrations that must fit the response budget (``actors.demos``)."""
+task set apart from BC's demonstrations (``launch.driver.wiring``), π_old's source (``launch.config``), the rows the update's
+KL is measured on (``launch.driver.updater``), and demonstrations that must fit the response budget (``actors.demos``)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import pytest
 from actors.demos import check_demos_fit
 from actors.trajectory import Trajectory
 from launch.config import engine_old_logprobs, resolve_config
-from launch.panels import resolve_panel
-from launch.specs import rl_and_bc_tasks, rl_task_panel, rl_task_scope
-from launch.updater import _restrict, measure_sample
+from launch.driver.updater import _restrict, measure_sample
+from launch.driver.wiring import rl_and_bc_tasks, rl_task_panel, rl_task_scope
+from launch.evaluation.panels import resolve_panel
 from tests.unit.glue_turns import glue_turn
 
 

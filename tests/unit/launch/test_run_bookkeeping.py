@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from common.rng import process_rngs, restore_process_rngs
-from launch.checkpoints import check_driver_state, checkpoint_iterations, checkpoints_to_prune
 from launch.config import resolve_config
-from launch.sources import EmptyIterations
+from launch.driver.checkpoints import check_driver_state, checkpoint_iterations, checkpoints_to_prune
+from launch.driver.sources import EmptyIterations
 
 
 @pytest.mark.parametrize(
@@ -100,7 +100,7 @@ def test_a_small_kl_prints_its_digits_not_zero():
     """The main job's update KL is ~1e-5 (docs/results/main_job_seeds.md): printed with 4 decimals it read as
     ``0.0000``, an update that moved nothing. Below 10^-decimals two significant digits are printed instead."""
     from common.progress import small_text
-    from launch.run_log import iteration_line
+    from launch.driver.run_log import iteration_line
     from learners.group import _loss_note
 
     assert small_text(0.0123) == "0.012" and small_text(0.0) == "0.000" and small_text(0.001) == "0.001"
@@ -115,8 +115,8 @@ def test_a_small_kl_prints_its_digits_not_zero():
 
 
 def test_bc_from_run_must_have_done_the_same_bc(tmp_path):
-    from launch.algos import get_algo
     from launch.config import ConfigError, check_bc_source, resolved_text
+    from launch.driver.algos import get_algo
 
     src = tmp_path / "src"
     (src / "checkpoints" / "iter_0" / "policy_ds").mkdir(parents=True)
@@ -138,7 +138,7 @@ def test_resume_rewrites_metrics_and_tensorboard_to_the_checkpoint(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     from launch.config import LogConfig
-    from launch.run_log import RunLog
+    from launch.driver.run_log import RunLog
 
     t = RunLog.__new__(RunLog)  # the bookkeeping only: no Ray gauges
     t.run_dir, t.cfg, t.path, t.history, t._tb, t._wandb = (
@@ -195,7 +195,7 @@ def _group(*versions_per_episode: list[int]):
 def test_a_groups_staleness_is_its_oldest_turns_lag():
     """The learner at version 6: an episode whose turns were sampled by versions 3 and 5 (a push landed between
     them) makes its group 6 - 3 = 3 versions stale, whatever the other episodes' turns are."""
-    from launch.stream import staleness
+    from launch.driver.stream import staleness
 
     assert staleness(_group([5, 6], [3, 5]), 6) == 3
     assert staleness(_group([6, 6], [6]), 6) == 0
@@ -205,7 +205,7 @@ def test_a_groups_staleness_is_its_oldest_turns_lag():
 def test_the_policy_lag_counts_only_the_episodes_played_in_the_iteration():
     """Learner at version 4: played turns of versions 3 and 4 lag 4 - 3 = 1; an offline iteration's stored data
     (expert turns of version 0) has no lag (None, not 4), and its fresh online episodes are the only ones that count."""
-    from launch.sources import IterationData
+    from launch.driver.sources import IterationData
 
     played = _group([3, 4], [4]).trajectories
     stored = _group([0, 0]).trajectories
@@ -218,7 +218,7 @@ def test_the_policy_lag_counts_only_the_episodes_played_in_the_iteration():
 def test_asynchronous_batches_draw_the_synchronous_iterations_tasks():
     """Batch b of the asynchronous queue plays what iteration b plays in the synchronous loop: same tasks, same env
     seed (``SyncRollouts`` uses the same function); batches differ from each other."""
-    from launch.sources import iteration_tasks
+    from launch.driver.sources import iteration_tasks
 
     ids = [f"task{i}" for i in range(50)]
     a, seed_a = iteration_tasks(ids, 3, 1, 4)
@@ -232,7 +232,7 @@ def test_take_skips_groups_older_than_the_bound_and_keeps_finish_order():
     """The learner at version 5, ``max_staleness=1``, 2 groups per iteration; finished groups with lags 2, 0, 1,
     0 (in the order they finished): the lag-2 group is dropped and counted, the next two are taken in order, the
     last waits for the next iteration. (The queue is already ahead, so no worker is asked for anything.)"""
-    from launch.stream import AsyncRollouts
+    from launch.driver.stream import AsyncRollouts
 
     pool = SimpleNamespace(weights=SimpleNamespace(version=5))
     rollout = SimpleNamespace(groups_per_iter=2)
@@ -250,7 +250,7 @@ def test_a_failed_pause_does_not_leave_the_queue_stopping() -> None:
     or every later replacement of a dead worker would be told to stop at once."""
     from types import SimpleNamespace
 
-    from launch.stream import AsyncRollouts
+    from launch.driver.stream import AsyncRollouts
 
     def dead(index, drop_queued=False):
         raise RuntimeError("the worker died")

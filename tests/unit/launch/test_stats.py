@@ -1,4 +1,4 @@
-"""The intervals and paired tests every success rate is printed with (launch/stats.py): golden values with the
+"""The intervals and paired tests every success rate is printed with (launch/evaluation/intervals.py): golden values with the
 arithmetic in comments (z = 1.959964, z² = 3.841459)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from launch.stats import Z95, paired, paired_gain, rate_text, seed_mean, sign_test, t95, wilson
+from launch.evaluation.intervals import Z95, paired, paired_gain, rate_text, seed_mean, sign_test, t95, wilson
 
 
 def test_wilson_at_zero_wins_is_not_a_point():

@@ -1,9 +1,9 @@
-"""``hierarl sweep``'s pure half (launch/sweep.py): the grid, and the table from the cells' metrics rows."""
+"""``hierarl sweep``'s pure half (launch/cli/sweep.py): the grid, and the table from the cells' metrics rows."""
 
 import pytest
 
+from launch.cli.sweep import SweepSpec, cells, load_spec, summarize
 from launch.config import ConfigError
-from launch.sweep import SweepSpec, cells, load_spec, summarize
 
 
 def test_grid_cells_and_groups(tmp_path):
@@ -83,8 +83,8 @@ def test_cells_that_run_side_by_side_get_one_thread_each():
     room for two cells gives each auto cell 1 (a user's own value stays); room for one changes nothing."""
     import dataclasses
 
+    from launch.cli.sweep import one_thread_each
     from launch.config import TrainConfig
-    from launch.sweep import one_thread_each
 
     need = {"CPU": 1.0}
     todo = [("a", TrainConfig(), need), ("b", dataclasses.replace(TrainConfig(), cpu_threads=3), need)]
@@ -95,8 +95,8 @@ def test_cells_that_run_side_by_side_get_one_thread_each():
 
 def test_a_cell_reserves_its_workers_gpu_shares():
     """On a GPU cluster a cell needs each worker's ``gpus_per_worker``; on CPU no GPU at all."""
+    from launch.cli.sweep import needs
     from launch.config import resolve_config
-    from launch.sweep import needs
 
     cfg = resolve_config(
         None, ["rollout.num_workers=2", "rollout.gpus_per_worker=0.25", "learner.gpus_per_worker=1"]

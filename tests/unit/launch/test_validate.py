@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from launch.cli import main
+from launch.cli.main import main
 from launch.config import (
     DEFAULT_PRESET,
     PRESET_DIR,
@@ -93,8 +93,8 @@ def test_hisr_segmentation_is_checked_against_the_agent():
 def test_the_kl_reference_is_checked_before_ray_and_sets_the_learners_frozen_copies():
     """``learner.kl_reference``: start (a frozen copy of each policy adapter, ``ref_<name>``) or base (none); ZeRO-3
     would partition the copy. Algorithms without a KL term keep none."""
-    from launch.algos import get_algo
     from launch.config import reference_adapters
+    from launch.driver.algos import get_algo
 
     assert _error(["learner.kl_reference=bc"]) == "learner.kl_reference: got 'bc'; allowed: start, base"
     zero3 = ["learner.zero_stage=3", "learner.micro_batch_size=32"]
@@ -418,7 +418,7 @@ def test_bc_agg_is_checked_shared_and_reaches_the_bc_loss():
     aggregations, shapes BC (``bc.from_run`` needs it equal) and is what the BC phase trains with.
     Catches: the BC loss built without it (the default token-mean would stand in silently)."""
     from launch.config import BC_KEYS
-    from launch.warm_start import bc_loss_config
+    from launch.driver.warm_start import bc_loss_config
 
     cfg = resolve_config(DEFAULT_PRESET, ["bc.agg=seq-mean-token-sum"])
     validate(cfg)
@@ -441,7 +441,7 @@ RATIO_ALGOS = ["gigpo", "grpo", "hiper", "hipif", "hipif_gigpo", "hisr", "ppo", 
 
 
 def test_the_ratio_algorithms_are_the_ones_that_read_old_logprobs():
-    from launch.algos import ALGOS
+    from launch.driver.algos import ALGOS
 
     assert sorted(n for n, a in ALGOS.items() if a.uses_old_logprobs) == RATIO_ALGOS
 

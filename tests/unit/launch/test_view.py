@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from launch.cli import main
+from launch.cli.main import main
 from launch.view.page import build_page, clean, figures
 from launch.view.run_data import Span, ViewError, compare_grids, read_run, spans
 from tests.view_runs import TASKS, write_run

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
-from launch.warm_start import bc_from_run, behaviour_cloning
+from launch.driver.warm_start import bc_from_run, behaviour_cloning
 
 
 class _Updater:

@@ -1,4 +1,4 @@
-"""The rollout side's adapter versions (``launch/weights.py``'s ``AdapterSync``), without Ray: the push counter, the
+"""The rollout side's adapter versions (``launch/driver/weights.py``'s ``AdapterSync``), without Ray: the push counter, the
 history of two a one-step-off checkpoint reads, the zero adapter of the base-model evaluation, and the two restores
 a resume uses, checked against the versions the uninterrupted run records."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from launch.weights import AdapterSync
+from launch.driver.weights import AdapterSync
 
 
 def pushed(n: int) -> tuple[AdapterSync, list[dict]]:

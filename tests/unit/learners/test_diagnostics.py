@@ -1,5 +1,5 @@
 """What an update did per token group (``learners.diagnostics``) and the hierarchy's shape per batch
-(``launch.episode_stats``), on hand-built turns (the layout of ``tests/unit/glue_turns``: prompt 0-2, response 3-9 =
+(``launch.evaluation.episode_stats``), on hand-built turns (the layout of ``tests/unit/glue_turns``: prompt 0-2, response 3-9 =
 [switch switch | subgoal subgoal | action action | eos])."""
 
 import math
@@ -9,7 +9,7 @@ import pytest
 
 from actors.trajectory import Decision, Trajectory, Turn
 from envs import success_reward
-from launch.episode_stats import expert_switches, hierarchy_stats, segment_lengths
+from launch.evaluation.episode_stats import expert_switches, hierarchy_stats, segment_lengths
 from learners.diagnostics import (
     block_logprobs,
     group_rms,

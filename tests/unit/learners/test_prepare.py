@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from actors.trajectory import Decision
-from launch.algos import get_algo
+from launch.driver.algos import get_algo
 from learners.algos import grpo, hiper, hipif, ppo, rloo, sft
 from learners.prepare import learner_batch, minibatch, shaped_turns
 from learners.targets import sequences

@@ -224,7 +224,7 @@ def test_misaligned_logprobs_are_refused():
 
 
 def test_write_segment_rewards_through_the_real_batches():
-    """The path ``launch.hisr.RewardModels.annotate`` takes, with the learner passes replaced by arrays: policy
+    """The path ``launch.driver.hisr_rewards.RewardModels.annotate`` takes, with the learner passes replaced by arrays: policy
     rows come from ``build_turn_batch`` of the trajectories, hindsight rows from ``hindsight_rows``; each is
     scattered back by its own index. A: two one-turn segments, R_hat (0.5, 0.5); its turn 0 has hindsight
     log-probs (-0.1, -0.1) vs policy (-0.4, -0.4): log r sums to 0.6 over 2 tokens, z = exp(0.6 / (0.3 * 2)) = e;

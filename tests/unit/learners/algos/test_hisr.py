@@ -1,5 +1,5 @@
 """HISR's learner side (``learners.algos.hisr``): the SPRM loss, the critic's loss, r_fuse and the GAE targets over
-it, and ``launch.hisr``'s annotation with the learner's passes stood in, against hand-computed values (the
+it, and ``launch.driver.hisr_rewards``'s annotation with the learner's passes stood in, against hand-computed values (the
 arithmetic is in the comments). Each test names the mutation it is there to catch. The reward models' inputs and
 Eq. 5-8: tests/unit/learners/test_reward_models.py; segmentation: tests/unit/reward/test_segments.py.
 """
@@ -122,13 +122,13 @@ def test_gae_over_fused_rewards_golden():
 
 
 class _Passes:
-    """Stands in for the learner group's forward passes (``launch.hisr`` reads ``learner.logprobs`` and
+    """Stands in for the learner group's forward passes (``launch.driver.hisr_rewards`` reads ``learner.logprobs`` and
     ``learner.values``): under the hindsight adapter a response token t has log-prob −0.1 (t − 4) (tokens 5, 6, 7:
     −0.1, −0.2, −0.3), under any other adapter −0.4; the SPRM scores the two segments (0.6, −0.2), any other critic
     5 per slot."""
 
     def logprobs(self, seqs, *, reference=False, adapter=None):
-        from launch.hisr import HINDSIGHT
+        from launch.driver.hisr_rewards import HINDSIGHT
 
         lp = (
             -0.1 * (seqs.input_ids - 4.0)
@@ -138,7 +138,7 @@ class _Passes:
         return np.where(seqs.response_mask, lp, 0.0).astype(np.float32)
 
     def values(self, seqs, critic=None):
-        from launch.hisr import SPRM
+        from launch.driver.hisr_rewards import SPRM
 
         return np.tile([0.6, -0.2] if critic == SPRM else [5.0, 5.0], (len(seqs), 1)).astype(np.float32)
 
@@ -152,14 +152,14 @@ class _Tok:
 
 
 def test_annotate_reads_the_hindsight_adapter_the_sprm_and_alpha(tmp_path):
-    """``launch.hisr.RewardModels.annotate`` end to end on the pure side, the learner's passes stood in by
+    """``launch.driver.hisr_rewards.RewardModels.annotate`` end to end on the pure side, the learner's passes stood in by
     ``_Passes``; one trajectory of two one-turn segments (``segmentation="turn"``), β 0.5 ≠ α 0.2.
     Turn 0 (tokens 5, 6): hindsight (−0.1, −0.2) vs policy (−0.4, −0.4): Σ log r = 0.5, z = exp(0.5 / (0.5 · 2)) =
     e^0.5; turn 1 (token 7): −0.3 vs −0.2: z = exp(−0.1 / 0.5) = e^−0.2. R̂ ⊙ z = (0.6 e^0.5, −0.2 e^−0.2) =
     (0.98923, −0.16375), L1 1.15298 -> R_him (0.85798, −0.14202); x ||R̂||₁ 0.8, x (1 − α) 0.8 -> (0.54911, −0.09089).
     Mutations caught: the cloze rows scored under the policy adapter (z = 1, e^−0.4: (0.52312, −0.11688)), α read
     from β (x 0.5: (0.34319, −0.05681)), R̂ from the PPO critic, keep_sprm_scale's signed sum (x 0.4)."""
-    from launch.hisr import RewardModels
+    from launch.driver.hisr_rewards import RewardModels
     from reward.shaping import ShapingConstants
 
     acfg = hisr.Config(segmentation="turn", beta=0.5, shaping=ShapingConstants(grounding_alpha=0.2))

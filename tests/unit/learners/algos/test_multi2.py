@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from actors.trajectory import Trajectory
-from launch.algos import get_algo
-from launch.offline import anchor_trajectory
+from launch.driver.algos import get_algo
+from launch.driver.offline_data import anchor_trajectory
 from learners.algos import multi2
 from learners.batch import build_turn_batch
 from learners.prepare import learner_batch
@@ -289,7 +289,7 @@ def test_expectile_direction(direction, v_loss):
 
 
 def _offline_data(tmp_path, acfg, **parts):
-    from launch.offline import OfflineData
+    from launch.driver.offline_data import OfflineData
 
     def unused(*a, **k):
         raise AssertionError("not expected in this test")

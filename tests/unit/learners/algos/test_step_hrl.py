@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from actors.trajectory import Trajectory
-from launch.algos import get_algo
+from launch.driver.algos import get_algo
 from learners.algos import step_hrl
 from learners.batch import build_turn_batch
 from learners.diagnostics import position_advantage
@@ -265,12 +265,12 @@ def test_polyak_update_moves_the_target_a_tau_step_towards_the_critic():
 
 
 def test_the_driver_passes_target_tau_and_the_warm_up_to_the_learner():
-    """The learner group's ``update`` arguments of a STEP-HRL update (``launch.updater.update_arguments``): the
+    """The learner group's ``update`` arguments of a STEP-HRL update (``launch.driver.updater.update_arguments``): the
     config's τ₁ (0.3, not the default 0.2), and the whole update critic-only while warm-up steps are owed.
     Catches: ``target_tau`` never reaching the learner (the target critic would never move), the critic warm-up
     skipped, a target τ sent for an algorithm without a target critic."""
     from launch.config import TrainConfig
-    from launch.updater import ALL_STEPS, update_arguments
+    from launch.driver.updater import ALL_STEPS, update_arguments
 
     algo, cfg = get_algo("step_hrl"), step_hrl.Config(target_tau=0.3)
     run = TrainConfig(algo="step_hrl").learner
@@ -297,11 +297,11 @@ def test_the_driver_passes_target_tau_and_the_warm_up_to_the_learner():
 
 
 def test_a_critic_warm_up_pass_moves_the_target_copy():
-    """``learner.critic_warmup_passes``' arguments (``launch.updater.warmup_arguments``): one critic epoch with the
+    """``learner.critic_warmup_passes``' arguments (``launch.driver.updater.warmup_arguments``): one critic epoch with the
     config's τ₁ (0.3). Catches the warm-up leaving the target copy at its zero start (V's targets then all 0: V never
     fitted), and a target τ sent for an algorithm without a target critic."""
     from launch.config import TrainConfig
-    from launch.updater import warmup_arguments
+    from launch.driver.updater import warmup_arguments
     from learners.algos import ppo
 
     algo, cfg = get_algo("step_hrl"), step_hrl.Config(target_tau=0.3)
@@ -370,7 +370,7 @@ def test_the_updaters_critic_warm_up_sends_each_pass_the_polyak_rate_and_fresh_t
     the previous pass left. Catches the warm-up sending the RL update's arguments (τ 0 for a target critic read
     from the wrong place, the run's epochs), reusing one pass's targets, or one seed for every pass."""
     from launch.config import TrainConfig
-    from launch.updater import Updater
+    from launch.driver.updater import Updater
 
     algo, cfg = get_algo("step_hrl"), step_hrl.Config(target_tau=0.3)
     run = dataclasses.replace(TrainConfig(algo="step_hrl").learner, ppo_epochs=2)  # a pass is 1 epoch, not 2

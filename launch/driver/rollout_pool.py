@@ -1,6 +1,6 @@
 """The rollout workers of one run, driver side: placement, replacement, weight pushes, collections.
 
-Besides the asynchronous stream (``launch/stream.py``), this is the only driver module that calls Ray on the rollout
+Besides the asynchronous stream (``launch/driver/stream.py``), this is the only driver module that calls Ray on the rollout
 workers. It mirrors ``learners/group.LearnerGroup``: the driver hands it tasks and adapter tensors and gets
 ``Trajectory`` records back; a worker that dies is replaced in its placement-group bundle with the newest adapter
 and its share of the collection is collected again, whole (a dead worker's partial groups are never used).
@@ -21,9 +21,9 @@ from actors.episodes import unpack_group
 from actors.rollout import RolloutWorker, WorkerConfig
 from actors.trajectory import Trajectory
 from cluster.ray_cluster import WORKER_LOST, WorkerResources, place_workers, spawn_in_bundle
-from launch.panel_tasks import PanelTask
-from launch.panels import shards
-from launch.weights import AdapterSync, Weights
+from launch.driver.weights import AdapterSync, Weights
+from launch.evaluation.panel_tasks import PanelTask
+from launch.evaluation.panels import shards
 
 CONTROL = "control"
 """The rollout workers' concurrency group for calls made while an asynchronous ``serve`` runs."""
@@ -43,7 +43,7 @@ class Collection:
 class RolloutPool:
     """``num_workers`` rollout workers built from ``worker_cfg`` in one placement group (``resources`` each).
 
-    ``weights`` (``launch/weights.py``) owns the push counter and the last two pushes' tensors, this class only
+    ``weights`` (``launch/driver/weights.py``) owns the push counter and the last two pushes' tensors, this class only
     carries them to the workers; ``restarts`` counts replacements, at most ``max_restarts``."""
 
     def __init__(
@@ -186,7 +186,7 @@ class RolloutPool:
                 out[i] = r
         return out
 
-    # -- asynchronous serving (``launch/stream.py``) -----------------------------------------------------------
+    # -- asynchronous serving (``launch/driver/stream.py``) -----------------------------------------------------------
 
     def serve(self, index: int, temperature: float) -> Any:
         """Start worker ``index``'s ``serve`` (a Ray streaming generator of its finished groups). From then until

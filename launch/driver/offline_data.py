@@ -4,7 +4,7 @@
 STEP-HRL trains on D_r = D ∪ D̃ (Sec. 3.3): D the expert demonstrations behaviour cloning used, D̃ trajectories of
 the behaviour-cloned policy, mixed 1:2 (App. A, "Offline RL Dataset"; ``algo.data_ratio``); Multi2's offline
 phase trains on the same mixture (our reading: its datasets come from expert trajectories). The data are the run's
-driver stage (``launch.stages``): after BC the trainer calls ``prepare``, which builds both and writes them under
+driver stage (``launch.driver.stages``): after BC the trainer calls ``prepare``, which builds both and writes them under
 ``<run_dir>/offline/``:
 
     dataset.jsonl    every trajectory of D_r (``actors.trajectory`` JSON lines; ``info["source"]`` expert/collected)
@@ -32,9 +32,9 @@ import numpy as np
 
 from actors.inference import GenerationResult
 from actors.trajectory import Trajectory, Turn, read_jsonl, to_jsonl
-from launch.episode_stats import trajectory_stats
-from launch.sources import IterationData, IterationSource
-from launch.stages import OFFLINE_STEPS, DriverStage
+from launch.driver.sources import IterationData, IterationSource
+from launch.driver.stages import OFFLINE_STEPS, DriverStage
+from launch.evaluation.episode_stats import trajectory_stats
 
 
 def _write(trajs: Sequence[Trajectory], path: Any) -> None:

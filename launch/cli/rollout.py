@@ -15,7 +15,7 @@ import numpy as np
 
 from actors.rollout import RolloutWorker
 from actors.trajectory import Trajectory, to_jsonl
-from launch.episode_stats import trajectory_stats
+from launch.evaluation.episode_stats import trajectory_stats
 
 
 def summarize(trajectories: Sequence[Trajectory], wall_s: float) -> dict[str, Any]:
@@ -124,7 +124,7 @@ def rollout_main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     import torch
 
     from envs import make
-    from launch.specs import rollout_worker_config
+    from launch.driver.wiring import rollout_worker_config
 
     probe = make(a.env, **dict(run_cfg.env.options))
     tasks = probe.task_ids(a.split)

@@ -32,9 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from launch.config import ConfigError
-from launch.panel_tasks import ORDERS, Panel, PanelTask, proportional_order, task_seed
+from launch.evaluation.panel_tasks import ORDERS, Panel, PanelTask, proportional_order, task_seed
 
-PANEL_DIR = Path(__file__).parent / "panels"
+PANEL_DIR = Path(__file__).parents[1] / "panels"
 AUTO = "auto"
 """``eval_panel=auto``: the panel derived from the run's env, eval split and options (module docstring)."""
 

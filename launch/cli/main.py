@@ -23,6 +23,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from launch.cli.eval import cmd_eval
 from launch.config import (
     DEFAULT_PRESET,
     PRESET_DIR,
@@ -33,7 +34,6 @@ from launch.config import (
     preset_chain,
     resolve_config,
 )
-from launch.eval_cli import cmd_eval
 
 TRAIN_FLAGS = ("--dry-run", "--help", "-h")
 
@@ -88,7 +88,7 @@ def cmd_train(args: Sequence[str]) -> int:
         if not dry_run:
             check_run_dir(cfg)
         described = _describe_preset(preset, named)
-        from launch.panels import run_panel
+        from launch.evaluation.panels import run_panel
 
         panel = run_panel(cfg)  # builds the env: an unknown or mismatched panel fails here, before Ray
     except (ConfigError, ValueError) as e:
@@ -102,14 +102,14 @@ def cmd_train(args: Sequence[str]) -> int:
             "[hierarl] resolved config (--dry-run: nothing started):\n" + resolved_text(cfg, algo_cfg), end=""
         )
         return 0
-    from launch.train import train
+    from launch.driver.train import train
 
     train(cfg)
     return 0
 
 
 def cmd_panel(args: Sequence[str]) -> int:
-    """``hierarl panel list|show|make|check`` (launch/panels.py): the stored evaluation panels."""
+    """``hierarl panel list|show|make|check`` (launch/evaluation/panels.py): the stored evaluation panels."""
     p = argparse.ArgumentParser(
         prog="hierarl panel", description="Evaluation panels (launch/panels/<name>.json)."
     )
@@ -130,7 +130,7 @@ def cmd_panel(args: Sequence[str]) -> int:
         "--size", type=int, default=0, help="keep the first N tasks of the split's order (0: all)"
     )
     make.add_argument(
-        "--order", default="proportional", help="proportional or round_robin (launch/panels.py)"
+        "--order", default="proportional", help="proportional or round_robin (launch/evaluation/panels.py)"
     )
     make.add_argument("--description", default="")
     make.add_argument("--out", default=None, help="folder to write to (default: launch/panels)")
@@ -139,7 +139,7 @@ def cmd_panel(args: Sequence[str]) -> int:
     check.add_argument("--options", type=json.loads, default=None, help="env options (default: the panel's)")
     a = p.parse_args(args)
 
-    from launch import panels as P
+    from launch.evaluation import panels as P
 
     try:
         if a.action == "list":
@@ -197,7 +197,7 @@ def cmd_panel(args: Sequence[str]) -> int:
 
 
 def cmd_rollout(args: Sequence[str]) -> int:
-    from launch.rollout_cli import rollout_main
+    from launch.cli.rollout import rollout_main
 
     rollout_main(list(args))
     return 0
@@ -230,9 +230,9 @@ def cmd_presets(args: Sequence[str]) -> int:
 
 
 def cmd_sweep(args: Sequence[str]) -> int:
-    """``hierarl sweep [--dry-run] SPEC.yaml`` (launch/sweep.py): every cell validated first, then run on one Ray
+    """``hierarl sweep [--dry-run] SPEC.yaml`` (launch/cli/sweep.py): every cell validated first, then run on one Ray
     cluster, as many at once as it has room for; finished cells are skipped, killed ones resume."""
-    from launch.sweep import cells, load_spec, needs, run_sweep
+    from launch.cli.sweep import cells, load_spec, needs, run_sweep
 
     dry_run = "--dry-run" in args
     rest = [a for a in args if a != "--dry-run"]

@@ -35,7 +35,7 @@ def get_algo(name: str) -> Algorithm:
 
 def register_algo(algorithm: Algorithm) -> Algorithm:
     """Add ``algorithm`` under its name to this process's table: ``get_algo``, validation and ``hierarl
-    train`` (``launch.cli.main``) called in this process find it; its module must be importable where the
+    train`` (``launch.cli.main.main``) called in this process find it; its module must be importable where the
     learner workers run (they unpickle its loss functions). A taken name is refused; returns the record."""
     expected = "an Algorithm record (a module's ALGORITHM)"
     return register(

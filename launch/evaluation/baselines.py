@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from envs.data import cache_dir
-from launch.panel_tasks import PanelTask
+from launch.evaluation.panel_tasks import PanelTask
 
 RANDOM_SEED = 0
 """The random policy's draws (each play seeded by this, the task, its seed and the play's index)."""

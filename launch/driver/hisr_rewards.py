@@ -5,7 +5,7 @@ base (``reward_model_learners``): the hindsight model, a second trained LoRA ada
 process reward model (SPRM), a second value model (adapter ``sprm`` with HISR Eq. 2's MLP head). One copy of the base
 serves policy, KL reference, critic, SPRM and hindsight model; the hindsight model's and the policy's log-probs of
 the same action tokens (Eq. 5) come from the same workers. ``RewardModels`` is the run's driver stage
-(``launch.stages``): after behaviour cloning (π_ref), ``prepare`` runs, each stage cached under ``<run_dir>/hisr/``
+(``launch.driver.stages``): after behaviour cloning (π_ref), ``prepare`` runs, each stage cached under ``<run_dir>/hisr/``
 so a killed run resumes where it stopped:
 
     collected.jsonl   N rollouts per training task with π_ref (App. B), filtered; each with its segment ids
@@ -35,7 +35,7 @@ import numpy as np
 from actors.agent_loop import AGENTS
 from actors.agents.parsing import render_prompt
 from actors.trajectory import Trajectory, read_jsonl, to_jsonl
-from launch.stages import DriverStage
+from launch.driver.stages import DriverStage
 from learners.algos import hisr, sft
 from learners.batch import LearnerBatch, TurnBatch, build_turn_batch
 from learners.diagnostics import ranking_auc

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from actors.trajectory import Trajectory
-from launch.stats import paired, wilson
+from launch.evaluation.intervals import paired, wilson
 from learners.transitions import subgoal_counts
 
 
@@ -170,7 +170,7 @@ def run_outcomes(run_dir: Path, panel: str | None = None) -> RunOutcomes | None:
 
 def paired_rows(a: str, b: str, task_types: Sequence[str] | None = None) -> list[dict[str, Any]]:
     """Per task type (if ``task_types``, one per task in panel order) and ``all``: the two runs' per-task outcomes
-    compared on the tasks both played (the shorter prefix), ``launch.stats.paired`` with its exact sign test."""
+    compared on the tasks both played (the shorter prefix), ``launch.evaluation.intervals.paired`` with its exact sign test."""
     n = min(len(a), len(b))
     keys = [i for i in range(n) if a[i] != "-" and b[i] != "-"]
     groups: dict[str, list[int]] = {}

@@ -1,4 +1,4 @@
-"""Evaluation of a run's policy on its eval panel (``launch.panels``): which pairs, the baselines, the result.
+"""Evaluation of a run's policy on its eval panel (``launch.evaluation.panels``): which pairs, the baselines, the result.
 
 Every evaluation of a run scores the same (task id, env seed) pairs: the panel's first ``eval_episodes`` tasks
 (all of them for 0). The pairs are dealt over the rollout workers with each task's own env seed, so neither the
@@ -6,8 +6,8 @@ number of workers nor the order of the tasks changes what is played; outcomes ar
 (task id, seed), never by position. The driver plays the pairs (``Trainer.play_panel``); this module holds no
 Ray.
 
-A result carries its success with the Wilson 95 % interval (``launch.stats``), beside the random policy and the
-zero-shot base model on the same pairs (``launch.baselines``, cached on disk), per task type too, and the per-task
+A result carries its success with the Wilson 95 % interval (``launch.evaluation.intervals``), beside the random policy and the
+zero-shot base model on the same pairs (``launch.evaluation.baselines``, cached on disk), per task type too, and the per-task
 outcomes that paired comparisons of two runs read (``eval_outcomes`` in the metrics).
 """
 
@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from actors.trajectory import Trajectory
-from launch.baselines import base_cache, random_rates
 from launch.config import EnvConfig, ModelConfig, RolloutConfig, TrainConfig
-from launch.panel_tasks import Panel, PanelTask
-from launch.panels import run_panel
-from launch.stats import wilson
+from launch.evaluation.baselines import base_cache, random_rates
+from launch.evaluation.intervals import wilson
+from launch.evaluation.panel_tasks import Panel, PanelTask
+from launch.evaluation.panels import run_panel
 
 
 def outcome_string(panel: Panel, trajs: Sequence[Trajectory]) -> str:

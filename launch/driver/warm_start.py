@@ -12,8 +12,8 @@ from typing import Any
 from actors.rollout import read_peft_adapter
 from actors.trajectory import Trajectory
 from common.lora import LoraSpec
-from launch.algos import get_algo
-from launch.updater import Updater
+from launch.driver.algos import get_algo
+from launch.driver.updater import Updater
 from learners.group import LearnerGroup
 
 

@@ -156,7 +156,7 @@ class Updater:
         ``learner.measure_update``): log the update's KL per token group (``kl_update/<group>``), which costs an
         algorithm without π_old (STEP-HRL, Multi2) a log-prob pass before the update as well as the one after;
         ``observe``: called with the shaped turns and the batch before the policy steps (the run's kept episodes,
-        ``launch.kept_episodes``)."""
+        ``launch.driver.kept_episodes``)."""
         timings: dict[str, float] = {}
         with timed(timings, "advantage"):
             turns = shaped_turns(

@@ -1,5 +1,5 @@
 """Playing a run's evaluation panel through the rollout pool: the policy's episodes, and the zero-shot base
-model's where its cache lacks them (``launch.evaluation`` holds the panel, the baselines and the result, no Ray)."""
+model's where its cache lacks them (``launch.evaluation.scoring`` holds the panel, the baselines and the result, no Ray)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from actors.trajectory import Trajectory
-from launch.baselines import BASE_SEED
-from launch.episode_stats import trajectory_stats
-from launch.evaluation import Evaluation
-from launch.panel_tasks import Panel, PanelTask
-from launch.rollout_pool import RolloutPool
+from launch.driver.rollout_pool import RolloutPool
+from launch.evaluation.baselines import BASE_SEED
+from launch.evaluation.episode_stats import trajectory_stats
+from launch.evaluation.panel_tasks import Panel, PanelTask
+from launch.evaluation.scoring import Evaluation
 
 
 class PanelEvaluator:

@@ -38,8 +38,8 @@ from typing import Any
 import yaml
 
 from launch.config import ConfigError, TrainConfig, one_line, parse_cli_overrides, resolve_config, validate
-from launch.panels import run_panel
-from launch.stats import seed_mean
+from launch.evaluation.intervals import seed_mean
+from launch.evaluation.panels import run_panel
 
 
 @dataclass(frozen=True)
@@ -189,7 +189,7 @@ def curve(history: Sequence[dict[str, Any]], cfg: TrainConfig) -> list[dict[str,
 
 def interval(points: Sequence[dict[str, Any]], key: str = "eval") -> tuple[float, float, float, str]:
     """(mean, low, high, how) of one eval point per seed: over m >= 2 seeds the mean ± the 95 % t-interval
-    (``launch.stats.seed_mean``, clipped to [0, 1]); one seed: its eval's Wilson 95 % interval (of the final eval
+    (``launch.evaluation.intervals.seed_mean``, clipped to [0, 1]); one seed: its eval's Wilson 95 % interval (of the final eval
     only)."""
     nan = float("nan")
     if not points:
@@ -318,8 +318,8 @@ def read_history(run_dir: Path) -> list[dict[str, Any]]:
 
 def _run_cell(cfg: TrainConfig, device: str) -> None:
     """One cell, inside a Ray task: the same ``Trainer`` as ``hierarl train`` (it joins the sweep's cluster)."""
-    from launch.build import build_run
-    from launch.train import Trainer
+    from launch.driver.build import build_run
+    from launch.driver.train import Trainer
 
     trainer = Trainer(build_run(cfg, device=device))
     try:

@@ -1,6 +1,6 @@
 """Where an iteration's trajectories come from: one interface for the synchronous loop (with or without one
-iteration prefetched: one-step-off), asynchronous streaming (``launch/stream.py``) and stored data
-(``launch/offline.py``).
+iteration prefetched: one-step-off), asynchronous streaming (``launch/driver/stream.py``) and stored data
+(``launch/driver/offline_data.py``).
 
     source.take(k)        → IterationData (the trajectories iteration k trains on, and their statistics)
     source.before_push()  → wait for rollouts still in flight that must not queue behind the weight push
@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from actors.trajectory import Trajectory
-from launch.episode_stats import trajectory_stats
-from launch.rollout_pool import Collection, RolloutPool
+from launch.driver.rollout_pool import Collection, RolloutPool
+from launch.evaluation.episode_stats import trajectory_stats
 
 
 @dataclass

@@ -1,19 +1,19 @@
-"""A run built apart from running it: ``build_run`` turns the run config into the parts (``launch/specs.py`` builds
-their specs) and returns them as one record, ``RunParts``, which ``launch/train.py``'s ``Trainer`` runs without
+"""A run built apart from running it: ``build_run`` turns the run config into the parts (``launch/driver/wiring.py`` builds
+their specs) and returns them as one record, ``RunParts``, which ``launch/driver/train.py``'s ``Trainer`` runs without
 reading the run config, so the loop can be driven by plain fakes in a unit test.
 
 Each part takes its own config section and collaborators, never the run config or the ``Trainer``:
 
-* ``RolloutPool`` (``launch/rollout_pool.py``): the rollout workers, weight pushes, collections;
-* an ``IterationSource`` (``launch/sources.py``), built when the first iteration is known: synchronous rollouts
-  (with one iteration prefetched: ``one_step_off``), asynchronous streaming (``launch/stream.py``,
-  ``max_staleness``) or the driver stage's stored data (``launch/offline.py``, STEP-HRL and Multi2);
-* ``Updater`` (``launch/updater.py``) over the ``LearnerGroup``;
-* the algorithm's driver stage (``launch/stages.py``, ``Algorithm.driver_stage``): HISR's reward models
-  (``launch/hisr.py``), which annotate the update's trajectories before the targets, the stored data (then the
+* ``RolloutPool`` (``launch/driver/rollout_pool.py``): the rollout workers, weight pushes, collections;
+* an ``IterationSource`` (``launch/driver/sources.py``), built when the first iteration is known: synchronous rollouts
+  (with one iteration prefetched: ``one_step_off``), asynchronous streaming (``launch/driver/stream.py``,
+  ``max_staleness``) or the driver stage's stored data (``launch/driver/offline_data.py``, STEP-HRL and Multi2);
+* ``Updater`` (``launch/driver/updater.py``) over the ``LearnerGroup``;
+* the algorithm's driver stage (``launch/driver/stages.py``, ``Algorithm.driver_stage``): HISR's reward models
+  (``launch/driver/hisr_rewards.py``), which annotate the update's trajectories before the targets, the stored data (then the
   iteration source, in place of the rollouts), or the null stage;
-* ``Checkpointer`` (``launch/checkpoints.py``), ``RunLog`` (``launch/run_log.py``), ``PanelEvaluator``
-  (``launch/evaluator.py``), the warm starts' settings (``launch/warm_start.py``).
+* ``Checkpointer`` (``launch/driver/checkpoints.py``), ``RunLog`` (``launch/driver/run_log.py``), ``PanelEvaluator``
+  (``launch/driver/evaluator.py``), the warm starts' settings (``launch/driver/warm_start.py``).
 """
 
 from __future__ import annotations
@@ -33,8 +33,6 @@ from actors.models import resolve_model_path
 from actors.trajectory import Trajectory
 from cluster.ray_cluster import WORKER_LOST, init_ray
 from common.lora import LoraSpec
-from launch.algos import get_algo
-from launch.checkpoints import Checkpointer
 from launch.config import (
     BCConfig,
     LearnerConfig,
@@ -44,14 +42,16 @@ from launch.config import (
     resolved_text,
     to_dict,
 )
-from launch.evaluation import Evaluation, scope
-from launch.evaluator import PanelEvaluator
-from launch.kept_episodes import EpisodeKeeper
-from launch.panel_tasks import Panel
-from launch.rollout_pool import RolloutPool
-from launch.run_log import RunLog
-from launch.sources import EmptyIterations, IterationSource
-from launch.specs import (
+from launch.driver.algos import get_algo
+from launch.driver.checkpoints import Checkpointer
+from launch.driver.evaluator import PanelEvaluator
+from launch.driver.kept_episodes import EpisodeKeeper
+from launch.driver.rollout_pool import RolloutPool
+from launch.driver.run_log import RunLog
+from launch.driver.sources import EmptyIterations, IterationSource
+from launch.driver.stages import DriverStage
+from launch.driver.updater import Updater
+from launch.driver.wiring import (
     StageInputs,
     env_task_ids,
     expert_demonstrations,
@@ -66,8 +66,8 @@ from launch.specs import (
     stage_builder,
     updater,
 )
-from launch.stages import DriverStage
-from launch.updater import Updater
+from launch.evaluation.panel_tasks import Panel
+from launch.evaluation.scoring import Evaluation, scope
 from learners.algorithm import Algorithm
 from learners.group import LearnerGroup
 

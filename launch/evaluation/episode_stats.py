@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from actors.trajectory import Trajectory
-from launch.report import subgoal_rate
+from launch.evaluation.report import subgoal_rate
 from learners.transitions import subgoal_counts
 
 SEGMENT_BINS = (1, 2, 3)

@@ -25,9 +25,9 @@ import ray
 from actors.episodes import unpack_group
 from actors.trajectory import TrajectoryGroup
 from cluster.ray_cluster import WORKER_LOST
-from launch.episode_stats import trajectory_stats
-from launch.rollout_pool import RolloutPool
-from launch.sources import IterationData, iteration_tasks
+from launch.driver.rollout_pool import RolloutPool
+from launch.driver.sources import IterationData, iteration_tasks
+from launch.evaluation.episode_stats import trajectory_stats
 
 
 def staleness(group: TrajectoryGroup, version: int) -> int:

@@ -1,10 +1,10 @@
-"""The training driver's loop (single controller, as in verl), over the parts ``launch/build.py`` builds:
+"""The training driver's loop (single controller, as in verl), over the parts ``launch/driver/build.py`` builds:
 
     source.take(k) → updater.update → pool.push → evaluate every k → checkpoint → log
 
 ``Trainer`` reads the run's ``RunParts`` and its ``Schedule``, never the run config, so a unit test drives the loop
 with fakes of the parts (``tests/unit/launch/test_loop.py``); ``train`` builds a run and runs it. What an algorithm
-needs of the driver beyond that is its driver stage's (``launch/stages.py``), whose hooks the loop calls for every
+needs of the driver beyond that is its driver stage's (``launch/driver/stages.py``), whose hooks the loop calls for every
 run.
 """
 
@@ -17,13 +17,13 @@ from typing import Any
 
 from actors.trajectory import Trajectory, to_jsonl
 from common.rng import restore_process_rngs
-from launch.build import RunParts, build_run
 from launch.config import TrainConfig
-from launch.run_log import eval_fields, eval_text, final_table, iteration_line
-from launch.stages import staged_update
-from launch.updater import timed
-from launch.warm_start import bc_from_run, behaviour_cloning, load_init_adapter, start_rl
-from launch.weights import Weights
+from launch.driver.build import RunParts, build_run
+from launch.driver.run_log import eval_fields, eval_text, final_table, iteration_line
+from launch.driver.stages import staged_update
+from launch.driver.updater import timed
+from launch.driver.warm_start import bc_from_run, behaviour_cloning, load_init_adapter, start_rl
+from launch.driver.weights import Weights
 from learners.group import LearnerGroup
 
 

@@ -1,6 +1,6 @@
 """The rollout side's adapter versions, owned in one place: the push counter and the last two pushes' tensors.
 
-``RolloutPool`` (``launch/rollout_pool.py``) holds one ``AdapterSync`` and does the transport (``ray.put``, loading
+``RolloutPool`` (``launch/driver/rollout_pool.py``) holds one ``AdapterSync`` and does the transport (``ray.put``, loading
 into every worker, a replacement's adapter); everything else reads versions and adapters here and changes them only
 through the named operations below, so a resume numbers its pushes exactly as the uninterrupted run did. Pure: no
 Ray, vLLM or DeepSpeed.

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from launch.config import ConfigError, one_line, read_run_config
-from launch.report import paper_table
+from launch.evaluation.report import paper_table
 
 
 def cmd_eval(args: Sequence[str]) -> int:
@@ -89,8 +89,8 @@ class CheckpointEval:
         """``panels``: (stored panel name, None) or (None, a split scored on its auto panel); empty: the run's own
         panel. ``episodes``: each panel's first N tasks (0: all)."""
         from actors.models import resolve_model_path
-        from launch.evaluation import Evaluation, scope
-        from launch.panels import AUTO, load_panel
+        from launch.evaluation.panels import AUTO, load_panel
+        from launch.evaluation.scoring import Evaluation, scope
 
         cfg = self.cfg = read_run_config(run)
         self.adapter = run / "checkpoints" / (run / "checkpoints" / "latest").read_text().strip() / "adapter"
@@ -125,8 +125,8 @@ class CheckpointEval:
 
         from actors.rollout import read_adapters
         from cluster.ray_cluster import init_ray
-        from launch.build import panel_evaluator
-        from launch.specs import rollout_pool
+        from launch.driver.build import panel_evaluator
+        from launch.driver.wiring import rollout_pool
 
         cfg = self.cfg
         device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -154,7 +154,7 @@ class CheckpointEval:
 def _report(run: Path, played: CheckpointEval, panel: Any, ev: dict[str, Any], seconds: float) -> list[Any]:
     """One panel's table printed and written to ``<run>/eval_<panel>.md``, ``.csv`` and ``.json`` (the per-task
     outcomes paired comparisons read); returns its rows."""
-    from launch.report import eval_markdown, eval_rows, write_eval
+    from launch.evaluation.report import eval_markdown, eval_rows, write_eval
 
     cfg = played.cfg
     rows = eval_rows(ev["episodes"], ev["random_per_type"], ev["base_per_type"])
@@ -174,9 +174,9 @@ def _report(run: Path, played: CheckpointEval, panel: Any, ev: dict[str, Any], s
 
 def _compare_runs(a: Path, b: Path, panel: str | None) -> int:
     """``hierarl eval RUN_A RUN_B``: the two runs' stored per-task outcomes on the panel they share, compared."""
-    from launch.panels import load_panel, panel_names
-    from launch.report import paired_markdown, paired_rows, run_outcomes
-    from launch.stats import rate_text
+    from launch.evaluation.intervals import rate_text
+    from launch.evaluation.panels import load_panel, panel_names
+    from launch.evaluation.report import paired_markdown, paired_rows, run_outcomes
 
     found = [run_outcomes(r, panel) for r in (a, b)]
     for run, out in zip((a, b), found, strict=True):

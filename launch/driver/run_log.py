@@ -20,7 +20,7 @@ from typing import Any
 
 from cluster.metrics import RunMetrics
 from common.progress import small_text
-from launch.stats import paired_gain
+from launch.evaluation.intervals import paired_gain
 
 BACKENDS = ("tensorboard", "wandb")
 
@@ -248,7 +248,7 @@ carries over."""
 
 def gain_lines(history: Sequence[dict[str, Any]]) -> list[str]:
     """``RL gain over BC ...: +x.xx [lo, hi] (paired over N tasks × k samples, t over tasks)`` per panel: the last
-    evaluation's per-task success rates against the one after BC (``launch.stats.paired_gain``); none before RL has
+    evaluation's per-task success rates against the one after BC (``launch.evaluation.intervals.paired_gain``); none before RL has
     been evaluated."""
     start = next((r for r in history if r.get("phase") == "bc"), None)
     end = next((r for r in reversed(history) if r.get("phase") == "rl" and "eval_task_rates" in r), None)

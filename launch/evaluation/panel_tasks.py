@@ -1,9 +1,9 @@
 """The records of an evaluation panel (``Panel``, ``PanelTask``), a task's env seed, and the orders that interleave
 a panel's tasks by type.
 
-``launch.panels`` holds what touches envs and files (the facts of a task, making, storing,
+``launch.evaluation.panels`` holds what touches envs and files (the facts of a task, making, storing,
 loading, checking and resolving a panel), this module the plain data those work on. Pure Python: builds no
-env, imports no Ray, vLLM or DeepSpeed, and not ``launch.panels``.
+env, imports no Ray, vLLM or DeepSpeed, and not ``launch.evaluation.panels``.
 """
 
 from __future__ import annotations

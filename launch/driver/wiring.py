@@ -4,7 +4,7 @@
 ``learner_spec`` (the learner workers: LoRA, optimizer settings, the algorithm's critic and adapters),
 ``rollout_worker_config`` (the rollout workers: engine, protocol, env, sampling), ``expert_demonstrations`` (what
 BC and the offline datasets start from), ``env_task_ids``, and the driver stages' builders (``STAGES``, by
-``Algorithm.driver_stage``; ``launch/stages.py``).
+``Algorithm.driver_stage``; ``launch/driver/stages.py``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from actors.trajectory import Trajectory
 from cluster.ray_cluster import WorkerResources, node_cores
 from common.lora import LoraSpec
 from envs import success_reward
-from launch.checkpoints import behaviour_adapter
 from launch.config import (
     LearnerConfig,
     TrainConfig,
@@ -30,16 +29,17 @@ from launch.config import (
     reference_adapters,
     torch_threads,
 )
-from launch.evaluation import EvalScope, scope
-from launch.hisr import Collect, RewardModels, reward_model_learners
-from launch.offline import OfflineData
-from launch.panel_tasks import Panel
-from launch.panels import AUTO, resolve_panel
-from launch.rollout_pool import RolloutPool
-from launch.sources import IterationSource, SyncRollouts
-from launch.stages import DriverStage
-from launch.stream import AsyncRollouts
-from launch.updater import Updater
+from launch.driver.checkpoints import behaviour_adapter
+from launch.driver.hisr_rewards import Collect, RewardModels, reward_model_learners
+from launch.driver.offline_data import OfflineData
+from launch.driver.rollout_pool import RolloutPool
+from launch.driver.sources import IterationSource, SyncRollouts
+from launch.driver.stages import DriverStage
+from launch.driver.stream import AsyncRollouts
+from launch.driver.updater import Updater
+from launch.evaluation.panel_tasks import Panel
+from launch.evaluation.panels import AUTO, resolve_panel
+from launch.evaluation.scoring import EvalScope, scope
 from learners.algorithm import Algorithm
 from learners.group import LearnerGroup
 from learners.learner_spec import LearnerSpec
@@ -295,7 +295,7 @@ STAGES: dict[str, StageBuilder] = {"": no_stage, "reward_models": reward_models,
 
 def register_stage(name: str, builder: StageBuilder) -> StageBuilder:
     """Add ``builder`` under ``name`` to this process's table, for records whose ``driver_stage`` is ``name``
-    (registered with ``launch.algos.register_algo``). A taken name is refused; returns the builder."""
+    (registered with ``launch.driver.algos.register_algo``). A taken name is refused; returns the builder."""
     if name in STAGES:
         raise ValueError(f"driver stage {name!r} is already registered")
     STAGES[name] = builder

@@ -1,6 +1,6 @@
 """Driver stages: what an algorithm needs from the driver around its updates (HISR's reward models,
-``launch/hisr.py``; STEP-HRL's and Multi2's stored data, ``launch/offline.py``) behind one interface, so that
-``Trainer`` (``launch/train.py``) and the update replay (``bench/bench_replay.py``) call the same hooks for every
+``launch/driver/hisr_rewards.py``; STEP-HRL's and Multi2's stored data, ``launch/driver/offline_data.py``) behind one interface, so that
+``Trainer`` (``launch/driver/train.py``) and the update replay (``bench/bench_replay.py``) call the same hooks for every
 algorithm and check none of its flags.
 
     prepare(k)              the learner group holds checkpoint k's state (0: the warm start's): at the start of RL
@@ -15,7 +15,7 @@ algorithm and check none of its flags.
                             whether the warm start freezes the KL reference and the first update warms the critic
                             up in passes (stored data: neither; it does both its own way)
 
-``Algorithm.driver_stage`` names a run's stage in ``launch.specs.STAGES``, which builds it. ``DriverStage`` itself
+``Algorithm.driver_stage`` names a run's stage in ``launch.driver.wiring.STAGES``, which builds it. ``DriverStage`` itself
 is the null stage of an algorithm that names none: every hook does nothing, so the loop has no special case for it.
 """
 
@@ -25,8 +25,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from actors.trajectory import Trajectory
-from launch.sources import IterationSource
-from launch.updater import Annotate, Updater
+from launch.driver.sources import IterationSource
+from launch.driver.updater import Annotate, Updater
 from learners.algorithm import Algorithm
 
 OFFLINE_STEPS = "offline_steps"

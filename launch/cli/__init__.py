@@ -1,0 +1,1 @@
+"""The ``hierarl`` command line: ``main`` (the subcommands), ``eval``, ``rollout`` and ``sweep``."""
