@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from actors.agent_loop import AgentFactory
-from actors.agents.base import adapter_for
+from actors.agents.base import DEFAULT_ADAPTERS, adapter_for, adapter_names
 from actors.env_pool import EnvPool
 from actors.env_process import build_env
 from actors.episodes import EpisodeRequest, iter_episodes, pack_group
@@ -74,7 +74,7 @@ class WorkerConfig:
     """PEFT folder whose weights every adapter starts from (its adapter_config.json overrides ``lora``), or a
     folder with one such subfolder per adapter name (a run with ``model.role_adapters``: PEFT saves each adapter
     under its name); None: zero LoRA B (the base model's outputs) until the learner's first ``set_weights``."""
-    adapters: Mapping[str, str | None] = field(default_factory=lambda: {"policy": "policy"})
+    adapters: Mapping[str, str | None] = field(default_factory=lambda: dict(DEFAULT_ADAPTERS))
     """Role → adapter name (``actors.agent_loop.make_agent``)."""
 
 
@@ -187,7 +187,7 @@ class RolloutWorker:
         self.name = "rollout" if world_size == 1 else f"rollout {rank + 1}/{world_size}"
         self.model_path = resolve_model_path(config.model_path)
         lora = config.lora
-        self.adapter_names = sorted({a for a in config.adapters.values() if a is not None})
+        self.adapter_names = adapter_names(config.adapters)
         per_adapter: dict[str | None, dict[str, np.ndarray]] = {}
         if config.adapter_path:
             per_adapter, lora = read_adapters(config.adapter_path, self.adapter_names)

@@ -15,6 +15,11 @@ DEFAULT_ADAPTERS: dict[str, str | None] = {"policy": "policy"}
 """Role → LoRA adapter name; ``"policy"`` is the fallback for every role not named (None = the base model)."""
 
 
+def adapter_names(adapters: Mapping[str, str | None]) -> list[str]:
+    """The distinct LoRA adapters a role map serves, sorted (the base model, None, is none of them)."""
+    return sorted({name for name in adapters.values() if name is not None})
+
+
 @dataclass(frozen=True)
 class PlanStep:
     """One step of an env expert's plan, as the protocols render it: the subgoal it serves, its action, whether it is

@@ -123,15 +123,15 @@ class CheckpointEval:
         import ray
         import torch
 
+        from actors.agents.base import adapter_names
         from actors.rollout import read_adapters
         from cluster.ray_cluster import init_ray
         from launch.driver.build import panel_evaluator
-        from launch.driver.wiring import rollout_pool
+        from launch.driver.wiring import role_adapters, rollout_pool
 
         cfg = self.cfg
         device = "cuda" if torch.cuda.is_available() else "cpu"
-        names = sorted({n for n in (dict(cfg.model.role_adapters) or {"policy": "policy"}).values() if n})
-        weights, _ = read_adapters(self.adapter, names)
+        weights, _ = read_adapters(self.adapter, adapter_names(role_adapters(cfg)))
         started = not ray.is_initialized()
         init_ray(cfg.ray_address, device=device)
         pools: dict[str, Any] = {}  # one rollout pool per set of env options

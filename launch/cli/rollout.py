@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from actors.agents.base import DEFAULT_ADAPTERS
 from actors.rollout import RolloutWorker
 from actors.trajectory import Trajectory, to_jsonl
 from launch.evaluation.episode_stats import trajectory_stats
@@ -131,7 +132,7 @@ def rollout_main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     probe.close()
     if not tasks:
         raise SystemExit(f"no tasks in split {a.split!r} of {a.env!r}")
-    adapters: dict[str, str | None] = {"policy": "policy"}  # every role of the protocol: the one adapter
+    adapters = dict(DEFAULT_ADAPTERS)  # every role of the protocol: the one adapter
     cfg = rollout_worker_config(
         run_cfg,
         a.model,

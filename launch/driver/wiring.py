@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from actors.agents.base import DEFAULT_ADAPTERS
 from actors.demos import collect_demonstrations
 from actors.rollout import WorkerConfig
 from actors.trajectory import Trajectory
@@ -183,6 +184,11 @@ def lora_spec(cfg: TrainConfig) -> LoraSpec:
     return LoraSpec(m.lora_rank, m.lora_alpha, m.lora_targets, m.lora_dropout)
 
 
+def role_adapters(cfg: TrainConfig) -> dict[str, str | None]:
+    """Role → adapter name the run's rollout workers serve: ``model.role_adapters``, else one adapter for all."""
+    return dict(cfg.model.role_adapters) or dict(DEFAULT_ADAPTERS)
+
+
 def rollout_worker_config(cfg: TrainConfig, model_path: str, device: str, **overrides: Any) -> WorkerConfig:
     """The rollout workers' config from a run config (training and ``hierarl eval`` build it the same way)."""
     fields: dict[str, Any] = {
@@ -208,7 +214,7 @@ def rollout_worker_config(cfg: TrainConfig, model_path: str, device: str, **over
         "max_group_retries": cfg.rollout.max_group_retries,
         "seed": cfg.seed,
         "agent_options": dict(cfg.rollout.agent_options),
-        "adapters": dict(cfg.model.role_adapters) or {"policy": "policy"},
+        "adapters": role_adapters(cfg),
         "torch_threads": torch_threads(cfg, cfg.rollout.num_workers, node_cores(), device),
     }
     return WorkerConfig(**{**fields, **overrides})
