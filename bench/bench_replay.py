@@ -133,7 +133,7 @@ def _driver_stage(cfg: Any, algo: Any, algo_cfg: Any, tok: Any, pad: int, update
         tokenizer=tok,
         pad_id=pad,
         train_ids=(),
-        learner=lambda: updater.learner,
+        learner=updater.learner,
         collect=no_rollouts,
         sample=no_rollouts,
         demonstrations=no_rollouts,

@@ -70,15 +70,31 @@ class LearnerGroup:
     """N ``ray.remote(LearnerWorker)`` actors in one placement group."""
 
     def __init__(self, spec: LearnerSpec, num_workers: int, resources: WorkerResources) -> None:
-        """``spec.master_port`` 0: a free port is picked. Another process may bind it between the pick and rank 0's
-        bind (seen beside a second Ray cluster on the machine): the group is then rebuilt on a fresh port, up to
-        ``PORT_TRIES`` times."""
-        picked = spec.master_port == 0
+        """``spec.master_port`` 0: a free port is picked (again at every ``rebuild``)."""
+        self.spec, self.num_workers, self.resources = spec, num_workers, resources
+        self.pick_port = spec.master_port == 0
+        self.workers: list[Any] = []
+        self.placement_group: Any = None
+        self._start()
+
+    def rebuild(self) -> None:
+        """New workers in a new placement group and rendezvous, after one died (``learner.max_restarts``). They hold
+        the spec's starting state: the caller loads a checkpoint next."""
+        self.shutdown()
+        self._start()
+
+    def _start(self) -> None:
+        """Place the workers and wait for them. A picked port may be bound by another process between the pick and
+        rank 0's bind (seen beside a second Ray cluster on the machine): the group is then placed again on a fresh
+        port, up to ``PORT_TRIES`` times."""
+        picked = self.pick_port
         for attempt in range(PORT_TRIES if picked else 1):
             if picked:
-                spec = dataclasses.replace(spec, master_port=_free_port())
-            self.spec = spec
-            self.workers, self.placement_group = place_workers(LearnerWorker, num_workers, resources, spec)
+                self.spec = dataclasses.replace(self.spec, master_port=_free_port())
+            spec = self.spec
+            self.workers, self.placement_group = place_workers(
+                LearnerWorker, self.num_workers, self.resources, spec
+            )
             try:
                 ray.get([w.ping.remote() for w in self.workers])
                 return

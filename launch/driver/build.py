@@ -109,16 +109,14 @@ class Schedule:
 @dataclass(frozen=True)
 class RunParts:
     """Everything a run is made of, built; ``Trainer`` reads these and no run config. What the loop needs only
-    later (a learner group to replace a dead one, the iteration source, BC's demonstrations) is a factory."""
+    later (the iteration source, BC's demonstrations) is a factory."""
 
     schedule: Schedule
     algo: Algorithm
     algo_cfg: Any
     pool: RolloutPool
     updater: Updater
-    """The update's driver side; ``updater.learner`` is the run's learner group, which a rebuild replaces."""
-    new_learner: Callable[[], LearnerGroup]
-    """A fresh learner group (new placement group and rendezvous), for one whose worker died."""
+    """The update's driver side; ``updater.learner`` is the run's learner group (``LearnerGroup.rebuild``)."""
     worker_lost: tuple[type[BaseException], ...]
     """The errors that mean a learner worker died (the group is rebuilt, not the run ended)."""
     checkpoints: Checkpointer
@@ -210,13 +208,12 @@ def build_run(cfg: TrainConfig, device: str | None = None) -> RunParts:
     rl_panel = rl_task_panel(cfg)
     train_ids, bc_ids = rl_and_bc_tasks(env_task_ids(cfg, cfg.env.train_split), rl_panel, cfg.bc.episodes)
     pool = rollout_pool(cfg, model_path, device)
-    new_learner = partial(
-        LearnerGroup,
+    learner = LearnerGroup(
         learner_spec(cfg, algo, algo_cfg, model_path, device),
         cfg.learner.num_workers,
         learner_resources(cfg.learner, device),
     )
-    upd = updater(cfg, algo, algo_cfg, new_learner(), pad_id)
+    upd = updater(cfg, algo, algo_cfg, learner, pad_id)
     checkpoints = Checkpointer(run_dir / "checkpoints", cfg.checkpoint_keep_last)
     keeper = EpisodeKeeper(run_dir, tokenizer, cfg.keep_episodes, [s.name for s in algo.value_slots])
     log = RunLog(run_dir, cfg.log, algo=cfg.algo, env=cfg.env.name, config=to_dict(cfg))
@@ -236,7 +233,7 @@ def build_run(cfg: TrainConfig, device: str | None = None) -> RunParts:
             tokenizer=tokenizer,
             pad_id=pad_id,
             train_ids=train_ids,
-            learner=lambda: upd.learner,
+            learner=learner,
             collect=pool.collect,
             sample=pool.sample,
             demonstrations=demos,
@@ -251,7 +248,6 @@ def build_run(cfg: TrainConfig, device: str | None = None) -> RunParts:
         algo_cfg=algo_cfg,
         pool=pool,
         updater=upd,
-        new_learner=new_learner,
         worker_lost=WORKER_LOST,
         checkpoints=checkpoints,
         keeper=keeper,

@@ -92,7 +92,7 @@ Collect = Callable[..., list[Trajectory]]
 
 class RewardModels(DriverStage):
     """The stages and the per-iteration scoring of HISR (``acfg``: its algorithm config), cached under ``root``,
-    through the run's learner group (``learner()``, asked at every call: a rebuilt group replaces it). ``collect``
+    through the run's learner group (``learner``, which rebuilds itself when a worker dies). ``collect``
     plays π_ref on ``train_ids``; ``log`` writes the stages' metrics row. The run's driver stage: ``prepare`` and
     ``annotate`` are its hooks; the others do nothing (the models live in the learner's checkpoints)."""
 
@@ -107,7 +107,7 @@ class RewardModels(DriverStage):
         max_seq_len: int,
         pad_id: int,
         seed: int,
-        learner: Callable[[], LearnerGroup],
+        learner: LearnerGroup,
         collect: Collect,
         train_ids: Sequence[str],
         log: Callable[[dict[str, Any]], None],
@@ -132,7 +132,7 @@ class RewardModels(DriverStage):
             return [subgoal_segments(t) for t in trajs]
         if self.segmentation == "turn":
             return [turn_segments(len(t.turns)) for t in trajs]
-        ent = self.learner().entropies(sequences(turns, ()))
+        ent = self.learner.entropies(sequences(turns, ()))
         per_turn = turn_entropies(turns.index, ent, [len(t.turns) for t in trajs])
         return [entropy_segments(h, self.acfg.entropy_jump) for h in per_turn]
 
@@ -142,7 +142,7 @@ class RewardModels(DriverStage):
     def _sprm_scores(self, trajs: Sequence[Trajectory], seg: list[np.ndarray]) -> np.ndarray:
         """float[B, S]: R̂ per segment, NaN where a row has no such (readable) segment."""
         batch = self._sprm_batch(trajs, seg)
-        values = self.learner().values(batch.seqs, critic=SPRM)
+        values = self.learner.values(batch.seqs, critic=SPRM)
         return np.where(batch.segment_valid, values, np.nan)
 
     # -- per RL iteration ------------------------------------------------------------------------------------
@@ -165,7 +165,7 @@ class RewardModels(DriverStage):
             seg,
             self._sprm_scores(trajs, seg),
             policy=(turns, logprobs),
-            hindsight=(hturns, self.learner().logprobs(sequences(hturns, ()), adapter=HINDSIGHT)),
+            hindsight=(hturns, self.learner.logprobs(sequences(hturns, ()), adapter=HINDSIGHT)),
             beta=self.acfg.beta,
             alpha=self.acfg.shaping.grounding_alpha,
             keep_sprm_scale=self.acfg.keep_sprm_scale,
@@ -192,7 +192,7 @@ class RewardModels(DriverStage):
         tmp = path.with_name(path.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-        self.learner().save_checkpoint(str(tmp))
+        self.learner.save_checkpoint(str(tmp))
         shutil.rmtree(path, ignore_errors=True)
         tmp.rename(path)
 
@@ -246,7 +246,7 @@ class RewardModels(DriverStage):
             value_valid=b.segment_valid,
             old_values=np.zeros(b.segment_valid.shape, np.float32),
         )
-        m = self.learner().update(
+        m = self.learner.update(
             batch,
             policy_loss=None,
             value_loss=hisr.sprm_value_loss,
@@ -276,7 +276,7 @@ class RewardModels(DriverStage):
         )
         nll = float("nan")
         for e in range(epochs):
-            m = self.learner().update(
+            m = self.learner.update(
                 batch,
                 policy_loss=algo.policy_loss,
                 adapter=HINDSIGHT,
@@ -295,7 +295,7 @@ class RewardModels(DriverStage):
         An RL checkpoint (``checkpoint`` >= 1) holds the models as they were at that iteration: nothing to do."""
         if checkpoint >= 1:
             return
-        learner, stages, models = self.learner(), self._stages(), self.root / "models"
+        learner, stages, models = self.learner, self._stages(), self.root / "models"
         if "hindsight" in stages:
             learner.load_checkpoint(str(models), only=REWARD_MODELS)
             print(f"[hierarl] HISR: reward models loaded from {models}", flush=True)

@@ -37,7 +37,7 @@ class Trainer:
 
     @property
     def learner(self) -> LearnerGroup:
-        """The learner group: the updater's, which ``rebuild_learner`` replaces."""
+        """The run's learner group (the updater's)."""
         return self.parts.updater.learner
 
     # -- the loop --------------------------------------------------------------------------------------------
@@ -185,8 +185,8 @@ class Trainer:
                 self.rebuild_learner(e)
 
     def rebuild_learner(self, error: Exception) -> None:
-        """A new learner group (new placement group and rendezvous) loaded from the newest readable checkpoint, the
-        driver stage restored to it and prepared on the new group."""
+        """The learner group rebuilt (new workers, placement group and rendezvous) and loaded from the newest readable
+        checkpoint, the driver stage restored to it and prepared on the new workers."""
         p = self.parts
         limit = p.schedule.learner.max_restarts
         if self.learner_restarts >= limit:
@@ -195,8 +195,7 @@ class Trainer:
                 "used up"
             ) from error
         t0 = time.perf_counter()
-        self.learner.shutdown()
-        p.updater.learner = p.new_learner()
+        self.learner.rebuild()
         loaded = p.checkpoints.load_newest(self.learner)
         if loaded is None:
             raise RuntimeError(

@@ -232,8 +232,8 @@ class StageInputs:
     pad_id: int
     train_ids: Sequence[str]
     """The tasks RL plays."""
-    learner: Callable[[], LearnerGroup]
-    """The run's learner group, asked at every call: a rebuilt group replaces it."""
+    learner: LearnerGroup
+    """The run's learner group (it rebuilds itself when a worker dies)."""
     collect: Collect
     """Rollouts of the current policy (``RolloutPool.collect``)."""
     sample: Callable[..., list[Any]]
@@ -255,7 +255,7 @@ def no_stage(inputs: StageInputs) -> DriverStage:
 
 
 def reward_models(inputs: StageInputs) -> RewardModels:
-    """HISR's reward models on the learner group ``inputs.learner()`` returns, playing π_ref through ``collect``."""
+    """HISR's reward models on the run's learner group, playing π_ref through ``collect``."""
     cfg = inputs.cfg
     return RewardModels(
         inputs.algo_cfg,

@@ -49,7 +49,8 @@ class WorkerLost(Exception):
 
 
 class Learner:
-    """Its adapter's "weights" name the group and count its exports, so a push or a checkpoint tells which."""
+    """Its adapter's "weights" name the group's generation ("learner<k>": ``rebuild`` counts k) and count its
+    exports, so a push or a checkpoint tells which workers gave them."""
 
     def __init__(self, name: str, events: list[tuple]) -> None:
         self.name, self.events, self.exports = name, events, 0
@@ -63,6 +64,10 @@ class Learner:
 
     def shutdown(self) -> None:
         self.events.append(("shutdown", self.name))
+
+    def rebuild(self) -> None:
+        self.events.append(("rebuild", self.name))
+        self.name, self.exports = f"learner{int(self.name.removeprefix('learner')) + 1}", 0
 
 
 class Pool:
@@ -252,17 +257,12 @@ def fake_run(
         sources.append((first, resumed_from))
         return Source(events, pool, set(empty))
 
-    def new_learner() -> Learner:
-        events.append(("new_learner",))
-        return Learner("learner1", events)
-
     parts = RunParts(
         schedule=schedule(tmp_path, **changes),
         algo=SimpleNamespace(name="ppo"),
         algo_cfg=None,
         pool=pool,
         updater=Updater(events, Learner("learner0", events), fail),
-        new_learner=new_learner,
         worker_lost=(WorkerLost,),
         checkpoints=Checkpoints(events, tmp_path / "checkpoints"),
         keeper=SimpleNamespace(observer=lambda iteration: None, keep_eval=lambda *episodes: None),

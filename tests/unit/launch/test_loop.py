@@ -97,8 +97,7 @@ def test_a_lost_learner_worker_rebuilds_the_group_from_a_checkpoint_and_redoes_t
     assert events[5:] == [
         ("take", 1),
         ("update", SEED + 1, "learner0"),
-        ("shutdown", "learner0"),
-        ("new_learner",),
+        ("rebuild", "learner0"),
         ("load_newest", "learner1"),
         ("update", SEED + 1, "learner1"),
         ("before_push",),
@@ -121,7 +120,7 @@ def test_a_learner_lost_again_past_max_restarts_ends_the_run(tmp_path):
     trainer.parts.checkpoints.newest = (tmp_path / "checkpoints" / "iter_0", {"iteration": 0})
     with pytest.raises(RuntimeError, match=r"learner.max_restarts \(1\) rebuilds were used up"):
         trainer.run()
-    assert events.count(("new_learner",)) == 1
+    assert events.count(("rebuild", "learner0")) == 1 and ("rebuild", "learner1") not in events
 
 
 def test_a_warm_start_evaluates_the_base_model_then_clones_evaluates_and_freezes_the_reference(tmp_path):
@@ -224,8 +223,7 @@ def test_a_rebuilt_learner_group_gets_the_driver_stage_of_the_checkpoint_it_load
     trainer.update_recovering([], 4)
     assert events == [
         ("update", SEED + 4, "learner0"),
-        ("shutdown", "learner0"),
-        ("new_learner",),
+        ("rebuild", "learner0"),
         ("load_newest", "learner1"),
         ("stage_restore", 2),
         ("stage_prepare", 2),

@@ -183,7 +183,7 @@ def reward_models(root: Path, learner: Learner) -> RewardModels:
         max_seq_len=64,
         pad_id=0,
         seed=0,
-        learner=lambda: learner,
+        learner=learner,
         collect=unused,
         train_ids=[],
         log=unused,

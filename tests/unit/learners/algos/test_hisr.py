@@ -173,7 +173,7 @@ def test_annotate_reads_the_hindsight_adapter_the_sprm_and_alpha(tmp_path):
         max_seq_len=64,
         pad_id=0,
         seed=0,
-        learner=lambda: passes,
+        learner=passes,
         collect=lambda *a, **k: [],
         train_ids=[],
         log=lambda row: None,
