@@ -139,6 +139,25 @@ def test_dry_run_imports_no_distributed_stack():
     assert "LOADED []" in out.stdout and "algo: ppo" in out.stdout
 
 
+def test_the_installed_hierarl_command_runs_the_cli():
+    """The README's commands call the console script ``install.sh`` installs: its entry point must be this
+    ``main`` (a moved module left it pointing nowhere once) and the script must run the main job's dry run."""
+    from importlib.metadata import entry_points
+
+    (script,) = entry_points(group="console_scripts", name="hierarl")
+    assert script.load() is main
+    out = subprocess.run(
+        [str(Path(sys.executable).with_name("hierarl")), "train", "--dry-run"],
+        cwd=ROOT,
+        env=_env_without_ray(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert f"[hierarl] preset {DEFAULT_PRESET} (" in out.stdout
+
+
 # --- one source of defaults for the workers and `hierarl rollout` ----------------------------------
 
 
