@@ -22,6 +22,12 @@ BC checkpoint is the others' ``bc.from_run``), 6 iterations, eval on the fixed 4
     python bench/bench_learning.py --out bench/results/synthetic_3stage --preset synthetic_3stage \
         --algos hiper,ppo,gigpo --seeds 0,1,2 --shared-bc
 
+HiPER against PPO task by task (``--contrast hiper,ppo``: per seed, HiPER's per-task success after RL minus PPO's
+from the same BC start, with a t-interval over tasks; and the tasks' differences averaged over seeds)::
+
+    python bench/bench_learning.py --out runs/d2 --preset textcraft_d2 --algos hiper,ppo,gigpo --seeds 0,1,2 \
+        --shared-bc --contrast hiper,ppo hiper,gigpo
+
 The same with a negative control: the first algorithm once more per seed with every advantage negated
 (``learner.advantage_scale=-1``, labelled ``hiper-negated``); it must not gain over its BC start::
 
@@ -157,11 +163,16 @@ def eval_gain(c: list[dict[str, Any]]) -> float | None:
     return evals[-1]["eval_success"] - start[0]
 
 
+def final_rates(c: list[dict[str, Any]], key: str) -> list[float] | None:
+    """Per-task success rates (``key``: ``rl_task_rates`` or ``eval_task_rates``) at the last evaluation after BC."""
+    return next((p[key] for p in reversed(c) if p["label"] != "bc" and p.get(key)), None)
+
+
 def task_gain(c: list[dict[str, Any]], key: str) -> list[float] | None:
     """Per-task success rates at the last evaluated point minus after BC (``key``: ``rl_task_rates`` or
     ``eval_task_rates``), None without both: what ``launch.evaluation.intervals.paired_gain`` reads."""
     start = next((p[key] for p in c if p["label"] == "bc" and p.get(key)), None)
-    end = next((p[key] for p in reversed(c) if p["label"] != "bc" and p.get(key)), None)
+    end = final_rates(c, key)
     if start is None or end is None or len(start) != len(end):
         return None
     return [b - a for a, b in zip(start, end, strict=True)]
@@ -188,6 +199,37 @@ def gain_table(curves: dict[str, list[list[dict[str, Any]]]], names: dict[str, l
                 mean_per_task = [sum(d[i] for _, d in diffs) / len(diffs) for i in range(same.pop())]
                 pooled = paired_gain([0.0] * len(mean_per_task), mean_per_task).__dict__
             out[f"{label}/{panel}"] = {"per_seed": per_seed, "over_seeds_by_task": pooled}
+    return out
+
+
+def contrast_table(runs: dict[str, list[dict[str, Any]]], a: str, b: str) -> dict[str, Any]:
+    """Per panel: label ``a``'s per-task success after RL minus label ``b``'s, on every seed both ran (the same
+    tasks from the same BC start, ``--shared-bc`` or ``bc.from_run``: paired by task), with its t-interval over
+    tasks, and the tasks' differences averaged over those seeds with a t-interval over tasks."""
+    from launch.evaluation.intervals import paired_gain
+
+    seeds = sorted(
+        int(m.group(1))
+        for n in runs
+        if (m := re.fullmatch(rf"{re.escape(a)}_seed(\d+)", n)) and f"{b}_seed{m.group(1)}" in runs
+    )
+    out: dict[str, Any] = {}
+    for key, panel in (("rl_task_rates", "rl_tasks"), ("eval_task_rates", "held_out")):
+        pairs = {
+            s: (ra, rb)
+            for s in seeds
+            if (ra := final_rates(runs[f"{a}_seed{s}"], key))
+            and (rb := final_rates(runs[f"{b}_seed{s}"], key))
+        }
+        if not pairs:
+            continue
+        per_seed = {s: paired_gain(rb, ra).__dict__ for s, (ra, rb) in pairs.items()}
+        same = {len(ra) for ra, _ in pairs.values()}
+        pooled = None
+        if len(same) == 1:
+            d = [statistics.fmean(ra[i] - rb[i] for ra, rb in pairs.values()) for i in range(same.pop())]
+            pooled = paired_gain([0.0] * len(d), d).__dict__
+        out[f"{a}-{b}/{panel}"] = {"per_seed": per_seed, "over_seeds_by_task": pooled}
     return out
 
 
@@ -277,6 +319,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="per seed, the first algorithm's BC warm start is every other algorithm's (bc.from_run)",
     )
+    p.add_argument(
+        "--contrast",
+        nargs="*",
+        default=[],
+        help="A,B label pairs: A's per-task success after RL minus B's, paired by task on each seed both ran",
+    )
     p.add_argument("--no-run", action="store_true", help="only summarise the runs already in --out")
     p.add_argument("--runs", nargs="*", default=[], help="summarise these run folders instead (no training)")
     p.add_argument(
@@ -343,8 +391,29 @@ def main(argv: list[str] | None = None) -> int:
         if g["over_seeds_by_task"]:
             x = g["over_seeds_by_task"]
             print(f"  {'tasks, mean over seeds':<24} {x['mean']:+.3f} [{x['low']:+.3f}, {x['high']:+.3f}]")
+    contrasts: dict[str, Any] = {}
+    for pair in a.contrast:
+        contrasts.update(contrast_table(runs, *pair.split(",")))
+    for key, g in contrasts.items():
+        print(f"\n{key}: success after RL, first minus second, mean per-task difference [95 % t over tasks]")
+        for seed, x in g["per_seed"].items():
+            print(
+                f"  seed {seed:<19} {x['mean']:+.3f} [{x['low']:+.3f}, {x['high']:+.3f}] ({x['changed']} of {x['tasks']} differ)"
+            )
+        if g["over_seeds_by_task"]:
+            x = g["over_seeds_by_task"]
+            print(f"  {'tasks, mean over seeds':<24} {x['mean']:+.3f} [{x['low']:+.3f}, {x['high']:+.3f}]")
     (out / "learning.json").write_text(
-        json.dumps({"summary": summary, "gains": gains, "paired_gains": paired, "runs": runs}, indent=1)
+        json.dumps(
+            {
+                "summary": summary,
+                "gains": gains,
+                "paired_gains": paired,
+                "contrasts": contrasts,
+                "runs": runs,
+            },
+            indent=1,
+        )
     )
     if summary:
         plot(summary, out / "learning.png", f"{', '.join(summary)} — {out.name}")

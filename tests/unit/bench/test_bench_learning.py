@@ -41,3 +41,33 @@ def test_paired_gains_per_seed_and_over_seeds_by_task(tmp_path):
     assert abs(s0["high"] - (0.25 + 0.459347)) < 1e-5 and abs(s1["low"] - (0.375 - 0.397806)) < 1e-5
     pooled = g["over_seeds_by_task"]
     assert abs(pooled["mean"] - 0.3125) < 1e-9 and abs(pooled["low"] - (0.3125 - 0.380870)) < 1e-5
+
+
+def test_a_contrast_pairs_two_algorithms_by_task_on_each_seed_both_ran(tmp_path):
+    """``--contrast hiper,ppo``: HiPER's per-task success after RL minus PPO's. Seed 0: [0.5, 0.5, 1, 0.75] −
+    [0, 0.5, 1, 0.25] = [0.5, 0, 0, 0.5] (mean 0.25, half 0.459347 as above); seed 1: [0.5, 0.5, 1, 0.5] −
+    [0, 0, 1, 0] = [0.5, 0.5, 0, 0.5] (mean 0.375, half 0.397806); over seeds by task: mean 0.3125, half 0.380870.
+    PPO's seed 2 has no HiPER twin and is left out."""
+    runs = tmp_path / "runs"
+    _run(runs / "hiper_seed0", [0, 0, 0, 0], [0.5, 0.5, 1, 0.75])
+    _run(runs / "ppo_seed0", [0, 0, 0, 0], [0, 0.5, 1, 0.25])
+    _run(runs / "hiper_seed1", [0, 0, 0, 0], [0.5, 0.5, 1, 0.5])
+    _run(runs / "ppo_seed1", [0, 0, 0, 0], [0, 0, 1, 0])
+    _run(runs / "ppo_seed2", [0, 0, 0, 0], [1, 1, 1, 1])
+    out = tmp_path / "out"
+    cmd = [
+        sys.executable,
+        str(ROOT / "bench" / "bench_learning.py"),
+        "--out",
+        str(out),
+        "--contrast",
+        "hiper,ppo",
+    ]
+    subprocess.run([*cmd, "--runs", *map(str, sorted(runs.iterdir()))], check=True, cwd=ROOT)
+    g = json.loads((out / "learning.json").read_text())["contrasts"]["hiper-ppo/held_out"]
+    assert sorted(g["per_seed"]) == ["0", "1"]
+    s0, s1 = g["per_seed"]["0"], g["per_seed"]["1"]
+    assert (s0["mean"], s0["changed"], s0["tasks"], s1["mean"]) == (0.25, 2, 4, 0.375)
+    assert abs(s0["high"] - (0.25 + 0.459347)) < 1e-5 and abs(s1["low"] - (0.375 - 0.397806)) < 1e-5
+    pooled = g["over_seeds_by_task"]
+    assert abs(pooled["mean"] - 0.3125) < 1e-9 and abs(pooled["low"] - (0.3125 - 0.380870)) < 1e-5
