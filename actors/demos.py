@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from actors.agent_loop import AGENTS, AgentFactory
 from actors.agents.base import PlanStep
 from actors.inference import GenerationRequest, GenerationResult, SamplingParams
+from actors.protocols import AGENTS, AgentFactory
 from actors.trajectory import Trajectory
 
 

@@ -30,11 +30,11 @@ from typing import Any
 
 import numpy as np
 
-from actors.agent_loop import AgentFactory
 from actors.agents.base import ModelCall
 from actors.agents.parsing import masks_for_parse, normalize_ws, render_prompt, token_offsets_from_pieces
 from actors.env_pool import EnvPool, EnvResult
 from actors.inference import GenerationRequest, InferenceEngine, SamplingParams
+from actors.protocols import AgentFactory
 from actors.trajectory import Trajectory, TrajectoryGroup, Turn, from_numpy_dict, to_numpy_dict
 
 

@@ -23,12 +23,12 @@ from typing import Any
 
 import numpy as np
 
-from actors.agent_loop import AgentFactory
 from actors.agents.base import DEFAULT_ADAPTERS, adapter_for, adapter_names
 from actors.env_pool import EnvPool
 from actors.env_process import build_env
 from actors.episodes import EpisodeRequest, iter_episodes, pack_group
 from actors.inference import GenerationRequest, GenerationResult, InferenceEngine, SamplingParams
+from actors.protocols import AgentFactory
 from actors.trajectory import Trajectory, TrajectoryGroup
 from common.lora import LoraSpec
 from common.progress import Ticker
@@ -75,7 +75,7 @@ class WorkerConfig:
     folder with one such subfolder per adapter name (a run with ``model.role_adapters``: PEFT saves each adapter
     under its name); None: zero LoRA B (the base model's outputs) until the learner's first ``set_weights``."""
     adapters: Mapping[str, str | None] = field(default_factory=lambda: dict(DEFAULT_ADAPTERS))
-    """Role → adapter name (``actors.agent_loop.make_agent``)."""
+    """Role → adapter name (``actors.protocols.make_agent``)."""
 
 
 def read_peft_adapter(path: str | Path) -> tuple[dict[str, np.ndarray], LoraSpec]:

@@ -108,7 +108,7 @@ def bare_policy_steps(path: str, spec: Any, batch: Any, steps: int, device: str)
     from transformers import AutoModelForCausalLM
 
     from common.dtypes import pick_dtype
-    from learners.engines import ds_config
+    from learners.distributed import ds_config
 
     torch.manual_seed(0)
     net = get_peft_model(
@@ -156,7 +156,7 @@ def learner_child(out: Path, quick: bool) -> None:
     from cluster.ray_cluster import WorkerResources
     from common.lora import LoraSpec
     from learners.algos import grpo
-    from learners.engines import init_dist
+    from learners.distributed import init_dist
     from learners.group import LearnerGroup
     from learners.learner_spec import LearnerSpec
 

@@ -234,7 +234,7 @@ def main() -> None:
     import transformers
 
     from common.lora import LoraSpec
-    from learners.engines import init_dist
+    from learners.distributed import init_dist
     from learners.learner_spec import LearnerSpec
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])

@@ -4,7 +4,7 @@ trajectories (the comparison behind HIPIF Fig. 4 and Table 4), with the HIPIF pr
 Each game is played once by ALFWorld's hand-coded expert; its actions, observations and infos are recorded and cut
 into subgoals by ``bench_rollout.split_subgoals`` (a subgoal ends with take / put / heat / cool / clean / use /
 slice; named after the non-navigation ``high_pddl`` steps), the rule of the earlier token-efficiency bench.  Every
-protocol's agent state machine (``actors.agent_loop.make_agent``) then replays that trajectory: it gets the
+protocol's agent state machine (``actors.protocols.make_agent``) then replays that trajectory: it gets the
 recorded observations and infos, answers with the expert's response in the protocol's own format
 (``actors.demos.expert_text``: HIPIF writes a new ``<subgoal>`` on each subgoal's first action, HiPER a SWITCH),
 and every prompt is rendered with SmolLM2's chat template by ``render_prompt``, the function the rollout loop
@@ -139,8 +139,8 @@ def hipif_parts(agent: Any, tokenizer: Any, total: int) -> dict[str, int]:
 
 def replay(rec: dict[str, Any], plan: list[tuple[str, list[str]]], tokenizer: Any) -> dict[str, Any]:
     """Every variant's agent on the recorded episode; prompt tokens per turn (one call per env step)."""
-    from actors.agent_loop import make_agent
     from actors.demos import expert_text, flatten_plan
+    from actors.protocols import make_agent
 
     steps = flatten_plan(plan)
     out: dict[str, Any] = {}

@@ -351,7 +351,7 @@ def play_expert(env: Any, task_id: str, max_steps: int) -> tuple[list[str], bool
 def per_step_tokens(traj: Any) -> dict[str, list[int]]:
     """Prompt tokens per env step, summed over the roles called at that step, and per role.  STEP-HRL's progress
     call follows the low-level action of its step, so it is booked on that step."""
-    from actors.agent_loop import AGENTS
+    from actors.protocols import AGENTS
 
     acting = {role for spec in AGENTS.values() for role in spec.acting_roles}
     total: dict[int, int] = {}
@@ -373,10 +373,10 @@ def per_step_tokens(traj: Any) -> dict[str, list[int]]:
 
 def replay(env: Any, env_name: str, task_id: str, plan: list[tuple[str, list[str]]], tokenizer: Any) -> dict:
     """Every protocol on the same plan through ``iter_episodes`` with ``ExpertEngine`` (the demo collector's way)."""
-    from actors.agent_loop import AGENTS, AgentFactory
     from actors.demos import ExpertEngine, flatten_plan
     from actors.episodes import EpisodeRequest, iter_episodes
     from actors.inference import SamplingParams
+    from actors.protocols import AGENTS, AgentFactory
 
     n_actions = sum(len(a) for _, a in plan)
     out: dict[str, Any] = {}

@@ -3,7 +3,7 @@ expert trajectories (the measurement behind ``algo.segmentation``'s default).
 
 Each game is played once by ALFWorld's hand-coded expert and cut into subgoals by ``bench_rollout.split_subgoals``
 (a subgoal ends with take / put / heat / cool / clean / use / slice; the rule of the prompt and rollout benches):
-the reference boundaries. The ReAct agent (``actors.agent_loop.make_agent``, the protocol HISR trains) replays the
+the reference boundaries. The ReAct agent (``actors.protocols.make_agent``, the protocol HISR trains) replays the
 trajectory with the expert's responses in its own format; SmolLM2 scores every response, and the mean token entropy
 of each turn's response feeds ``reward.segments.entropy_segments`` at several thresholds. Two response texts:
 
@@ -47,10 +47,10 @@ def turn_entropy(model: Any, prompt: list[int], response: list[int]) -> float:
 
 
 def replay_entropies(rec: dict[str, Any], plan: Any, tok: Any, model: Any, text: str) -> list[float]:
-    from actors.agent_loop import make_agent
     from actors.agents.parsing import render_prompt
     from actors.agents.react import format_react
     from actors.demos import expert_text, flatten_plan
+    from actors.protocols import make_agent
 
     agent: Any = make_agent("react", env_name="alfworld", history_length=2)
     agent.start(rec["observations"][0], rec["infos"][0])

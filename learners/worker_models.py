@@ -16,7 +16,7 @@ One rank holds
 
 What the learner group calls on them (forward passes, updates, checkpoints) is ``learners.worker.LearnerWorker``;
 the value model and adapter switching are ``learners.value_model``; the process group, engine config and engine
-checkpoints ``learners.engines``; the spec ``learners.learner_spec``.
+checkpoints ``learners.distributed``; the spec ``learners.learner_spec``.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from common.dtypes import pick_dtype
-from learners.engines import drop_tied_frozen_weights, ds_config, init_dist
+from learners.distributed import drop_tied_frozen_weights, ds_config, init_dist
 from learners.learner_spec import CRITIC_ADAPTER, CriticSpec, LearnerSpec
 from learners.value_model import TrunkValueHead, ValueModel, adapter_of, polyak_update_, using_adapter
 

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from common.rng import process_rngs, restore_process_rngs
-from learners.engines import load_engine
+from learners.distributed import load_engine
 from learners.learner_spec import CRITIC_ADAPTER
 from learners.schedule import warmup_lr
 from learners.value_model import adapter_of

@@ -38,7 +38,7 @@ def summarize(trajectories: Sequence[Trajectory], wall_s: float) -> dict[str, An
 
 def rollout_parser() -> argparse.ArgumentParser:
     """``hierarl rollout``'s options; every default is the run config's (``launch.config``), not restated."""
-    from actors.agent_loop import PROTOCOLS
+    from actors.protocols import PROTOCOLS
     from launch.config import DTYPES, ENGINES, EnvConfig, ModelConfig, RolloutConfig, TrainConfig
 
     m, e, r, t = ModelConfig(), EnvConfig(), RolloutConfig(), TrainConfig()

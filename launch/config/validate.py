@@ -237,7 +237,7 @@ def _check_algo(cfg: TrainConfig) -> Any:
             f"{', '.join(algo.agents)}"
         )
     if hasattr(algo_cfg, "segmentation"):
-        from actors.agent_loop import AGENTS
+        from actors.protocols import AGENTS
 
         stating = [name for name, spec in AGENTS.items() if spec.states_subgoals]
         if algo_cfg.segmentation == "subgoal" and cfg.rollout.agent not in stating:
@@ -369,7 +369,7 @@ def validate(cfg: TrainConfig) -> Any:
     keys against the algorithm's Config (enumerations, ranges, reward terms, group size), and that a BC warm start
     has an expert. Raises a one-line ``ConfigError`` naming the key and what is allowed; returns the resolved
     algorithm config. Pure: reads no files beyond importing the modules that define the allowed names."""
-    from actors.agent_loop import AGENTS
+    from actors.protocols import AGENTS
     from envs.base import env_names
     from launch.driver.algos import ALGOS
 

@@ -32,8 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from actors.agent_loop import AGENTS
 from actors.agents.parsing import render_prompt
+from actors.protocols import AGENTS
 from actors.trajectory import Trajectory, read_jsonl, to_jsonl
 from launch.driver.stages import DriverStage
 from learners.algos import hisr, sft

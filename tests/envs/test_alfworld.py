@@ -278,8 +278,8 @@ def tok():
 def test_demonstrations_for_every_protocol(env, tok, capsys):
     """BC's demonstrations on ALFWorld, rendered by actors/demos.py for each protocol: the expert's commands win,
     and the protocol states the three subtasks where its papers do."""
-    from actors.agent_loop import PROTOCOLS
     from actors.demos import collect_demonstrations
+    from actors.protocols import PROTOCOLS
 
     env.reset(task_id=HEAT_GAME)
     flat = [a for _, acts in env.expert_plan() for a in acts]

@@ -77,12 +77,12 @@ def _free_port() -> int:
 
 
 IN_PROCESS_PORT = _free_port()
-"""All in-process workers share one world-size-1 gloo group (``learners.engines.init_dist`` initialises once per process)."""
+"""All in-process workers share one world-size-1 gloo group (``learners.distributed.init_dist`` initialises once per process)."""
 
 
 @pytest.fixture(scope="module")
 def model_path(ray_local) -> str:
-    """Ray starts before any in-process learner: ``learners.engines.init_dist`` writes MASTER_PORT into ``os.environ`` and Ray's
+    """Ray starts before any in-process learner: ``learners.distributed.init_dist`` writes MASTER_PORT into ``os.environ`` and Ray's
     workers inherit the driver's environment at ``ray.init``, where MASTER_PORT would override
     ``LearnerSpec.master_port`` (``test_spec_master_port_beats_inherited_env``)."""
     from actors.models import resolve_model_path

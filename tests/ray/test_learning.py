@@ -28,10 +28,10 @@ from __future__ import annotations
 
 import pytest
 
-from actors.agent_loop import AgentFactory
 from actors.demos import ExpertEngine, flatten_plan
 from actors.episodes import EpisodeRequest, iter_episodes
 from actors.inference import SamplingParams
+from actors.protocols import AgentFactory
 from launch.config import TrainConfig, resolve_config
 from launch.driver.build import build_run
 from launch.driver.train import Trainer

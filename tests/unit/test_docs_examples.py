@@ -32,10 +32,10 @@ import pytest
 
 import envs
 import envs.base
-from actors.agent_loop import AGENTS, AgentFactory
 from actors.demos import collect_demonstrations
 from actors.episodes import EpisodeRequest
 from actors.inference import SamplingParams
+from actors.protocols import AGENTS, AgentFactory
 from actors.trajectory import Trajectory, Turn
 from envs.random_policy import random_policy_wins
 from envs.synthetic import SyntheticHierEnv

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from actors.agent_loop import make_agent
 from actors.agents import hipif, multi2, plan_execute, react, step_hrl
 from actors.agents.parsing import render_prompt
+from actors.protocols import make_agent
 
 TASK = "put a cool tomato in microwave"
 OBS = "You arrive at fridge 1. The fridge 1 is closed."

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from actors.agent_loop import AGENTS, make_agent
 from actors.agents import hipif, multi2, plan_execute, react, step_hrl
 from actors.agents.base import PlanStep, unseen_task_info
+from actors.protocols import AGENTS, make_agent
 
 TASK = "put a cool tomato in microwave"
 OBS = "You arrive at fridge 1. The fridge 1 is closed."

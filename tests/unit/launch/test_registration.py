@@ -1,5 +1,5 @@
 """The run-time registration hooks beside the three name tables: ``launch.driver.algos.register_algo``,
-``envs.register_env`` and ``actors.agent_loop.register_agent`` (the docs' worked examples register through them)."""
+``envs.register_env`` and ``actors.protocols.register_agent`` (the docs' worked examples register through them)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 
 import envs
 import envs.base
-from actors.agent_loop import AGENTS, make_agent, register_agent
 from actors.agents import react
+from actors.protocols import AGENTS, make_agent, register_agent
 from envs.synthetic import SyntheticHierEnv
 from launch.config import resolve_config, validate
 from launch.driver.algos import ALGOS, get_algo, register_algo

@@ -197,7 +197,7 @@ def test_unknown_protocol_and_env_options():
 def test_every_listed_protocol_option_is_an_agent_field():
     import dataclasses
 
-    from actors.agent_loop import AGENTS
+    from actors.protocols import AGENTS
 
     for protocol, spec in AGENTS.items():
         assert spec.name == protocol and set(spec.acting_roles) <= set(spec.roles), protocol

@@ -14,10 +14,10 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from actors.agent_loop import AgentFactory, make_agent
 from actors.agents.parsing import TAG_TO_MASK
 from actors.episodes import EpisodeRequest, response_pieces
 from actors.inference import SamplingParams
+from actors.protocols import AgentFactory, make_agent
 from actors.rollout import RolloutWorker, WorkerConfig
 from actors.trajectory import Trajectory, Turn, from_numpy_dict
 from common.lora import LoraSpec
