@@ -27,7 +27,7 @@ from launch.config.resolve import (
     resolved_text,
     to_dict,
 )
-from launch.config.run_dir import BC_KEYS, check_bc_source, check_run_dir
+from launch.config.run_dir import BC_KEYS, bc_eval_reusable, check_bc_source, check_run_dir
 from launch.config.schema import (
     DEFAULT_PRESET,
     DTYPES,
@@ -68,6 +68,7 @@ __all__ = [
     "TrainConfig",
     "apply_overrides",
     "attribute_docs",
+    "bc_eval_reusable",
     "behaviour_is_cap",
     "check_bc_source",
     "check_run_dir",

@@ -43,6 +43,22 @@ BC_KEYS = (
 """Run-config keys (or key prefixes) that shape the BC warm start: ``bc.from_run`` needs them equal."""
 
 
+EVAL_KEYS = (
+    "eval_panel",
+    "eval_episodes",
+    "eval_samples",
+    "eval_train_samples",
+    "eval_baselines",
+    "eval_base_model",
+    "rollout.eval_temperature",
+    "rollout.engine",
+    "rollout.weight_sync",
+    "rollout.max_new_tokens",
+)
+"""Run-config keys that, beside ``BC_KEYS``, shape the evaluation after BC: where they equal ``bc.from_run``'s, its
+evaluation of the BC state is this run's too (``bc_eval_reusable``)."""
+
+
 CHECKPOINT_KEYS = (
     "algo",
     "model.lora_",
@@ -95,3 +111,10 @@ def check_bc_source(cfg: TrainConfig) -> Path:
             "allowed: a run with the same BC setting"
         )
     return ckpt
+
+
+def bc_eval_reusable(cfg: TrainConfig) -> bool:
+    """Whether ``bc.from_run``'s evaluation after BC is what this run's would be (``EVAL_KEYS`` equal, the BC state
+    the same by ``check_bc_source``): then it is taken, not played again, and every run from one BC start reads
+    the same start."""
+    return _first_difference(cfg, Path(cfg.bc.from_run).expanduser(), EVAL_KEYS) is None

@@ -258,7 +258,8 @@ class BCConfig:
     """Take the BC warm start from another run's ``checkpoints/iter_0`` (the policy with its optimizer state)
     instead of running it: one BC shared by several algorithms on the same setting. The critic, which BC never
     trains, starts from its initialisation as it would after this run's own BC. The source run must match in every
-    key that shapes BC (``BC_KEYS``; checked before Ray starts)."""
+    key that shapes BC (``BC_KEYS``; checked before Ray starts); where the evaluation settings match too
+    (``EVAL_KEYS``), its evaluation after BC is taken as well, not played again."""
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ from launch.config import (
     BCConfig,
     LearnerConfig,
     TrainConfig,
+    bc_eval_reusable,
     check_bc_source,
     resolve_algo_config,
     resolved_text,
@@ -102,6 +103,8 @@ class Schedule:
     """The run's BC section where BC is on (``bc.enabled``), else None."""
     bc_source: Path | None
     """``bc.from_run``'s BC checkpoint (checked before Ray starts), else None: BC runs here."""
+    bc_eval_reused: bool
+    """Whether the evaluation after BC is ``bc.from_run``'s (``launch.config.bc_eval_reusable``), not played here."""
     learner: LearnerConfig
     """The learner section: ``critic_warmup_passes``, ``max_restarts`` and how RL starts its optimizer."""
 
@@ -169,6 +172,7 @@ def schedule(cfg: TrainConfig, bc_source: Path | None) -> Schedule:
         lora=lora_spec(cfg),
         bc=cfg.bc if cfg.bc.enabled else None,
         bc_source=bc_source,
+        bc_eval_reused=bc_source is not None and bc_eval_reusable(cfg),
         learner=cfg.learner,
     )
 

@@ -146,7 +146,8 @@ def eval_fields(ev: dict[str, Any], prefix: str = "eval_") -> dict[str, Any]:
 
 def eval_text(ev: dict[str, Any]) -> str:
     dropped = f" ({ev['dropped']} dropped, counted lost)" if ev.get("dropped") else ""
-    types = ", ".join(f"{k} {v:.2f}" for k, v in ev["per_type"].items()) if len(ev["per_type"]) > 1 else ""
+    per_type = ev.get("per_type", {})
+    types = ", ".join(f"{k} {v:.2f}" for k, v in per_type.items()) if len(per_type) > 1 else ""
     k = ev.get("samples", 1)
     samples = f" × {k} samples" if k > 1 else ""
     base = "" if math.isnan(ev["base"]) else f" · base model {ev['base']:.3f}"  # nan: eval_base_model=false
@@ -155,6 +156,17 @@ def eval_text(ev: dict[str, Any]) -> str:
         f"{samples} of panel {ev['panel']}{dropped} · random policy {ev['random']:.3f}{base} · "
         f"valid format {ev['valid_format']:.2f}" + (f" · per type: {types}" if types else "")
     )
+
+
+def logged_eval_text(row: dict[str, Any]) -> str:
+    """``eval_text`` of the evaluations a metrics row holds (``eval_fields``' keys; the RL tasks' on a second line)."""
+    lines = []
+    for prefix in ("eval_", "train_eval_"):
+        ev = {k.removeprefix(prefix): v for k, v in row.items() if k.startswith(prefix)}
+        if "success" in ev:
+            ev.setdefault("base", math.nan)
+            lines.append(eval_text(ev))
+    return "\n[hierarl]   on the tasks RL trains on: ".join(lines)
 
 
 def iteration_line(r: dict[str, Any]) -> str:

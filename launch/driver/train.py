@@ -19,7 +19,7 @@ from actors.trajectory import Trajectory, to_jsonl
 from common.rng import restore_process_rngs
 from launch.config import TrainConfig
 from launch.driver.build import RunParts, build_run
-from launch.driver.run_log import eval_fields, eval_text, final_table, iteration_line
+from launch.driver.run_log import eval_fields, eval_text, final_table, iteration_line, logged_eval_text
 from launch.driver.stages import staged_update
 from launch.driver.updater import timed
 from launch.driver.warm_start import bc_from_run, behaviour_cloning, load_init_adapter, start_rl
@@ -117,14 +117,19 @@ class Trainer:
             if s.bc_source is None:
                 bc = behaviour_cloning(p.updater, p.demonstrations(), s.bc, seed=s.seed)
             else:
-                bc = bc_from_run(self.learner, s.bc_source, s.adapters or ["default"])
+                bc = bc_from_run(
+                    self.learner, s.bc_source, s.adapters or ["default"], with_eval=s.bc_eval_reused
+                )
             push_s = self.push()
-            fields, text = self.eval_record(0)
+            if "eval_success" in bc:  # the source run's evaluation of this state, at this run's settings
+                fields, text, whose = {}, logged_eval_text(bc), " (that run's: same state and settings)"
+            else:
+                (fields, text), whose = self.eval_record(0), ""
             p.log.log({"iteration": 0, "phase": "bc", **bc, "push_s": push_s, **fields})
             source = f" (taken from {bc['bc_from_run']})" if "bc_from_run" in bc else ""
             print(
                 f"[hierarl] BC on {bc['demos']} demos ({bc['turns']} turns) in {bc['wall_s']:.1f}s{source}; "
-                f"eval after BC {text}",
+                f"eval after BC{whose} {text}",
                 flush=True,
             )
         if p.updater.ref_adapters and p.stage.reference_at_warm_start:

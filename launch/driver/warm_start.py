@@ -56,13 +56,21 @@ def behaviour_cloning(
     return out
 
 
-def bc_from_run(learner: LearnerGroup, ckpt: Path, adapters: Sequence[str]) -> dict[str, Any]:
+def bc_from_run(
+    learner: LearnerGroup, ckpt: Path, adapters: Sequence[str], *, with_eval: bool = False
+) -> dict[str, Any]:
     """``bc.from_run``: the policy adapters (with their optimizer state) after another run's BC, and that run's BC
-    row (its demonstrations, NLLs and wall time; the critic, which BC never trains, keeps its initialisation)."""
+    row (its demonstrations, NLLs and wall time; the critic, which BC never trains, keeps its initialisation);
+    ``with_eval``: its evaluation after BC too (the ``eval_*`` and ``train_eval_*`` fields)."""
     learner.load_checkpoint(str(ckpt), only=list(adapters))
     rows = (json.loads(r) for r in (ckpt.parent.parent / "metrics.jsonl").read_text().splitlines() if r)
     bc = next((r for r in rows if r.get("phase") == "bc"), {})
-    keep = {k: v for k, v in bc.items() if k in ("demos", "turns", "wall_s") or "nll_epoch" in k}
+    evaluated = ("eval_", "train_eval_") if with_eval and "eval_success" in bc else ()
+    keep = {
+        k: v
+        for k, v in bc.items()
+        if k in ("demos", "turns", "wall_s") or "nll_epoch" in k or (evaluated and k.startswith(evaluated))
+    }
     print(f"[hierarl] BC warm start taken from {ckpt}", flush=True)
     return {"demos": 0, "turns": 0, "wall_s": 0.0, **keep, "bc_from_run": str(ckpt.parent.parent)}
 

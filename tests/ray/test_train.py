@@ -156,16 +156,20 @@ def test_checkpoints_are_small_pruned_and_fall_back_when_corrupted(ray_local, tm
 @pytest.mark.slow
 def test_bc_from_run_reuses_another_algorithms_bc(ray_local, tmp_path):
     """``bc.from_run``: a PPO run takes HiPER's BC checkpoint (policy + optimizer state, critic fresh) instead of
-    running BC, and its policy after BC is HiPER's exactly."""
+    running BC, and its policy after BC is HiPER's exactly, its evaluation after BC HiPER's."""
     from safetensors.numpy import load_file
 
     common = ["eval_every=0", "rollout.agent=plan_execute"]
-    run_tiny(tmp_path / "hiper", ["algo=hiper", "iterations=0", *common])
+    hiper = run_tiny(tmp_path / "hiper", ["algo=hiper", "iterations=0", *common])
     rows = run_tiny(
         tmp_path / "ppo", ["algo=ppo", "iterations=1", f"bc.from_run={tmp_path / 'hiper'}", *common]
     )
     bc = next(r for r in rows if r.get("phase") == "bc")
     assert bc["bc_from_run"] == str(tmp_path / "hiper") and "nll_epoch0" in bc
+    # evaluated alike (same state, same eval settings): HiPER's evaluation after BC is PPO's, not played again
+    theirs = next(r for r in hiper if r.get("phase") == "bc")
+    evaluated = {k: v for k, v in theirs.items() if k.startswith(("eval_", "train_eval_"))}
+    assert evaluated and all(bc[k] == v or v != v for k, v in evaluated.items())
     adapter = "checkpoints/iter_0/adapter/adapter_model.safetensors"
     a, b = load_file(str(tmp_path / "hiper" / adapter)), load_file(str(tmp_path / "ppo" / adapter))
     assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)

@@ -65,6 +65,9 @@ class Learner:
     def shutdown(self) -> None:
         self.events.append(("shutdown", self.name))
 
+    def load_checkpoint(self, path: str, *, only: Any = None) -> None:
+        self.events.append(("load_checkpoint", Path(path).name, tuple(only)))
+
     def rebuild(self) -> None:
         self.events.append(("rebuild", self.name))
         self.name, self.exports = f"learner{int(self.name.removeprefix('learner')) + 1}", 0
@@ -233,6 +236,7 @@ def schedule(run_dir: Path, **changes: Any) -> Schedule:
         lora=LoraSpec(4, 8, ("q_proj",)),
         bc=None,
         bc_source=None,
+        bc_eval_reused=False,
         learner=LearnerConfig(critic_warmup_passes=2, max_restarts=1),
     )
     return replace(base, **changes)

@@ -5,6 +5,8 @@ one sequence (take → update → push → eval → checkpoint → log)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from common.rng import process_rngs
@@ -143,6 +145,38 @@ def test_a_warm_start_evaluates_the_base_model_then_clones_evaluates_and_freezes
     assert [r["phase"] for r in rows] == ["zero-shot", "bc"]
     assert rows[1]["push_s"] == 0.0 and rows[1]["eval_success"] == 0.5
     assert trainer.parts.updater.calls[0]["algo"].name == "sft"
+
+
+@pytest.mark.parametrize("reused", [True, False])
+def test_a_warm_start_from_another_runs_bc_takes_its_evaluation_where_it_evaluated_alike(
+    tmp_path, capsys, reused
+):
+    """``bc.from_run`` with the same evaluation settings (``Schedule.bc_eval_reused``): that run's evaluation after
+    BC is logged and printed, nothing is played; with other settings the state is evaluated here."""
+    src = tmp_path / "src"
+    (src / "checkpoints" / "iter_0").mkdir(parents=True)
+    theirs = {"eval_success": 0.25, "eval_ci_low": 0.1, "eval_ci_high": 0.5, "eval_n": 2, "eval_random": 0.0}
+    theirs |= {"eval_panel": "p@1", "eval_valid_format": 1.0, "eval_task_rates": [0.5, 0.0]}
+    (src / "metrics.jsonl").write_text(json.dumps({"phase": "bc", "demos": 4, "turns": 9, **theirs}) + "\n")
+    trainer, events, _ = fake_run(
+        tmp_path / "run",
+        iterations=0,
+        bc=BCConfig(epochs=1),
+        bc_source=src / "checkpoints" / "iter_0",
+        bc_eval_reused=reused,
+    )
+    rows = trainer.run()
+    played = [e for e in events if e[0] == "evaluate"]
+    assert events[:2] == [("restart",), ("push", 1)] and ("load_checkpoint", "iter_0", ("default",)) in events
+    assert played == ([] if reused else [("evaluate", 2, False)])
+    bc = rows[0]
+    assert bc["bc_from_run"] == str(src) and bc["demos"] == 4
+    assert bc["eval_success"] == (0.25 if reused else 0.5)  # the fake evaluator scores 0.5
+    assert (bc.get("eval_task_rates") == [0.5, 0.0]) is reused  # theirs, or the fake evaluator's
+    said = (
+        "eval after BC (that run's: same state and settings) success 0.250 [0.100, 0.500] (Wilson 95 %) on 2"
+    )
+    assert (said in capsys.readouterr().out) is reused
 
 
 def test_a_one_step_off_checkpoint_keeps_the_adapter_its_in_flight_rollouts_came_from(tmp_path):

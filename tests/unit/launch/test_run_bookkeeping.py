@@ -115,7 +115,7 @@ def test_a_small_kl_prints_its_digits_not_zero():
 
 
 def test_bc_from_run_must_have_done_the_same_bc(tmp_path):
-    from launch.config import ConfigError, check_bc_source, resolved_text
+    from launch.config import ConfigError, bc_eval_reusable, check_bc_source, resolved_text
     from launch.driver.algos import get_algo
 
     src = tmp_path / "src"
@@ -124,6 +124,13 @@ def test_bc_from_run_must_have_done_the_same_bc(tmp_path):
     (src / "config.yaml").write_text(resolved_text(done, get_algo("hiper").Config()))
     ppo = resolve_config("ppo_synthetic_multi", [f"bc.from_run={src}"])
     assert check_bc_source(ppo) == src / "checkpoints" / "iter_0"
+    assert bc_eval_reusable(ppo)  # evaluated as this run would: its evaluation after BC is taken
+    assert not bc_eval_reusable(
+        resolve_config("ppo_synthetic_multi", [f"bc.from_run={src}", "eval_samples=3"])
+    )
+    assert not bc_eval_reusable(
+        resolve_config("ppo_synthetic_multi", [f"bc.from_run={src}", "rollout.eval_temperature=1.0"])
+    )
     with pytest.raises(ConfigError, match=r"bc.from_run: .* ran BC with seed=0, this run has 1"):
         check_bc_source(resolve_config("ppo_synthetic_multi", [f"bc.from_run={src}", "seed=1"]))
     with pytest.raises(ConfigError, match=r"bc\.epochs=4, this run has 3"):

@@ -46,3 +46,7 @@ def test_each_adapters_nll_is_kept_per_epoch_and_carried_by_bc_from_run(tmp_path
     assert loaded == [(str(ckpt), ["planner", "executor"])]
     assert kept["planner/nll_epoch1"] == row["planner/nll_epoch1"] and kept["nll_epoch0"] == 0.5
     assert "other" not in kept and kept["demos"] == 0
+    evaluated = {"eval_success": 0.25, "eval_task_rates": [0.5, 0.0], "train_eval_success": 0.5}
+    (tmp_path / "run" / "metrics.jsonl").write_text(json.dumps({"phase": "bc", **row, **evaluated}) + "\n")
+    assert not any(k.startswith(("eval_", "train_eval_")) for k in bc_from_run(learner, ckpt, ["policy"]))
+    assert bc_from_run(learner, ckpt, ["policy"], with_eval=True).items() >= evaluated.items()
