@@ -233,6 +233,20 @@ def contrast_table(runs: dict[str, list[dict[str, Any]]], a: str, b: str) -> dic
     return out
 
 
+def print_paired(table: dict[str, Any], what: str, verb: str, prefix: str = "") -> None:
+    """``gain_table``'s or ``contrast_table``'s rows: per seed (named ``prefix`` + key), then over seeds by task."""
+    for key, g in table.items():
+        print(f"\n{key}: {what} [95 % t over tasks]")
+        rows = [
+            (f"{prefix}{name}", x, f" ({x['changed']} of {x['tasks']} {verb})")
+            for name, x in g["per_seed"].items()
+        ]
+        if g["over_seeds_by_task"]:
+            rows.append(("tasks, mean over seeds", g["over_seeds_by_task"], ""))
+        for name, x, note in rows:
+            print(f"  {name:<24} {x['mean']:+.3f} [{x['low']:+.3f}, {x['high']:+.3f}]{note}")
+
+
 def label_of(run_name: str) -> str:
     """The label a run is aggregated under: its name without a trailing ``_seed<k>``."""
     return re.sub(r"_seed\d+$", "", run_name)
@@ -382,27 +396,13 @@ def main(argv: list[str] | None = None) -> int:
             ci = f" ± {m.half:.3f} (95 % t over {m.n} seeds)" if m.n > 1 else ""
             print(f"{label}: eval gain over BC per seed {per_seed}; mean {m.mean:+.3f}{ci}")
     paired = gain_table(curves, names)
-    for key, g in paired.items():
-        print(f"\n{key}: RL gain over BC, mean per-task change [95 % t over tasks]")
-        for name, x in g["per_seed"].items():
-            print(
-                f"  {name:<24} {x['mean']:+.3f} [{x['low']:+.3f}, {x['high']:+.3f}] ({x['changed']} of {x['tasks']} changed)"
-            )
-        if g["over_seeds_by_task"]:
-            x = g["over_seeds_by_task"]
-            print(f"  {'tasks, mean over seeds':<24} {x['mean']:+.3f} [{x['low']:+.3f}, {x['high']:+.3f}]")
+    print_paired(paired, "RL gain over BC, mean per-task change", "changed")
     contrasts: dict[str, Any] = {}
     for pair in a.contrast:
         contrasts.update(contrast_table(runs, *pair.split(",")))
-    for key, g in contrasts.items():
-        print(f"\n{key}: success after RL, first minus second, mean per-task difference [95 % t over tasks]")
-        for seed, x in g["per_seed"].items():
-            print(
-                f"  seed {seed:<19} {x['mean']:+.3f} [{x['low']:+.3f}, {x['high']:+.3f}] ({x['changed']} of {x['tasks']} differ)"
-            )
-        if g["over_seeds_by_task"]:
-            x = g["over_seeds_by_task"]
-            print(f"  {'tasks, mean over seeds':<24} {x['mean']:+.3f} [{x['low']:+.3f}, {x['high']:+.3f}]")
+    print_paired(
+        contrasts, "success after RL, first minus second, mean per-task difference", "differ", "seed "
+    )
     (out / "learning.json").write_text(
         json.dumps(
             {

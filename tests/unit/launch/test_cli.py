@@ -127,14 +127,7 @@ def test_dry_run_imports_no_distributed_stack():
         "print('LOADED', sorted({m.split('.')[0] for m in sys.modules} & {'ray', 'deepspeed', 'vllm'})); "
         "sys.exit(rc)"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=ROOT,
-        env=_env_without_ray(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    out = _child([sys.executable, "-c", code])
     assert out.returncode == 0, out.stderr
     assert "LOADED []" in out.stdout and "algo: ppo" in out.stdout
 
@@ -146,16 +139,14 @@ def test_the_installed_hierarl_command_runs_the_cli():
 
     (script,) = entry_points(group="console_scripts", name="hierarl")
     assert script.load() is main
-    out = subprocess.run(
-        [str(Path(sys.executable).with_name("hierarl")), "train", "--dry-run"],
-        cwd=ROOT,
-        env=_env_without_ray(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    out = _child([str(Path(sys.executable).with_name("hierarl")), "train", "--dry-run"])
     assert out.returncode == 0, out.stderr
     assert f"[hierarl] preset {DEFAULT_PRESET} (" in out.stdout
+
+
+def _child(cmd: list[str]) -> subprocess.CompletedProcess:
+    """``cmd`` in a fresh process at the repository root, without the test's Ray address."""
+    return subprocess.run(cmd, cwd=ROOT, env=_env_without_ray(), capture_output=True, text=True, timeout=120)
 
 
 # --- one source of defaults for the workers and `hierarl rollout` ----------------------------------
