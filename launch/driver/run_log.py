@@ -115,6 +115,10 @@ class RunLog:
 # -- what is printed -------------------------------------------------------------------------------------------
 
 
+EVAL_PREFIXES = ("eval_", "train_eval_")
+"""The metric-key prefixes of the held-out panel's evaluation and the RL tasks' (``eval_fields``)."""
+
+
 def eval_fields(ev: dict[str, Any], prefix: str = "eval_") -> dict[str, Any]:
     """An eval result as metric keys: eval_success with its Wilson 95 % interval (eval_ci_low, eval_ci_high, over
     eval_n tasks × eval_samples episodes), eval_random, eval_base (the zero-shot base model), eval_valid_format,
@@ -161,7 +165,7 @@ def eval_text(ev: dict[str, Any]) -> str:
 def logged_eval_text(row: dict[str, Any]) -> str:
     """``eval_text`` of the evaluations a metrics row holds (``eval_fields``' keys; the RL tasks' on a second line)."""
     lines = []
-    for prefix in ("eval_", "train_eval_"):
+    for prefix in EVAL_PREFIXES:
         ev = {k.removeprefix(prefix): v for k, v in row.items() if k.startswith(prefix)}
         if "success" in ev:
             ev.setdefault("base", math.nan)

@@ -13,6 +13,7 @@ from actors.rollout import read_peft_adapter
 from actors.trajectory import Trajectory
 from common.lora import LoraSpec
 from launch.driver.algos import get_algo
+from launch.driver.run_log import EVAL_PREFIXES
 from launch.driver.updater import Updater
 from learners.group import LearnerGroup
 
@@ -65,7 +66,7 @@ def bc_from_run(
     learner.load_checkpoint(str(ckpt), only=list(adapters))
     rows = (json.loads(r) for r in (ckpt.parent.parent / "metrics.jsonl").read_text().splitlines() if r)
     bc = next((r for r in rows if r.get("phase") == "bc"), {})
-    evaluated = ("eval_", "train_eval_") if with_eval and "eval_success" in bc else ()
+    evaluated = EVAL_PREFIXES if with_eval and "eval_success" in bc else ()
     keep = {
         k: v
         for k, v in bc.items()
