@@ -109,6 +109,13 @@ def expert_actions(task: str) -> list[str]:
     return [a for _, acts in env.expert_plan() for a in acts]
 
 
+def acting_replies(acts: list[str], completions: list[str]) -> list[str]:
+    """An acting role's replies: each expert action with the completion flag it reports (written as the model would)."""
+    return [
+        f"<action>{a}</action><completion>{c}</completion>" for a, c in zip(acts, completions, strict=True)
+    ]
+
+
 def test_react_expert_episode_fills_every_turn(tok):
     task = "stages3-acts2-dist1-seed4"
     acts = expert_actions(task)
@@ -210,12 +217,7 @@ def test_step_hrl_roles_adapters_and_progress(tok):
     acts = expert_actions(task)
     replies = {
         "high": ["<subgoal>get the item</subgoal>", "<subgoal>craft the goal</subgoal>"],
-        "low": [
-            f"<action>{acts[0]}</action><completion>False</completion>",
-            f"<action>{acts[1]}</action><completion>True</completion>",
-            f"<action>{acts[2]}</action><completion>False</completion>",
-            f"<action>{acts[3]}</action><completion>True</completion>",
-        ],
+        "low": acting_replies(acts, ["False", "True", "False", "True"]),
         "progress": [
             "<progress>at the home</progress>",
             "<progress>item taken</progress>",
@@ -251,12 +253,7 @@ def test_multi2_planner_executor_handoff(tok):
     acts = expert_actions(task)
     replies = {
         "planner": ["<subgoal>retrieve the item</subgoal>", "garbage planner reply"],
-        "executor": [
-            f"<action>{acts[0]}</action><completion>False</completion>",
-            f"<action>{acts[1]}</action><completion>True</completion>",
-            f"<action>{acts[2]}</action><completion>False</completion>",
-            f"<action>{acts[3]}</action><completion>false</completion>",
-        ],
+        "executor": acting_replies(acts, ["False", "True", "False", "false"]),
     }
     engine, _ = scripted(tok, replies)
     traj = play(engine, "multi2", task, adapters={"planner": "planner", "executor": "executor"})
