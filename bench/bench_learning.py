@@ -244,7 +244,11 @@ def print_paired(table: dict[str, Any], what: str, verb: str, prefix: str = "") 
         if g["over_seeds_by_task"]:
             rows.append(("tasks, mean over seeds", g["over_seeds_by_task"], ""))
         for name, x, note in rows:
-            print(f"  {name:<24} {x['mean']:+.3f} [{x['low']:+.3f}, {x['high']:+.3f}]{note}")
+            # a zero-width interval would read as a precise zero: it is no change at all
+            if x["changed"] == 0:
+                print(f"  {name:<24} +0.000: none of the {x['tasks']} tasks {verb}")
+            else:
+                print(f"  {name:<24} {x['mean']:+.3f} [{x['low']:+.3f}, {x['high']:+.3f}]{note}")
 
 
 def label_of(run_name: str) -> str:

@@ -71,3 +71,22 @@ def test_a_contrast_pairs_two_algorithms_by_task_on_each_seed_both_ran(tmp_path)
     assert abs(s0["high"] - (0.25 + 0.459347)) < 1e-5 and abs(s1["low"] - (0.375 - 0.397806)) < 1e-5
     pooled = g["over_seeds_by_task"]
     assert abs(pooled["mean"] - 0.3125) < 1e-9 and abs(pooled["low"] - (0.3125 - 0.380870)) < 1e-5
+
+
+def test_no_task_changed_is_printed_as_such(tmp_path):
+    """After RL equal to before on every task: the printed row says no task changed, not ``+0.000 [+0.000, +0.000]``
+    (a zero-width interval that would read as a precise zero)."""
+    _run(tmp_path / "runs" / "main_seed0", [0, 0.5, 1, 0.25], [0, 0.5, 1, 0.25])
+    cmd = [
+        sys.executable,
+        str(ROOT / "bench" / "bench_learning.py"),
+        "--out",
+        str(tmp_path / "out"),
+        "--runs",
+    ]
+    proc = subprocess.run(
+        [*cmd, str(tmp_path / "runs" / "main_seed0")], check=True, cwd=ROOT, capture_output=True
+    )
+    printed = proc.stdout.decode()
+    assert "main_seed0               +0.000: none of the 4 tasks changed" in printed
+    assert "[+0.000, +0.000]" not in printed
