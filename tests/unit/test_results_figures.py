@@ -519,3 +519,31 @@ def test_critic_trunk_seeds_replay_and_iteration_rows():
                 want += [arm["iteration_over_floor"]]
                 assert_shows(numbers(" ".join(row(section, f"{label}{k}", arm_name)[2:])), want)
             assert f"iteration {k} **{it['trunk_iteration_speedup']:.2f}×**" in flat(section)
+
+
+def test_hierarchy_d2_seed0_rows_and_contrast():
+    """hierarchy_d2_seeds' seed-0 table from runs.json (each run's logged rows): per method the paired gain over
+    the shared BC start (mean over tasks of after − before, t over tasks) on both panels, the update KL ×1e3 and
+    switch rate per iteration; then HiPER − PPO after RL, paired by task, as the prose prints it."""
+    from launch.evaluation.intervals import paired_gain
+
+    text = page("hierarchy_d2_seeds.md").split("## Seed 0")[1].split("\n## ")[0]
+    runs = data("hierarchy_d2_seeds/runs.json")
+    after = {}
+    for label, name in (("HiPER", "hiper_seed0"), ("PPO", "ppo_seed0")):
+        rows, cells = runs[name], row(text, label)
+        after[label] = rows[-1]
+        for key, col in (("eval_task_rates", 2), ("train_eval_task_rates", 4)):
+            g = paired_gain(rows[0][key], rows[-1][key])
+            k = 1 if g.changed == 0 else 3  # no task changed: the page prints the +0.000 alone
+            assert_shows(numbers(cells[col])[:k], [g.mean, g.low, g.high][:k])
+        rl = [r for r in rows if r["phase"] == "rl"]
+        assert_shows(numbers(cells[6]), [r["kl_update"] * 1e3 for r in rl])
+        assert_shows(numbers(cells[7]), [r["switch_rate"] for r in rl])
+    prose = flat(text)
+    for key, panel in (("eval_task_rates", "held-out"), ("train_eval_task_rates", "RL tasks")):
+        g = paired_gain(after["PPO"][key], after["HiPER"][key])
+        printed = re.search(
+            panel + r" \*\*([^*]+)\*\*", prose.split("**HiPER against PPO, seed 0**")[1]
+        ).group(1)
+        assert_shows(numbers(printed), [g.mean, g.low, g.high])
