@@ -26,6 +26,13 @@ def _run(run_dir: Path, before: list[float], after: list[float]) -> None:
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
+def _summarise(out: Path, runs: list[Path], *extra: str) -> str:
+    """``bench_learning.py --out OUT [extra] --runs RUNS`` (summarise only); its printed output."""
+    cmd = [sys.executable, str(ROOT / "bench" / "bench_learning.py"), "--out", str(out), *extra, "--runs"]
+    proc = subprocess.run([*cmd, *map(str, runs)], check=True, cwd=ROOT, capture_output=True)
+    return proc.stdout.decode()
+
+
 def test_paired_gains_per_seed_and_over_seeds_by_task(tmp_path):
     """Seed 0: changes [0.5, 0, 0, 0.5] (mean 0.25, half 3.182446 · 0.288675 / 2 = 0.459347); seed 1: [0.5, 0.5, 0,
     0.5] (mean 0.375, sd 0.25, half 3.182446 · 0.25 / 2 = 0.397806). Over seeds by task: [0.5, 0.25, 0, 0.5], mean
@@ -33,8 +40,7 @@ def test_paired_gains_per_seed_and_over_seeds_by_task(tmp_path):
     _run(tmp_path / "runs" / "main_seed0", [0, 0.5, 1, 0.25], [0.5, 0.5, 1, 0.75])
     _run(tmp_path / "runs" / "main_seed1", [0, 0, 1, 0], [0.5, 0.5, 1, 0.5])
     out = tmp_path / "out"
-    cmd = [sys.executable, str(ROOT / "bench" / "bench_learning.py"), "--out", str(out), "--runs"]
-    subprocess.run([*cmd, *map(str, sorted((tmp_path / "runs").iterdir()))], check=True, cwd=ROOT)
+    _summarise(out, sorted((tmp_path / "runs").iterdir()))
     g = json.loads((out / "learning.json").read_text())["paired_gains"]["main/held_out"]
     s0, s1 = g["per_seed"]["main_seed0"], g["per_seed"]["main_seed1"]
     assert (s0["mean"], s0["changed"], s0["tasks"]) == (0.25, 2, 4)
@@ -55,15 +61,7 @@ def test_a_contrast_pairs_two_algorithms_by_task_on_each_seed_both_ran(tmp_path)
     _run(runs / "ppo_seed1", [0, 0, 0, 0], [0, 0, 1, 0])
     _run(runs / "ppo_seed2", [0, 0, 0, 0], [1, 1, 1, 1])
     out = tmp_path / "out"
-    cmd = [
-        sys.executable,
-        str(ROOT / "bench" / "bench_learning.py"),
-        "--out",
-        str(out),
-        "--contrast",
-        "hiper,ppo",
-    ]
-    subprocess.run([*cmd, "--runs", *map(str, sorted(runs.iterdir()))], check=True, cwd=ROOT)
+    _summarise(out, sorted(runs.iterdir()), "--contrast", "hiper,ppo")
     g = json.loads((out / "learning.json").read_text())["contrasts"]["hiper-ppo/held_out"]
     assert sorted(g["per_seed"]) == ["0", "1"]
     s0, s1 = g["per_seed"]["0"], g["per_seed"]["1"]
@@ -77,16 +75,6 @@ def test_no_task_changed_is_printed_as_such(tmp_path):
     """After RL equal to before on every task: the printed row says no task changed, not ``+0.000 [+0.000, +0.000]``
     (a zero-width interval that would read as a precise zero)."""
     _run(tmp_path / "runs" / "main_seed0", [0, 0.5, 1, 0.25], [0, 0.5, 1, 0.25])
-    cmd = [
-        sys.executable,
-        str(ROOT / "bench" / "bench_learning.py"),
-        "--out",
-        str(tmp_path / "out"),
-        "--runs",
-    ]
-    proc = subprocess.run(
-        [*cmd, str(tmp_path / "runs" / "main_seed0")], check=True, cwd=ROOT, capture_output=True
-    )
-    printed = proc.stdout.decode()
+    printed = _summarise(tmp_path / "out", [tmp_path / "runs" / "main_seed0"])
     assert "main_seed0               +0.000: none of the 4 tasks changed" in printed
     assert "[+0.000, +0.000]" not in printed
