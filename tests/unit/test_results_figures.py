@@ -8,81 +8,22 @@ rows) from its JSON and checks that the page prints them, to the digits it print
 from __future__ import annotations
 
 import itertools
-import json
-import math
-import re
 import statistics
-from pathlib import Path
 
 import pytest
 
-RESULTS = Path(__file__).parents[2] / "docs" / "results"
-T95 = {2: 4.302652729911275}  # two-sided 95 % Student t quantile by degrees of freedom (3 seeds)
-NUMBER = re.compile(r"[−+-]?\d+(?:\.\d+)?(?:e[−+-]?\d+)?")
-
-
-def page(name: str) -> str:
-    return (RESULTS / name).read_text()
-
-
-def data(name: str):
-    return json.loads((RESULTS / name).read_text())
-
-
-def flat(text: str) -> str:
-    """The page's prose with line breaks and runs of spaces as single spaces (a figure may wrap)."""
-    return re.sub(r"\s+", " ", text)
-
-
-def row(text: str, first_cell: str, second_cell: str = "") -> list[str]:
-    """The cells of the one table row whose first cell starts with ``first_cell`` (and second with
-    ``second_cell``)."""
-    rows = [
-        [c.strip() for c in line.strip().strip("|").split("|")]
-        for line in text.splitlines()
-        if line.startswith("|")
-    ]
-    found = [r for r in rows if r[0].startswith(first_cell) and r[1:2] and r[1].startswith(second_cell)]
-    assert len(found) == 1, f"{len(found)} table rows start with {first_cell!r} | {second_cell!r}"
-    return found[0]
-
-
-def numbers(cell: str) -> list[str]:
-    return NUMBER.findall(cell)
-
-
-def shows(printed: str, value: float) -> bool:
-    """Whether ``printed`` (as the page prints it: '0.375', '−0.014', '9.9e-06', '2e-5') is ``value`` rounded to
-    the digits shown."""
-    text = printed.replace("−", "-").lstrip("+")
-    mantissa, _, exponent = text.partition("e")
-    scale = 10.0 ** int(exponent) if exponent else 1.0
-    decimals = len(mantissa.partition(".")[2])
-    return abs(value / scale - float(mantissa)) <= 0.5 * 10.0**-decimals + 1e-9
-
-
-def assert_shows(printed: list[str], values: list[float]) -> None:
-    assert len(printed) == len(values), (printed, values)
-    wrong = [(p, round(v, 6)) for p, v in zip(printed, values, strict=True) if not shows(p, v)]
-    assert wrong == [], f"page figure vs the JSON's: {wrong}"
-
-
-def wilson(k: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
-    p = k / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return centre - half, centre + half
-
-
-def sign_test(gained: int, lost: int) -> float:
-    """Exact two-sided sign test on the changed pairs."""
-    n = gained + lost
-    tail = sum(math.comb(n, i) for i in range(min(gained, lost) + 1)) / 2**n
-    return min(1.0, 2 * tail)
-
-
-def t95(values: list[float]) -> float:
-    return T95[len(values) - 1] * statistics.stdev(values) / math.sqrt(len(values))
+from tests.unit.results_pages import (
+    assert_shows,
+    data,
+    flat,
+    numbers,
+    page,
+    row,
+    shows,
+    sign_test,
+    t95,
+    wilson,
+)
 
 
 def changes(before: str, after: str) -> tuple[int, int]:
@@ -451,99 +392,3 @@ def test_iteration_bench_replay_pin():
     assert f"sat {m['logprob_gap']:.1e} nats".replace("e-0", "e-") in text
     kls = (today["metrics"]["kl_update"], filing["metrics"]["kl_update"])
     assert f"({1e3 * kls[0]:.1f}e-3 against {1e3 * kls[1]:.1f}e-3)" in text
-
-
-def test_critic_trunk_seeds_replay_and_iteration_rows():
-    """critic_trunk: per seed the trunk arm's held-out gain and trunk minus own after RL, the pooled gains of both
-    arms and their difference (each task's rate averaged over the seeds first, t over tasks), the replay rows, and
-    the iteration table with its today ÷ trunk ratios, from the runs' and benches' JSON."""
-    from launch.evaluation.intervals import paired_gain
-
-    text = page("critic_trunk.md")
-    seeds, replay_text, timed = (
-        text.split(f"## {h}")[1].split("\n## ")[0] for h in ("Three", "The second", "The it")
-    )
-    own = [data(f"main_job_learns/vllm_seed{s}.json")["rows"] for s in (0, 1, 2)]
-    trunk = [data(f"critic_trunk/trunk_seed{s}.json")["rows"] for s in (0, 1, 2)]
-    key = "eval_task_rates"
-    for seed in (0, 1, 2):
-        cells = row(seeds, str(seed))
-        g = paired_gain(trunk[seed][0][key], trunk[seed][-1][key])
-        bc, rl = trunk[seed][0]["eval_success"], trunk[seed][-1]["eval_success"]
-        assert_shows(numbers(cells[2]), [bc, rl, g.mean, g.low, g.high])
-        d = paired_gain(own[seed][-1][key], trunk[seed][-1][key])
-        shown = 3 if d.changed else 1  # "0.000 (no task changed)"
-        assert_shows(numbers(cells[3])[:shown], [d.mean, d.low, d.high][:shown])
-
-    def pooled(runs, i):
-        return [statistics.mean(r[i][key][t] for r in runs) for t in range(len(runs[0][i][key]))]
-
-    cells = row(seeds, "tasks, mean over the 3 seeds")
-    for col, (before, after) in (
-        (1, (pooled(own, 0), pooled(own, -1))),
-        (2, (pooled(trunk, 0), pooled(trunk, -1))),
-        (3, (pooled(own, -1), pooled(trunk, -1))),
-    ):
-        g = paired_gain(before, after)
-        assert_shows(numbers(cells[col]), [g.mean, g.low, g.high])
-    replay = {
-        r["variant"]: r for arm in ("own", "trunk") for r in data(f"critic_trunk/replay_{arm}.json")["rows"]
-    }
-    lines = {
-        line.split("|")[1].strip().replace("*", ""): line
-        for line in replay_text.splitlines()
-        if line.startswith("| ")
-    }
-    for arm in ("own", "trunk"):
-        for name, label in ((arm, arm), (f"{arm}/neg", f"{arm}, negated"), (f"{arm}/zero", f"{arm}, A ≡ 0")):
-            m, p = replay[name]["metrics"], replay[name]["probe"]
-            want = [m["kl_update"] * 1e3, m["kl_update/action"] * 1e3]
-            want += [
-                p["action/all"],
-                p["action/turn0"],
-                p["action/keep"],
-                p["switch/all"],
-                p["train/action/all"],
-            ]
-            if name == arm:
-                want.append((p["action/all"] - replay[f"{arm}/neg"]["probe"]["action/all"]) / 2)
-            cells = lines[label].strip().strip("|").split("|")
-            assert_shows([n for c in cells[1:] for n in numbers(c)], want)
-    depth2 = text.split("## The iteration at depth 2")[1].split("\n## ")[0]
-    for name, section, label in (("main", timed, ""), ("d2", depth2, "d2 ")):
-        for k, it in data(f"critic_trunk/iteration_{name}.json")["iterations"].items():
-            for arm_name, arm in it["learner"].items():
-                ph = arm["phases"]
-                want = [ph[p]["s"] for p in ("logprobs", "values", "update", "measure")]
-                want += [arm["learner_s"], arm["learner_floor_s"], arm["rollout_s"], arm["iteration_s"]]
-                want += [arm["iteration_over_floor"]]
-                assert_shows(numbers(" ".join(row(section, f"{label}{k}", arm_name)[2:])), want)
-            assert f"iteration {k} **{it['trunk_iteration_speedup']:.2f}×**" in flat(section)
-
-
-def test_hierarchy_d2_seed0_rows_and_contrast():
-    """hierarchy_d2_seeds' seed-0 table from runs.json (each run's logged rows): per method the paired gain over
-    the shared BC start (mean over tasks of after − before, t over tasks) on both panels, the update KL ×1e3 and
-    switch rate per iteration; then HiPER − PPO after RL, paired by task, as the prose prints it."""
-    from launch.evaluation.intervals import paired_gain
-
-    text = page("hierarchy_d2_seeds.md").split("## Seed 0")[1].split("\n## ")[0]
-    runs = data("hierarchy_d2_seeds/runs.json")
-    after = {}
-    for label, name in (("HiPER", "hiper_seed0"), ("PPO", "ppo_seed0")):
-        rows, cells = runs[name], row(text, label)
-        after[label] = rows[-1]
-        for key, col in (("eval_task_rates", 2), ("train_eval_task_rates", 4)):
-            g = paired_gain(rows[0][key], rows[-1][key])
-            k = 1 if g.changed == 0 else 3  # no task changed: the page prints the +0.000 alone
-            assert_shows(numbers(cells[col])[:k], [g.mean, g.low, g.high][:k])
-        rl = [r for r in rows if r["phase"] == "rl"]
-        assert_shows(numbers(cells[6]), [r["kl_update"] * 1e3 for r in rl])
-        assert_shows(numbers(cells[7]), [r["switch_rate"] for r in rl])
-    prose = flat(text)
-    for key, panel in (("eval_task_rates", "held-out"), ("train_eval_task_rates", "RL tasks")):
-        g = paired_gain(after["PPO"][key], after["HiPER"][key])
-        printed = re.search(
-            panel + r" \*\*([^*]+)\*\*", prose.split("**HiPER against PPO, seed 0**")[1]
-        ).group(1)
-        assert_shows(numbers(printed), [g.mean, g.low, g.high])

@@ -1,0 +1,153 @@
+"""docs/results at depth 2: critic_trunk's seeds, replays and iteration rows, and hierarchy_d2_seeds' per-seed
+tables and over-seeds contrasts, recomputed from the JSON kept beside the pages (as in test_results_figures)."""
+
+from __future__ import annotations
+
+import re
+import statistics
+
+import pytest
+
+from tests.unit.results_pages import (
+    assert_shows,
+    data,
+    flat,
+    numbers,
+    page,
+    row,
+)
+
+
+def test_critic_trunk_seeds_replay_and_iteration_rows():
+    """critic_trunk: per seed the trunk arm's held-out gain and trunk minus own after RL, the pooled gains of both
+    arms and their difference (each task's rate averaged over the seeds first, t over tasks), the replay rows, and
+    the iteration table with its today ÷ trunk ratios, from the runs' and benches' JSON."""
+    from launch.evaluation.intervals import paired_gain
+
+    text = page("critic_trunk.md")
+    seeds, replay_text, timed = (
+        text.split(f"## {h}")[1].split("\n## ")[0] for h in ("Three", "The second", "The it")
+    )
+    own = [data(f"main_job_learns/vllm_seed{s}.json")["rows"] for s in (0, 1, 2)]
+    trunk = [data(f"critic_trunk/trunk_seed{s}.json")["rows"] for s in (0, 1, 2)]
+    key = "eval_task_rates"
+    for seed in (0, 1, 2):
+        cells = row(seeds, str(seed))
+        g = paired_gain(trunk[seed][0][key], trunk[seed][-1][key])
+        bc, rl = trunk[seed][0]["eval_success"], trunk[seed][-1]["eval_success"]
+        assert_shows(numbers(cells[2]), [bc, rl, g.mean, g.low, g.high])
+        d = paired_gain(own[seed][-1][key], trunk[seed][-1][key])
+        shown = 3 if d.changed else 1  # "0.000 (no task changed)"
+        assert_shows(numbers(cells[3])[:shown], [d.mean, d.low, d.high][:shown])
+
+    def pooled(runs, i):
+        return [statistics.mean(r[i][key][t] for r in runs) for t in range(len(runs[0][i][key]))]
+
+    cells = row(seeds, "tasks, mean over the 3 seeds")
+    for col, (before, after) in (
+        (1, (pooled(own, 0), pooled(own, -1))),
+        (2, (pooled(trunk, 0), pooled(trunk, -1))),
+        (3, (pooled(own, -1), pooled(trunk, -1))),
+    ):
+        g = paired_gain(before, after)
+        assert_shows(numbers(cells[col]), [g.mean, g.low, g.high])
+    replay = {
+        r["variant"]: r for arm in ("own", "trunk") for r in data(f"critic_trunk/replay_{arm}.json")["rows"]
+    }
+    lines = {
+        line.split("|")[1].strip().replace("*", ""): line
+        for line in replay_text.splitlines()
+        if line.startswith("| ")
+    }
+    for arm in ("own", "trunk"):
+        for name, label in ((arm, arm), (f"{arm}/neg", f"{arm}, negated"), (f"{arm}/zero", f"{arm}, A ≡ 0")):
+            m, p = replay[name]["metrics"], replay[name]["probe"]
+            want = [m["kl_update"] * 1e3, m["kl_update/action"] * 1e3]
+            want += [
+                p["action/all"],
+                p["action/turn0"],
+                p["action/keep"],
+                p["switch/all"],
+                p["train/action/all"],
+            ]
+            if name == arm:
+                want.append((p["action/all"] - replay[f"{arm}/neg"]["probe"]["action/all"]) / 2)
+            cells = lines[label].strip().strip("|").split("|")
+            assert_shows([n for c in cells[1:] for n in numbers(c)], want)
+    depth2 = text.split("## The iteration at depth 2")[1].split("\n## ")[0]
+    for name, section, label in (("main", timed, ""), ("d2", depth2, "d2 ")):
+        for k, it in data(f"critic_trunk/iteration_{name}.json")["iterations"].items():
+            for arm_name, arm in it["learner"].items():
+                ph = arm["phases"]
+                want = [ph[p]["s"] for p in ("logprobs", "values", "update", "measure")]
+                want += [arm["learner_s"], arm["learner_floor_s"], arm["rollout_s"], arm["iteration_s"]]
+                want += [arm["iteration_over_floor"]]
+                assert_shows(numbers(" ".join(row(section, f"{label}{k}", arm_name)[2:])), want)
+            assert f"iteration {k} **{it['trunk_iteration_speedup']:.2f}×**" in flat(section)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_hierarchy_d2_seed_rows_and_contrast(seed):
+    """hierarchy_d2_seeds' table of one seed from runs.json (each run's logged rows): per method the paired gain
+    over the seed's shared BC start (mean over tasks of after − before, t over tasks) on both panels, the update KL
+    ×1e3 and switch rate per iteration; then HiPER − PPO after RL, paired by task, as the prose prints it."""
+    from launch.evaluation.intervals import paired_gain
+
+    text = page("hierarchy_d2_seeds.md").split(f"## Seed {seed}\n")[1].split("\n## ")[0]
+    runs = data("hierarchy_d2_seeds/runs.json")
+    after = {}
+    for label, name in (("HiPER", f"hiper_seed{seed}"), ("PPO", f"ppo_seed{seed}")):
+        rows, cells = runs[name], row(text, label)
+        after[label] = rows[-1]
+        for key, col in (("eval_task_rates", 2), ("train_eval_task_rates", 4)):
+            g = paired_gain(rows[0][key], rows[-1][key])
+            k = 1 if g.changed == 0 else 3  # no task changed: the page prints the +0.000 alone
+            assert_shows(numbers(cells[col])[:k], [g.mean, g.low, g.high][:k])
+        rl = [r for r in rows if r["phase"] == "rl"]
+        assert_shows(numbers(cells[6]), [r["kl_update"] * 1e3 for r in rl])
+        assert_shows(numbers(cells[7]), [r["switch_rate"] for r in rl])
+    prose = flat(text)
+    for key, panel in (("eval_task_rates", "held-out"), ("train_eval_task_rates", "RL tasks")):
+        g = paired_gain(after["PPO"][key], after["HiPER"][key])
+        printed = re.search(
+            panel + r" \*\*([^*]+)\*\*", prose.split(f"**HiPER against PPO, seed {seed}**")[1]
+        ).group(1)
+        k = 1 if g.changed == 0 else 3  # no task differs: "+0.000: none of the 8 tasks differ"
+        assert_shows(numbers(printed)[:k], [g.mean, g.low, g.high][:k])
+
+
+def test_hierarchy_d2_over_seeds_by_task():
+    """hierarchy_d2_seeds' "together" table from runs.json: each task's change (after RL − after BC), or HiPER's
+    rate after RL minus PPO's, averaged over the seeds first, then a t-interval over tasks (the task the unit)."""
+    from launch.evaluation.intervals import paired_gain
+
+    text = page("hierarchy_d2_seeds.md").split("## Seeds 0 and 1 together")[1].split("\n## ")[0]
+    runs = data("hierarchy_d2_seeds/runs.json")
+    seeds = (0, 1)
+
+    def over_seeds(per_seed: list[list[float]]) -> list[float]:
+        return [statistics.fmean(col) for col in zip(*per_seed, strict=True)]
+
+    for col, key in ((1, "eval_task_rates"), (2, "train_eval_task_rates")):
+        for label, algo in (("HiPER", "hiper"), ("PPO", "ppo")):
+            change = over_seeds(
+                [
+                    [b - a for a, b in zip(r[0][key], r[-1][key], strict=True)]
+                    for r in (runs[f"{algo}_seed{s}"] for s in seeds)
+                ]
+            )
+            g = paired_gain([0.0] * len(change), change)
+            assert_shows(numbers(row(text, label)[col])[:3], [g.mean, g.low, g.high])
+        diff = over_seeds(
+            [
+                [
+                    h - p
+                    for h, p in zip(
+                        runs[f"hiper_seed{s}"][-1][key], runs[f"ppo_seed{s}"][-1][key], strict=True
+                    )
+                ]
+                for s in seeds
+            ]
+        )
+        g = paired_gain([0.0] * len(diff), diff)
+        assert_shows(numbers(row(text, "**HiPER − PPO**")[col])[:3], [g.mean, g.low, g.high])
