@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from tests.chromium import chromium  # noqa: F401  (the suite-wide headless browser fixture)
+from tests.tokenizer import tok  # noqa: F401  (the suite-wide SmolLM2 tokenizer fixture)
 
 pytest_plugins = ["pytester"]
 

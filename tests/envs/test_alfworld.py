@@ -265,14 +265,6 @@ def test_a_game_the_expert_does_not_win_gives_no_plan(env):
         env.max_steps = saved
 
 
-@pytest.fixture(scope="module")
-def tok():
-    transformers = pytest.importorskip("transformers")
-    from actors.models import resolve_model_path
-
-    return transformers.AutoTokenizer.from_pretrained(resolve_model_path("smollm2"))
-
-
 @pytest.mark.slow
 @needs_data
 def test_demonstrations_for_every_protocol(env, tok, capsys):

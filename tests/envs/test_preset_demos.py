@@ -14,15 +14,6 @@ IN_PROCESS = ("synthetic", "textcraft")
 PRESETS = [p.stem for p in sorted(PRESET_DIR.glob("*.yaml")) if resolve_config(p.stem).env.name in IN_PROCESS]
 
 
-@pytest.fixture(scope="module")
-def tok():
-    import transformers
-
-    from actors.models import resolve_model_path
-
-    return transformers.AutoTokenizer.from_pretrained(resolve_model_path("smollm2"))
-
-
 @pytest.mark.parametrize("preset", PRESETS)
 def test_a_presets_demonstrations_fit_its_response_budget(preset, tok):
     cfg = resolve_config(preset)

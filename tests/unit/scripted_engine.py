@@ -63,3 +63,30 @@ def run_episodes(
         rank = {r.traj_id: order[id(r)] for r in requests}
         got.sort(key=lambda t: rank.get(t.traj_id, len(rank)))
     return got
+
+
+def scripted(tok, replies: dict[str, list[str]] | list[str]) -> tuple[FakeEngine, list[str]]:
+    """FakeEngine answering each role's calls with its next scripted reply; records the role of every prompt."""
+    seen: list[str] = []
+    queues = (
+        {"agent": list(replies)} if isinstance(replies, list) else {k: list(v) for k, v in replies.items()}
+    )
+
+    def role_of(text: str) -> str:
+        for key, role in (
+            ("You are System 1", "planner"),
+            ("You are System 2", "executor"),
+            ("high-level planner", "high"),
+            ("low-level action executor", "low"),
+            ("updating local progress", "progress"),
+        ):
+            if key in text:
+                return role
+        return "agent"
+
+    def script(prompt_ids: tuple[int, ...]) -> str:
+        role = role_of(tok.decode(list(prompt_ids)))
+        seen.append(role)
+        return queues[role].pop(0) if queues.get(role) else "garbage without tags"
+
+    return FakeEngine(tok, script), seen

@@ -129,14 +129,6 @@ class Page:
         return len(lines)
 
 
-@pytest.fixture(scope="module")
-def tok():
-    transformers = pytest.importorskip("transformers")
-    from actors.models import resolve_model_path
-
-    return transformers.AutoTokenizer.from_pretrained(resolve_model_path("smollm2"))
-
-
 def test_every_page_holds_its_examples():
     for page, targets in PAGES.items():
         assert list(examples(page)) == targets, f"{page}: marked examples differ (or one is marked twice)"
