@@ -86,18 +86,23 @@ def test_critic_trunk_seeds_replay_and_iteration_rows():
             assert f"iteration {k} **{it['trunk_iteration_speedup']:.2f}×**" in flat(section)
 
 
+METHODS = (("HiPER", "hiper"), ("PPO", "ppo"), ("GiGPO", "gigpo"))
+"""hierarchy_d2_seeds' methods: (the page's label, the run folder's prefix)."""
+
+
 @pytest.mark.parametrize("seed", [0, 1])
 def test_hierarchy_d2_seed_rows_and_contrast(seed):
     """hierarchy_d2_seeds' table of one seed from runs.json (each run's logged rows): per method the paired gain
     over the seed's shared BC start (mean over tasks of after − before, t over tasks) on both panels, the update KL
-    ×1e3 and switch rate per iteration; then HiPER − PPO after RL, paired by task, as the prose prints it."""
+    ×1e3 and switch rate per iteration; then HiPER − PPO and HiPER − GiGPO after RL, paired by task, as the prose
+    prints them."""
     from launch.evaluation.intervals import paired_gain
 
     text = page("hierarchy_d2_seeds.md").split(f"## Seed {seed}\n")[1].split("\n## ")[0]
     runs = data("hierarchy_d2_seeds/runs.json")
     after = {}
-    for label, name in (("HiPER", f"hiper_seed{seed}"), ("PPO", f"ppo_seed{seed}")):
-        rows, cells = runs[name], row(text, label)
+    for label, algo in METHODS:
+        rows, cells = runs[f"{algo}_seed{seed}"], row(text, label)
         after[label] = rows[-1]
         for key, col in (("eval_task_rates", 2), ("train_eval_task_rates", 4)):
             g = paired_gain(rows[0][key], rows[-1][key])
@@ -107,18 +112,20 @@ def test_hierarchy_d2_seed_rows_and_contrast(seed):
         assert_shows(numbers(cells[6]), [r["kl_update"] * 1e3 for r in rl])
         assert_shows(numbers(cells[7]), [r["switch_rate"] for r in rl])
     prose = flat(text)
-    for key, panel in (("eval_task_rates", "held-out"), ("train_eval_task_rates", "RL tasks")):
-        g = paired_gain(after["PPO"][key], after["HiPER"][key])
-        printed = re.search(
-            panel + r" \*\*([^*]+)\*\*", prose.split(f"**HiPER against PPO, seed {seed}**")[1]
-        ).group(1)
-        k = 1 if g.changed == 0 else 3  # no task differs: "+0.000: none of the 8 tasks differ"
-        assert_shows(numbers(printed)[:k], [g.mean, g.low, g.high][:k])
+    for other, _ in METHODS[1:]:
+        for key, panel in (("eval_task_rates", "held-out"), ("train_eval_task_rates", "RL tasks")):
+            g = paired_gain(after[other][key], after["HiPER"][key])
+            printed = re.search(
+                panel + r" \*\*([^*]+)\*\*", prose.split(f"**HiPER against {other}, seed {seed}**")[1]
+            ).group(1)
+            k = 1 if g.changed == 0 else 3  # no task differs: "+0.000: none of the 8 tasks differ"
+            assert_shows(numbers(printed)[:k], [g.mean, g.low, g.high][:k])
 
 
 def test_hierarchy_d2_over_seeds_by_task():
     """hierarchy_d2_seeds' "together" table from runs.json: each task's change (after RL − after BC), or HiPER's
-    rate after RL minus PPO's, averaged over the seeds first, then a t-interval over tasks (the task the unit)."""
+    rate after RL minus PPO's (GiGPO's), averaged over the seeds first, then a t-interval over tasks (the task the
+    unit)."""
     from launch.evaluation.intervals import paired_gain
 
     text = page("hierarchy_d2_seeds.md").split("## Seeds 0 and 1 together")[1].split("\n## ")[0]
@@ -129,7 +136,7 @@ def test_hierarchy_d2_over_seeds_by_task():
         return [statistics.fmean(col) for col in zip(*per_seed, strict=True)]
 
     for col, key in ((1, "eval_task_rates"), (2, "train_eval_task_rates")):
-        for label, algo in (("HiPER", "hiper"), ("PPO", "ppo")):
+        for label, algo in METHODS:
             change = over_seeds(
                 [
                     [b - a for a, b in zip(r[0][key], r[-1][key], strict=True)]
@@ -138,16 +145,17 @@ def test_hierarchy_d2_over_seeds_by_task():
             )
             g = paired_gain([0.0] * len(change), change)
             assert_shows(numbers(row(text, label)[col])[:3], [g.mean, g.low, g.high])
-        diff = over_seeds(
-            [
+        for label, algo in METHODS[1:]:
+            diff = over_seeds(
                 [
-                    h - p
-                    for h, p in zip(
-                        runs[f"hiper_seed{s}"][-1][key], runs[f"ppo_seed{s}"][-1][key], strict=True
-                    )
+                    [
+                        h - o
+                        for h, o in zip(
+                            runs[f"hiper_seed{s}"][-1][key], runs[f"{algo}_seed{s}"][-1][key], strict=True
+                        )
+                    ]
+                    for s in seeds
                 ]
-                for s in seeds
-            ]
-        )
-        g = paired_gain([0.0] * len(diff), diff)
-        assert_shows(numbers(row(text, "**HiPER − PPO**")[col])[:3], [g.mean, g.low, g.high])
+            )
+            g = paired_gain([0.0] * len(diff), diff)
+            assert_shows(numbers(row(text, f"**HiPER − {label}**")[col])[:3], [g.mean, g.low, g.high])
