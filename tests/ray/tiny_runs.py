@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -67,12 +68,16 @@ MULTI2_TINY = [
 ]
 
 
-def run_tiny(run_dir: Path, extra: list[str]) -> list[dict]:
-    """``TINY`` plus ``extra`` through ``Trainer`` in this process (on the test's Ray): the metrics rows."""
+def run_tiny(run_dir: Path, extra: list[str], *, resumed_from: str | None = None) -> list[dict]:
+    """``TINY`` plus ``extra`` through ``Trainer`` in this process (on the test's Ray): the metrics rows. With
+    ``resumed_from``, the run must have resumed from that checkpoint (``iter_<k>``)."""
     cfg = resolve_config(None, [*TINY, f"run_dir={run_dir}", *extra])
     trainer = Trainer(build_run(cfg))
     try:
-        return trainer.run()
+        rows = trainer.run()
+        if resumed_from is not None:
+            assert trainer.resumed_from is not None and trainer.resumed_from.name == resumed_from
+        return rows
     finally:
         trainer.close()
 
@@ -101,11 +106,25 @@ def two_iterations(rows: list[dict], finite: Sequence[str] = ()) -> list[dict]:
     return rl
 
 
-def resume_matches(run_dir: Path, extra: list[str], straight: dict, keys: Sequence[str]) -> None:
-    """A run stopped after iteration 1 and resumed to iteration 2 repeats ``straight`` (the uninterrupted run's
-    iteration 2) in each of ``keys``."""
-    run_tiny(run_dir, [*extra, "iterations=1"])
-    resumed = run_tiny(run_dir, [*extra, "iterations=2", "resume=true"])
+def resume_matches(
+    full: Path,
+    run_dir: Path,
+    extra: list[str],
+    straight: dict,
+    keys: Sequence[str],
+    drop: Sequence[str] = (),
+) -> list[dict]:
+    """``full`` (an uninterrupted ``iterations=2`` run of ``extra``) as a kill right after iteration 1's checkpoint
+    leaves it, copied to ``run_dir`` (without ``checkpoints/iter_2`` and the iteration-2 files in ``drop``; the logs
+    and kept episodes past iteration 1 stay, for the resume to cut back), resumed to iteration 2: it repeats
+    ``straight`` (``full``'s iteration 2) in each of ``keys``. Returns the resumed run's rows."""
+    shutil.copytree(full, run_dir)
+    shutil.rmtree(run_dir / "checkpoints" / "iter_2")
+    (run_dir / "checkpoints" / "latest").write_text("iter_1")
+    for name in drop:
+        (run_dir / name).unlink()
+    resumed = run_tiny(run_dir, [*extra, "iterations=2", "resume=true"], resumed_from="iter_1")
     again = next(r for r in resumed if r.get("phase") == "rl" and r["iteration"] == 2)
     for key in keys:
         assert again[key] == pytest.approx(straight[key], rel=1e-5, abs=1e-7), key
+    return resumed
