@@ -86,6 +86,24 @@ def test_critic_trunk_seeds_replay_and_iteration_rows():
             assert f"iteration {k} **{it['trunk_iteration_speedup']:.2f}×**" in flat(section)
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_hierarchy_d2_bc_starts(seed):
+    """hierarchy_d2_seeds' BC start of one seed from its logged BC row (runs.json ``bc_s<seed>``): demonstrations,
+    turns, the NLL of each pass, success on both panels with the logged Wilson interval and the random policy's,
+    and BC's wall clock."""
+    text = page("hierarchy_d2_seeds.md").split("## The BC starts\n")[1].split("\n## ")[0]
+    (bc,) = data("hierarchy_d2_seeds/runs.json")[f"bc_s{seed}"]
+    cells = row(text, f"seed {seed},")
+    # "seed S, 96 demonstrations (D replays won, T turns), NLL a → b": the 96 asked for is the preset's
+    seed_, _, *logged = numbers(cells[0])
+    assert_shows([seed_, *logged], [seed, bc["demos"], bc["turns"], bc["nll_epoch0"], bc["nll_epoch1"]])
+    for col, key in ((1, "eval"), (2, "train_eval")):
+        want = [bc[f"{key}_success"], bc[f"{key}_ci_low"], bc[f"{key}_ci_high"]]
+        assert_shows(numbers(cells[col])[:3], want)
+    assert_shows(numbers(cells[3]), [bc["eval_random"], bc["train_eval_random"]])
+    assert_shows(numbers(cells[4].replace(",", "")), [bc["wall_s"]])
+
+
 METHODS = (("HiPER", "hiper"), ("PPO", "ppo"), ("GiGPO", "gigpo"))
 """hierarchy_d2_seeds' methods: (the page's label, the run folder's prefix)."""
 
