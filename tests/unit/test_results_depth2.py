@@ -150,30 +150,16 @@ def test_hierarchy_d2_over_seeds_by_task():
     runs = data("hierarchy_d2_seeds/runs.json")
     seeds = (0, 1)
 
-    def over_seeds(per_seed: list[list[float]]) -> list[float]:
-        return [statistics.fmean(col) for col in zip(*per_seed, strict=True)]
+    def shows_change_by_task(cell: str, pairs: list[tuple[list[float], list[float]]]) -> None:
+        """``cell`` prints each task's (b − a) averaged over the seeds' (a, b) rate lists, t over tasks."""
+        d = [statistics.fmean(b[i] - a[i] for a, b in pairs) for i in range(len(pairs[0][0]))]
+        g = paired_gain([0.0] * len(d), d)
+        assert_shows(numbers(cell)[:3], [g.mean, g.low, g.high])
 
     for col, key in ((1, "eval_task_rates"), (2, "train_eval_task_rates")):
         for label, algo in METHODS:
-            change = over_seeds(
-                [
-                    [b - a for a, b in zip(r[0][key], r[-1][key], strict=True)]
-                    for r in (runs[f"{algo}_seed{s}"] for s in seeds)
-                ]
-            )
-            g = paired_gain([0.0] * len(change), change)
-            assert_shows(numbers(row(text, label)[col])[:3], [g.mean, g.low, g.high])
+            pairs = [(r[0][key], r[-1][key]) for r in (runs[f"{algo}_seed{s}"] for s in seeds)]
+            shows_change_by_task(row(text, label)[col], pairs)
         for label, algo in METHODS[1:]:
-            diff = over_seeds(
-                [
-                    [
-                        h - o
-                        for h, o in zip(
-                            runs[f"hiper_seed{s}"][-1][key], runs[f"{algo}_seed{s}"][-1][key], strict=True
-                        )
-                    ]
-                    for s in seeds
-                ]
-            )
-            g = paired_gain([0.0] * len(diff), diff)
-            assert_shows(numbers(row(text, f"**HiPER − {label}**")[col])[:3], [g.mean, g.low, g.high])
+            pairs = [(runs[f"{algo}_seed{s}"][-1][key], runs[f"hiper_seed{s}"][-1][key]) for s in seeds]
+            shows_change_by_task(row(text, f"**HiPER − {label}**")[col], pairs)
