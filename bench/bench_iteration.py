@@ -174,8 +174,7 @@ def _engine_replay(
     from actors.engines import make_engine
     from actors.inference import GenerationRequest, SamplingParams
     from actors.rollout import read_peft_adapter
-    from launch.config import torch_threads
-    from launch.driver.wiring import lora_spec
+    from launch.driver.wiring import lora_spec, torch_threads
 
     threads = torch_threads(cfg, cfg.rollout.num_workers, 2, "cpu")
     torch.set_num_threads(threads)

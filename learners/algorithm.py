@@ -104,6 +104,15 @@ class Algorithm:
         """The RL iterations train on stored data (its driver stage holds it): read from ``driver_stage``."""
         return self.driver_stage == "offline_data"
 
+    def reference_adapters(self, cfg: Any, kl_reference: str, adapters: Sequence[str]) -> tuple[str, ...]:
+        """The frozen copies (``ref_<adapter>``; ``adapters`` empty: the one adapter ``default``) the learner keeps as
+        the KL term's reference policy: the policy as RL begins (``kl_reference="start"``; an offline algorithm's
+        online phase: π_off, always). Empty: no KL term, or ``kl_reference="base"`` (the base model, every adapter
+        disabled)."""
+        if not self.uses_reference(cfg) or (kl_reference == "base" and not self.offline):
+            return ()
+        return tuple(f"ref_{n}" for n in adapters or ["default"])
+
     @property
     def value_heads(self) -> int:
         """Critic outputs: one more than the largest head a slot reads (0: no critic)."""

@@ -72,7 +72,7 @@ def cmd_eval(args: Sequence[str]) -> int:
 
 
 class CheckpointEval:
-    """A run's latest checkpoint on evaluation panels through the run's own evaluator (``build.panel_evaluator``:
+    """A run's latest checkpoint on evaluation panels through the run's own evaluator (``wiring.panel_evaluator``:
     its rollout workers, evaluation temperature, sampling seed and ``eval_samples`` a task), so that on the run's
     own panel it plays the episodes of the run's evaluation of that checkpoint. Panels are resolved and checked
     on construction (``ConfigError``), before Ray starts."""
@@ -126,8 +126,7 @@ class CheckpointEval:
         from actors.agents.base import adapter_names
         from actors.rollout import read_adapters
         from cluster.ray_cluster import init_ray
-        from launch.driver.build import panel_evaluator
-        from launch.driver.wiring import role_adapters, rollout_pool
+        from launch.driver.wiring import panel_evaluator, role_adapters, rollout_pool
 
         cfg = self.cfg
         device = "cuda" if torch.cuda.is_available() else "cpu"

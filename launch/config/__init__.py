@@ -46,8 +46,6 @@ from launch.config.schema import (
     engine_old_logprobs,
     one_line,
     overlapping_loop,
-    reference_adapters,
-    torch_threads,
 )
 from launch.config.validate import validate
 
@@ -84,11 +82,9 @@ __all__ = [
     "preset_chain",
     "preset_layers",
     "read_run_config",
-    "reference_adapters",
     "resolve_algo_config",
     "resolve_config",
     "resolved_text",
     "to_dict",
-    "torch_threads",
     "validate",
 ]

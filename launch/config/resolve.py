@@ -340,12 +340,12 @@ def resolved_text(cfg: TrainConfig, algo_cfg: Any, device: str | None = None) ->
     amount."""
     from envs.base import success_reward
 
-    derived = (
+    text = dump_yaml(cfg) + "resolved_algo:\n" + "".join(_resolved_lines(algo_cfg, "  "))
+    return text + (
         f"derived:\n  env.success_reward: {success_reward(cfg.env.name, cfg.env.options)!r}\n"
         f"  learner.behaviour_is_cap: {behaviour_is_cap(cfg, device)!r}\n"
         f"  learner.old_logprobs: {'engine' if engine_old_logprobs(cfg, device) else 'recompute'}\n"
     )
-    return dump_yaml(cfg) + "resolved_algo:\n" + "".join(_resolved_lines(algo_cfg, "  ")) + derived
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:

@@ -1,5 +1,6 @@
 """The run config's schema: frozen dataclasses hold its one set of defaults (``TrainConfig`` and its sections),
-and the values derived from them (the KL reference copies, the torch threads, the off-policy cap).
+and the values derived from them (whether the loop overlaps, whether the engine's log-probs stand for π_old, the
+off-policy cap).
 
 Presets (``launch/configs/*.yaml``) and ``key=value`` overrides only override these (``launch.config.resolve``);
 ``launch.config.validate`` checks a resolved config before Ray starts; ``launch.config.help`` prints every key.
@@ -9,10 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from learners.algorithm import Algorithm
+from typing import Any
 
 PRESET_DIR = Path(__file__).resolve().parents[1] / "configs"
 DEFAULT_PRESET = "hiper_textcraft_cpu"
@@ -358,31 +356,10 @@ class TrainConfig:
     the critic's values, the reward terms. 0: none."""
 
 
-def reference_adapters(cfg: TrainConfig, algo: Algorithm, algo_cfg: Any) -> tuple[str, ...]:
-    """The frozen copies (``ref_<adapter>``) the learner keeps as the KL term's reference policy: the policy as RL
-    begins (``learner.kl_reference=start``; an offline algorithm's online phase: π_off, always). Empty: no KL
-    term, or ``kl_reference=base`` (the base model, every adapter disabled)."""
-    if not algo.uses_reference(algo_cfg) or (cfg.learner.kl_reference == "base" and not algo.offline):
-        return ()
-    return tuple(f"ref_{n}" for n in cfg.model.adapter_names or ["default"])
-
-
 def overlapping_loop(cfg: TrainConfig) -> bool:
     """Whether rollouts overlap the updates (``one_step_off``, ``max_staleness`` >= 1): the workers then share the
     cores, and a rollout may come from an adapter older than the learner's."""
     return bool(cfg.one_step_off or cfg.max_staleness)
-
-
-def torch_threads(cfg: TrainConfig, workers: int, cores: int, device: str) -> int:
-    """Torch threads for each of ``workers`` workers of one kind (rollout or learner) on a node with ``cores`` cores
-    (``cpu_threads``); 0 leaves the process's own setting (CUDA workers)."""
-    if device != "cpu":
-        return 0
-    if cfg.cpu_threads:
-        return cfg.cpu_threads
-    if overlapping_loop(cfg):  # the rollout workers and the learner group compute at once
-        workers = cfg.rollout.num_workers + cfg.learner.num_workers
-    return max(1, cores // workers)
 
 
 def this_device() -> str:

@@ -22,7 +22,6 @@ from launch.config.schema import (
     WEIGHT_SYNCS,
     ConfigError,
     TrainConfig,
-    reference_adapters,
 )
 
 GPU_SHARE = "a fraction in (0, 1] or a whole number of GPUs"
@@ -269,7 +268,9 @@ def _check_algo(cfg: TrainConfig) -> Any:
                 f"learner.kl_reference: algo={cfg.algo}'s KL term is to π_off, the policy its offline phase ended "
                 "with; allowed: start"
             )
-        if cfg.learner.zero_stage == 3 and reference_adapters(cfg, algo, algo_cfg):
+        if cfg.learner.zero_stage == 3 and algo.reference_adapters(
+            algo_cfg, cfg.learner.kl_reference, cfg.model.adapter_names
+        ):
             raise ConfigError(
                 f"learner.zero_stage: 3 partitions the frozen copy of the policy that algo={cfg.algo}'s KL term reads; "
                 "allowed: zero_stage 0, 1, 2, or learner.kl_reference=base"

@@ -18,7 +18,8 @@ from typing import Any
 from actors.trajectory import Trajectory, to_jsonl
 from common.rng import restore_process_rngs
 from launch.config import TrainConfig
-from launch.driver.build import RunParts, build_run
+from launch.driver.build import build_run
+from launch.driver.parts import RunParts
 from launch.driver.run_log import eval_fields, eval_text, final_table, iteration_line, logged_eval_text
 from launch.driver.stages import staged_update
 from launch.driver.updater import timed

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from actors.agents.base import DEFAULT_ADAPTERS
-from actors.demos import collect_demonstrations
+from actors.demos import check_demos_fit, collect_demonstrations
 from actors.rollout import WorkerConfig
 from actors.trajectory import Trajectory
 from cluster.ray_cluster import WorkerResources, node_cores
@@ -27,12 +27,13 @@ from launch.config import (
     TrainConfig,
     behaviour_is_cap,
     engine_old_logprobs,
-    reference_adapters,
-    torch_threads,
+    overlapping_loop,
 )
 from launch.driver.checkpoints import behaviour_adapter
+from launch.driver.evaluator import PanelEvaluator
 from launch.driver.hisr_rewards import Collect, RewardModels, reward_model_learners
 from launch.driver.offline_data import OfflineData
+from launch.driver.parts import Schedule
 from launch.driver.rollout_pool import RolloutPool
 from launch.driver.sources import IterationSource, SyncRollouts
 from launch.driver.stages import DriverStage
@@ -40,7 +41,7 @@ from launch.driver.stream import AsyncRollouts
 from launch.driver.updater import Updater
 from launch.evaluation.panel_tasks import Panel
 from launch.evaluation.panels import AUTO, resolve_panel
-from launch.evaluation.scoring import EvalScope, scope
+from launch.evaluation.scoring import EvalScope, Evaluation, scope
 from learners.algorithm import Algorithm
 from learners.group import LearnerGroup
 from learners.learner_spec import LearnerSpec
@@ -57,6 +58,23 @@ def rollout_pool(cfg: TrainConfig, model_path: str, device: str) -> RolloutPool:
         WorkerResources(cfg.rollout.cpus_per_worker, gpus, control),
         max_restarts=cfg.rollout.max_restarts,
     )
+
+
+def torch_threads(cfg: TrainConfig, workers: int, cores: int, device: str) -> int:
+    """Torch threads for each of ``workers`` workers of one kind (rollout or learner) on a node with ``cores`` cores
+    (``cpu_threads``); 0 leaves the process's own setting (CUDA workers)."""
+    if device != "cpu":
+        return 0
+    if cfg.cpu_threads:
+        return cfg.cpu_threads
+    if overlapping_loop(cfg):  # the rollout workers and the learner group compute at once
+        workers = cfg.rollout.num_workers + cfg.learner.num_workers
+    return max(1, cores // workers)
+
+
+def reference_adapters(cfg: TrainConfig, algo: Algorithm, algo_cfg: Any) -> tuple[str, ...]:
+    """The frozen copies the learner keeps as ``algo``'s KL reference (``Algorithm.reference_adapters``)."""
+    return algo.reference_adapters(algo_cfg, cfg.learner.kl_reference, cfg.model.adapter_names)
 
 
 def learner_resources(learner: LearnerConfig, device: str) -> WorkerResources:
@@ -179,6 +197,15 @@ def demonstrations_on(cfg: TrainConfig, tokenizer: Any, task_ids: Sequence[str])
     )
 
 
+def demonstrations(cfg: TrainConfig, tokenizer: Any, bc_ids: Sequence[str]) -> list[Trajectory]:
+    """The env expert's won episodes on the run's training tasks: what BC trains on, and STEP-HRL's data D."""
+    demos = expert_demonstrations(cfg, tokenizer, bc_ids)
+    if not demos:
+        raise RuntimeError(f"the {cfg.env.name} expert produced no winning demonstration")
+    check_demos_fit(demos, cfg.rollout.max_new_tokens, tokenizer)
+    return demos
+
+
 def lora_spec(cfg: TrainConfig) -> LoraSpec:
     m = cfg.model
     return LoraSpec(m.lora_rank, m.lora_alpha, m.lora_targets, m.lora_dropout)
@@ -218,6 +245,43 @@ def rollout_worker_config(cfg: TrainConfig, model_path: str, device: str, **over
         "torch_threads": torch_threads(cfg, cfg.rollout.num_workers, node_cores(), device),
     }
     return WorkerConfig(**{**fields, **overrides})
+
+
+EVAL_SEED = 10_000
+"""Evaluation samples with ``seed + EVAL_SEED`` (the panel fixes tasks and env seeds; this seeds sampling)."""
+
+
+def schedule(cfg: TrainConfig, bc_source: Path | None, bc_eval_reused: bool) -> Schedule:
+    """The settings the loop reads (``bc_source``, ``bc_eval_reused``: ``launch.config.check_bc_source``'s and
+    ``bc_eval_reusable``'s answers, checked before Ray starts)."""
+    return Schedule(
+        run_dir=Path(cfg.run_dir),
+        iterations=cfg.iterations,
+        seed=cfg.seed,
+        eval_every=cfg.eval_every,
+        checkpoint_every=cfg.checkpoint_every,
+        eval_episodes=cfg.eval_episodes,
+        train_tasks=cfg.env.train_tasks,
+        eval_zero_shot=cfg.eval_zero_shot,
+        save_trajectories=cfg.save_trajectories,
+        one_step_off=cfg.one_step_off,
+        resume=cfg.resume,
+        adapters=tuple(cfg.model.adapter_names),
+        init_adapter=cfg.model.init_adapter,
+        lora=lora_spec(cfg),
+        bc=cfg.bc if cfg.bc.enabled else None,
+        bc_source=bc_source,
+        bc_eval_reused=bc_eval_reused,
+        learner=cfg.learner,
+    )
+
+
+def panel_evaluator(
+    cfg: TrainConfig, pool: RolloutPool, evaluation: Evaluation, samples: int
+) -> PanelEvaluator:
+    """An evaluator of ``pool``'s policy on ``evaluation``'s panel at the run's evaluation temperature and sampling
+    seed: the run's own evaluations and ``hierarl eval``'s of its checkpoint play the same episodes."""
+    return PanelEvaluator(pool, evaluation, cfg.rollout.eval_temperature, cfg.seed + EVAL_SEED, samples)
 
 
 @dataclass(frozen=True)

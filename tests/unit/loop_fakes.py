@@ -1,4 +1,4 @@
-"""Plain fakes of a run's parts (``launch.driver.build.RunParts``) for driving ``launch/driver/train.py``'s ``Trainer`` without
+"""Plain fakes of a run's parts (``launch.driver.parts.RunParts``) for driving ``launch/driver/train.py``'s ``Trainer`` without
 Ray (``tests/unit/launch/test_loop.py``). Every fake appends to one event list, so a test reads the loop's calls as
 one sequence (take → update → push → eval → checkpoint → log)."""
 
@@ -12,7 +12,7 @@ from typing import Any
 
 from common.lora import LoraSpec
 from launch.config import LearnerConfig
-from launch.driver.build import RunParts, Schedule
+from launch.driver.parts import RunParts, Schedule
 from launch.driver.sources import EmptyIterations, IterationData
 from launch.driver.stages import DriverStage
 from launch.driver.train import Trainer

@@ -17,9 +17,9 @@ from launch.config import (
     preset_chain,
     resolve_algo_config,
     resolve_config,
-    torch_threads,
 )
 from launch.driver.algos import ALGOS, get_algo
+from launch.driver.wiring import torch_threads
 from reward.shaping import SHAPING_CONSTANTS, ShapingConstants, shaping_for
 
 RL_ALGOS = ("ppo", "grpo", "rloo", "gigpo", "hiper")

@@ -93,7 +93,6 @@ def test_hisr_segmentation_is_checked_against_the_agent():
 def test_the_kl_reference_is_checked_before_ray_and_sets_the_learners_frozen_copies():
     """``learner.kl_reference``: start (a frozen copy of each policy adapter, ``ref_<name>``) or base (none); ZeRO-3
     would partition the copy. Algorithms without a KL term keep none."""
-    from launch.config import reference_adapters
     from launch.driver.algos import get_algo
 
     assert _error(["learner.kl_reference=bc"]) == "learner.kl_reference: got 'bc'; allowed: start, base"
@@ -105,7 +104,9 @@ def test_the_kl_reference_is_checked_before_ray_and_sets_the_learners_frozen_cop
 
     def refs(overrides: list[str]) -> tuple[str, ...]:
         cfg = resolve_config(None, overrides)
-        return reference_adapters(cfg, get_algo(cfg.algo), validate(cfg))
+        return get_algo(cfg.algo).reference_adapters(
+            validate(cfg), cfg.learner.kl_reference, cfg.model.adapter_names
+        )
 
     assert refs(["algo=ppo"]) == ("ref_default",)
     assert refs(["algo=ppo", "learner.kl_reference=base"]) == ()
