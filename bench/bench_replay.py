@@ -119,9 +119,9 @@ def replay_updater(
 
 
 def _driver_stage(cfg: Any, algo: Any, algo_cfg: Any, tok: Any, pad: int, updater: Any, run: Path) -> Any:
-    """The variant's driver stage over the run's folder (``launch.driver.wiring.STAGES``, as ``build_run`` builds it), with
+    """The variant's driver stage over the run's folder (``launch.driver.stage_builders.STAGES``, as ``build_run`` builds it), with
     no rollouts: what it would collect (HISR's π_ref episodes, the stored data) must be there already."""
-    from launch.driver.wiring import StageInputs, stage_builder
+    from launch.driver.stage_builders import StageInputs, stage_builder
 
     def no_rollouts(*_: Any, **__: Any) -> list[Any]:
         raise RuntimeError("bench_replay: the driver stage's data and models are read back, never collected")

@@ -71,7 +71,7 @@ class Algorithm:
     policy-anchored term; ``launch.driver.offline_data``).
     ``target_critic``: the learner keeps a soft-updated copy of the critic (``cfg.target_tau`` per critic step) that
     value slots with ``target=True`` read, and the first ``cfg.warmup_steps`` optimizer steps train the critic alone.
-    ``driver_stage``: the driver's own work for this algorithm around its updates, by name in ``launch.driver.wiring.STAGES``
+    ``driver_stage``: the driver's own work for this algorithm around its updates, by name in ``launch.driver.stage_builders.STAGES``
     (a name, since the learner side imports nothing of the driver): "reward_models" (HISR, ``launch.driver.hisr_rewards``),
     "offline_data" (STEP-HRL, Multi2: ``launch.driver.offline_data``); "": none.
     """

@@ -41,8 +41,8 @@ from launch.driver.kept_episodes import EpisodeKeeper
 from launch.driver.parts import RunParts
 from launch.driver.run_log import RunLog
 from launch.driver.sources import EmptyIterations
+from launch.driver.stage_builders import StageInputs, stage_builder
 from launch.driver.wiring import (
-    StageInputs,
     demonstrations,
     env_task_ids,
     iteration_source,
@@ -54,7 +54,6 @@ from launch.driver.wiring import (
     rl_task_scope,
     rollout_pool,
     schedule,
-    stage_builder,
     updater,
 )
 from launch.evaluation.scoring import Evaluation, scope

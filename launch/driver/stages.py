@@ -15,7 +15,7 @@ algorithm and check none of its flags.
                             whether the warm start freezes the KL reference and the first update warms the critic
                             up in passes (stored data: neither; it does both its own way)
 
-``Algorithm.driver_stage`` names a run's stage in ``launch.driver.wiring.STAGES``, which builds it. ``DriverStage`` itself
+``Algorithm.driver_stage`` names a run's stage in ``launch.driver.stage_builders.STAGES``, which builds it. ``DriverStage`` itself
 is the null stage of an algorithm that names none: every hook does nothing, so the loop has no special case for it.
 """
 

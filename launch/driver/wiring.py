@@ -1,17 +1,18 @@
-"""The run config turned into each part's spec: the one module besides the driver that reads the whole
-``TrainConfig``, so that every part of the driver gets only its own section and the records built here.
+"""The run config turned into each part's spec: with ``build_run`` (``launch/driver/build.py``) and the driver
+stages' builders (``launch/driver/stage_builders.py``), the one module that reads the whole ``TrainConfig``, so that
+every part of the driver gets only its own section and the records built here.
 
 ``learner_spec`` (the learner workers: LoRA, optimizer settings, the algorithm's critic and adapters),
 ``rollout_worker_config`` (the rollout workers: engine, protocol, env, sampling), ``expert_demonstrations`` (what
-BC and the offline datasets start from), ``env_task_ids``, and the driver stages' builders (``STAGES``, by
-``Algorithm.driver_stage``; ``launch/driver/stages.py``).
+BC and the offline datasets start from), ``env_task_ids``, the evaluators, the loop's ``Schedule`` and its
+iteration source.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -31,12 +32,10 @@ from launch.config import (
 )
 from launch.driver.checkpoints import behaviour_adapter
 from launch.driver.evaluator import PanelEvaluator
-from launch.driver.hisr_rewards import Collect, RewardModels, reward_model_learners
-from launch.driver.offline_data import OfflineData
+from launch.driver.hisr_rewards import reward_model_learners
 from launch.driver.parts import Schedule
 from launch.driver.rollout_pool import RolloutPool
 from launch.driver.sources import IterationSource, SyncRollouts
-from launch.driver.stages import DriverStage
 from launch.driver.stream import AsyncRollouts
 from launch.driver.updater import Updater
 from launch.evaluation.panel_tasks import Panel
@@ -282,104 +281,6 @@ def panel_evaluator(
     """An evaluator of ``pool``'s policy on ``evaluation``'s panel at the run's evaluation temperature and sampling
     seed: the run's own evaluations and ``hierarl eval``'s of its checkpoint play the same episodes."""
     return PanelEvaluator(pool, evaluation, cfg.rollout.eval_temperature, cfg.seed + EVAL_SEED, samples)
-
-
-@dataclass(frozen=True)
-class StageInputs:
-    """What a driver stage is built from (``STAGES``' builders): the run config, the algorithm, and the run's parts as
-    the few calls a stage makes of them."""
-
-    cfg: TrainConfig
-    algo: Algorithm
-    algo_cfg: Any
-    tokenizer: Any
-    pad_id: int
-    train_ids: Sequence[str]
-    """The tasks RL plays."""
-    learner: LearnerGroup
-    """The run's learner group (it rebuilds itself when a worker dies)."""
-    collect: Collect
-    """Rollouts of the current policy (``RolloutPool.collect``)."""
-    sample: Callable[..., list[Any]]
-    """One response of the current policy per prompt (``RolloutPool.sample``)."""
-    demonstrations: Callable[[], list[Trajectory]]
-    """BC's expert episodes."""
-    log: Callable[[dict[str, Any]], None]
-    """Writes a metrics row (``RunLog.log``)."""
-    freeze_reference: Callable[[], None]
-    """Copies the policy as the KL term's reference (``Updater.freeze_reference``)."""
-
-
-StageBuilder = Callable[[StageInputs], DriverStage]
-
-
-def no_stage(inputs: StageInputs) -> DriverStage:
-    """An algorithm without driver work: the null stage."""
-    return DriverStage()
-
-
-def reward_models(inputs: StageInputs) -> RewardModels:
-    """HISR's reward models on the run's learner group, playing π_ref through ``collect``."""
-    cfg = inputs.cfg
-    return RewardModels(
-        inputs.algo_cfg,
-        Path(cfg.run_dir) / "hisr",
-        inputs.tokenizer,
-        agent=cfg.rollout.agent,
-        env_name=cfg.env.name,
-        max_seq_len=cfg.learner.max_seq_len,
-        pad_id=inputs.pad_id,
-        seed=cfg.seed,
-        learner=inputs.learner,
-        collect=inputs.collect,
-        train_ids=inputs.train_ids,
-        log=inputs.log,
-    )
-
-
-def offline_data(inputs: StageInputs) -> OfflineData:
-    """The stored data of an offline algorithm: BC's demonstrations and the pool's rollouts; the online phase's KL
-    reference frozen where the algorithm has a KL term."""
-    cfg, algo, algo_cfg = inputs.cfg, inputs.algo, inputs.algo_cfg
-    return OfflineData(
-        algo_cfg,
-        Path(cfg.run_dir) / "offline",
-        anchor_role=algo.anchor_role,
-        seed=cfg.seed,
-        env_name=cfg.env.name,
-        train_split=cfg.env.train_split,
-        group_size=cfg.rollout.group_size,
-        temperature=cfg.rollout.temperature,
-        train_ids=inputs.train_ids,
-        demonstrations=inputs.demonstrations,
-        collect=inputs.collect,
-        sample=inputs.sample,
-        log=inputs.log,
-        freeze_reference=inputs.freeze_reference if algo.uses_reference(algo_cfg) else None,
-    )
-
-
-STAGES: dict[str, StageBuilder] = {"": no_stage, "reward_models": reward_models, "offline_data": offline_data}
-"""``Algorithm.driver_stage`` → the builder of that stage; ``register_stage`` adds one from elsewhere."""
-
-
-def register_stage(name: str, builder: StageBuilder) -> StageBuilder:
-    """Add ``builder`` under ``name`` to this process's table, for records whose ``driver_stage`` is ``name``
-    (registered with ``launch.driver.algos.register_algo``). A taken name is refused; returns the builder."""
-    if name in STAGES:
-        raise ValueError(f"driver stage {name!r} is already registered")
-    STAGES[name] = builder
-    return builder
-
-
-def stage_builder(algo: Algorithm) -> StageBuilder:
-    """The builder of ``algo``'s driver stage; an unregistered name fails here, before anything starts."""
-    if algo.driver_stage not in STAGES:
-        known = ", ".join(repr(k) for k in sorted(STAGES))
-        raise ValueError(
-            f"algorithm {algo.name!r}: unknown driver_stage {algo.driver_stage!r}; known: {known}"
-        )
-    return STAGES[algo.driver_stage]
 
 
 def iteration_source(

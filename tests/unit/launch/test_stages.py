@@ -1,4 +1,4 @@
-"""Driver stages (``launch/driver/stages.py``): which stage each algorithm's record names and what ``launch.driver.wiring`` builds
+"""Driver stages (``launch/driver/stages.py``): which stage each algorithm's record names and what ``launch.driver.stage_builders`` builds
 for it, and the hooks of the two stages in the tree, HISR's reward models (``launch/driver/hisr_rewards.py``) and the stored data of
 STEP-HRL and Multi2 (``launch/driver/offline_data.py``), without Ray. Their place among the loop's calls:
 ``tests/unit/launch/test_loop.py``."""
@@ -14,12 +14,12 @@ import pytest
 
 from actors.trajectory import Trajectory, Turn, to_jsonl
 from launch.config import resolve_algo_config, resolve_config
-from launch.driver import wiring
+from launch.driver import stage_builders
 from launch.driver.algos import ALGOS, get_algo
 from launch.driver.hisr_rewards import REWARD_MODELS, RewardModels
 from launch.driver.offline_data import OfflineData
+from launch.driver.stage_builders import STAGES, StageInputs, register_stage, stage_builder
 from launch.driver.stages import DriverStage
-from launch.driver.wiring import STAGES, StageInputs, register_stage, stage_builder
 from learners.algos import hisr, multi2
 
 
@@ -47,10 +47,10 @@ def test_an_unregistered_stage_is_refused_and_a_taken_name_too(monkeypatch):
         ValueError, match=r"^algorithm 'ppo': unknown driver_stage 'nope'; known: '', 'offline_data'"
     ):
         stage_builder(replace(get_algo("ppo"), driver_stage="nope"))
-    monkeypatch.setattr(wiring, "STAGES", dict(STAGES))
+    monkeypatch.setattr(stage_builders, "STAGES", dict(STAGES))
     with pytest.raises(ValueError, match="driver stage 'offline_data' is already registered"):
-        register_stage("offline_data", wiring.no_stage)
-    assert register_stage("nope", wiring.no_stage) is wiring.no_stage
+        register_stage("offline_data", stage_builders.no_stage)
+    assert register_stage("nope", stage_builders.no_stage) is stage_builders.no_stage
     assert isinstance(stage_builder(replace(get_algo("ppo"), driver_stage="nope"))(None), DriverStage)
 
 
