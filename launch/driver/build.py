@@ -121,7 +121,10 @@ def build_run(cfg: TrainConfig, device: str | None = None) -> RunParts:
             freeze_reference=upd.freeze_reference,
         )
     )
+    checkpoints = Checkpointer(run_dir / "checkpoints", cfg.checkpoint_keep_last)
+    keeper = EpisodeKeeper(run_dir, tokenizer, cfg.keep_episodes, [s.name for s in algo.value_slots])
     source = partial(iteration_source, cfg, pool, train_ids)
+    empty = EmptyIterations(cfg.rollout.max_empty_iterations, cfg.rollout.groups_per_iter)
     return RunParts(
         schedule=schedule(cfg, bc_source, bc_eval_reused),
         algo=algo,
@@ -129,12 +132,12 @@ def build_run(cfg: TrainConfig, device: str | None = None) -> RunParts:
         pool=pool,
         updater=upd,
         worker_lost=WORKER_LOST,
-        checkpoints=Checkpointer(run_dir / "checkpoints", cfg.checkpoint_keep_last),
-        keeper=EpisodeKeeper(run_dir, tokenizer, cfg.keep_episodes, [s.name for s in algo.value_slots]),
+        checkpoints=checkpoints,
+        keeper=keeper,
         log=log,
         evaluator=evaluator,
         rl_evaluator=rl_evaluator,
-        empty=EmptyIterations(cfg.rollout.max_empty_iterations, cfg.rollout.groups_per_iter),
+        empty=empty,
         stage=stage,
         source=source,
         demonstrations=demos,

@@ -106,6 +106,8 @@ def learner_spec(
     """The learner workers' spec for a run: its LoRA, optimizer settings, the algorithm's critic and adapters (HISR:
     the hindsight model's adapter and the SPRM beside the policy's)."""
     adapters, extra_critics = learner_adapters(cfg), ()
+    threads = torch_threads(cfg, cfg.learner.num_workers, node_cores(), device)
+    frozen = reference_adapters(cfg, algo, algo_cfg)
     if algo.reward_models:
         hindsight, sprm = reward_model_learners(algo_cfg, model_path)
         adapters, extra_critics = (*(adapters or (("default", cfg.learner.actor_lr),)), hindsight), (sprm,)
@@ -125,9 +127,9 @@ def learner_spec(
         target_critic=algo.target_critic,
         adapters=adapters,
         extra_critics=extra_critics,
-        frozen_adapters=reference_adapters(cfg, algo, algo_cfg),
+        frozen_adapters=frozen,
         seed=cfg.seed,
-        torch_threads=torch_threads(cfg, cfg.learner.num_workers, node_cores(), device),
+        torch_threads=threads,
     )
 
 
@@ -224,7 +226,6 @@ def rollout_worker_config(cfg: TrainConfig, model_path: str, device: str, **over
         "gpu_memory_utilization": cfg.rollout.gpu_memory_utilization,
         "dtype": cfg.model.dtype,
         "device": device,
-        "lora": lora_spec(cfg),
         "protocol": cfg.rollout.agent,
         "env_name": cfg.env.name,
         "env_options": dict(cfg.env.options),
@@ -242,6 +243,7 @@ def rollout_worker_config(cfg: TrainConfig, model_path: str, device: str, **over
         "agent_options": dict(cfg.rollout.agent_options),
         "adapters": role_adapters(cfg),
         "torch_threads": torch_threads(cfg, cfg.rollout.num_workers, node_cores(), device),
+        "lora": lora_spec(cfg),
     }
     return WorkerConfig(**{**fields, **overrides})
 
