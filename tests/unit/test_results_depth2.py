@@ -108,18 +108,30 @@ METHODS = (("HiPER", "hiper"), ("PPO", "ppo"), ("GiGPO", "gigpo"))
 """hierarchy_d2_seeds' methods: (the page's label, the run folder's prefix)."""
 
 
-@pytest.mark.parametrize("seed", [0, 1])
+def d2_runs() -> dict:
+    return data("hierarchy_d2_seeds/runs.json")
+
+
+def seeds_run(runs: dict, *algos: str) -> list[int]:
+    """The seeds on which every one of ``algos`` has a run in runs.json (the page reports a method on a seed when
+    its run is kept)."""
+    return [s for s in range(3) if all(f"{a}_seed{s}" in runs for a in algos)]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
 def test_hierarchy_d2_seed_rows_and_contrast(seed):
-    """hierarchy_d2_seeds' table of one seed from runs.json (each run's logged rows): per method the paired gain
-    over the seed's shared BC start (mean over tasks of after − before, t over tasks) on both panels, the update KL
-    ×1e3 and switch rate per iteration; then HiPER − PPO and HiPER − GiGPO after RL, paired by task, as the prose
-    prints them."""
+    """hierarchy_d2_seeds' table of one seed from runs.json (each run's logged rows): per method run on that seed
+    the paired gain over the seed's shared BC start (mean over tasks of after − before, t over tasks) on both
+    panels, the update KL ×1e3 and switch rate per iteration; then HiPER against each other method after RL,
+    paired by task, as the prose prints it. A method without a kept run on the seed has no row."""
     from launch.evaluation.intervals import paired_gain
 
     text = page("hierarchy_d2_seeds.md").split(f"## Seed {seed}\n")[1].split("\n## ")[0]
-    runs = data("hierarchy_d2_seeds/runs.json")
+    runs = d2_runs()
+    methods = [(label, algo) for label, algo in METHODS if f"{algo}_seed{seed}" in runs]
+    assert methods[0][0] == "HiPER"
     after = {}
-    for label, algo in METHODS:
+    for label, algo in methods:
         rows, cells = runs[f"{algo}_seed{seed}"], row(text, label)
         after[label] = rows[-1]
         for key, col in (("eval_task_rates", 2), ("train_eval_task_rates", 4)):
@@ -129,8 +141,10 @@ def test_hierarchy_d2_seed_rows_and_contrast(seed):
         rl = [r for r in rows if r["phase"] == "rl"]
         assert_shows(numbers(cells[6]), [r["kl_update"] * 1e3 for r in rl])
         assert_shows(numbers(cells[7]), [r["switch_rate"] for r in rl])
+    missing = [label for label, algo in METHODS if f"{algo}_seed{seed}" not in runs]
+    assert all(f"| {label} |" not in text for label in missing)
     prose = flat(text)
-    for other, _ in METHODS[1:]:
+    for other, _ in methods[1:]:
         for key, panel in (("eval_task_rates", "held-out"), ("train_eval_task_rates", "RL tasks")):
             g = paired_gain(after[other][key], after["HiPER"][key])
             printed = re.search(
@@ -142,24 +156,33 @@ def test_hierarchy_d2_seed_rows_and_contrast(seed):
 
 def test_hierarchy_d2_over_seeds_by_task():
     """hierarchy_d2_seeds' "together" table from runs.json: each task's change (after RL − after BC), or HiPER's
-    rate after RL minus PPO's (GiGPO's), averaged over the seeds first, then a t-interval over tasks (the task the
-    unit)."""
+    rate after RL minus PPO's (GiGPO's), averaged over the seeds on which the methods compared have runs, then a
+    t-interval over tasks (the task the unit); each row names its seeds."""
     from launch.evaluation.intervals import paired_gain
 
-    text = page("hierarchy_d2_seeds.md").split("## Seeds 0 and 1 together")[1].split("\n## ")[0]
-    runs = data("hierarchy_d2_seeds/runs.json")
-    seeds = (0, 1)
+    text = page("hierarchy_d2_seeds.md").split("## The seeds together")[1].split("\n## ")[0]
+    runs = d2_runs()
 
-    def shows_change_by_task(cell: str, pairs: list[tuple[list[float], list[float]]]) -> None:
-        """``cell`` prints each task's (b − a) averaged over the seeds' (a, b) rate lists, t over tasks."""
+    def shows_change_by_task(
+        cells: list[str], col: int, pairs: list[tuple[list[float], list[float]]]
+    ) -> None:
+        """``cells[col]`` prints each task's (b − a) averaged over the seeds' (a, b) rate lists, t over tasks;
+        ``cells[0]`` names those seeds ("seeds 0–2", "seeds 0 and 1")."""
         d = [statistics.fmean(b[i] - a[i] for a, b in pairs) for i in range(len(pairs[0][0]))]
         g = paired_gain([0.0] * len(d), d)
-        assert_shows(numbers(cell)[:3], [g.mean, g.low, g.high])
+        assert_shows(numbers(cells[col])[:3], [g.mean, g.low, g.high])
+
+    def named(seeds: list[int]) -> str:
+        return {(0, 1, 2): "seeds 0–2", (0, 1): "seeds 0 and 1"}[tuple(seeds)]
 
     for col, key in ((1, "eval_task_rates"), (2, "train_eval_task_rates")):
         for label, algo in METHODS:
+            seeds = seeds_run(runs, algo)
+            cells = row(text, f"{label}, {named(seeds)}")
             pairs = [(r[0][key], r[-1][key]) for r in (runs[f"{algo}_seed{s}"] for s in seeds)]
-            shows_change_by_task(row(text, label)[col], pairs)
+            shows_change_by_task(cells, col, pairs)
         for label, algo in METHODS[1:]:
+            seeds = seeds_run(runs, "hiper", algo)
+            cells = row(text, f"**HiPER − {label}**, {named(seeds)}")
             pairs = [(runs[f"{algo}_seed{s}"][-1][key], runs[f"hiper_seed{s}"][-1][key]) for s in seeds]
-            shows_change_by_task(row(text, f"**HiPER − {label}**")[col], pairs)
+            shows_change_by_task(cells, col, pairs)
