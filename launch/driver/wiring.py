@@ -1,6 +1,6 @@
-"""The run config turned into each part's spec: with ``build_run`` (``launch/driver/build.py``) and the driver
-stages' builders (``launch/driver/stage_builders.py``), the one module that reads the whole ``TrainConfig``, so that
-every part of the driver gets only its own section and the records built here.
+"""The run config turned into each part's spec. This module, ``build_run`` (``launch/driver/build.py``) and the
+driver stages' builders (``launch/driver/stage_builders.py``) are the only readers of the whole ``TrainConfig``, so
+that every part of the driver gets only its own section and the records built here.
 
 ``learner_spec`` (the learner workers: LoRA, optimizer settings, the algorithm's critic and adapters),
 ``rollout_worker_config`` (the rollout workers: engine, protocol, env, sampling), ``expert_demonstrations`` (what
