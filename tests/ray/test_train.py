@@ -217,12 +217,12 @@ def test_a_fixed_rl_task_set_is_trained_and_scored_beside_the_held_out_panel(
     ray_local, tmp_path, capsys, chromium
 ):
     """``env.train_tasks=2``: RL plays only the first 2 tasks of the train panel, BC demonstrates others, every
-    evaluation scores those 2 tasks × 2 samples beside the held-out panel's 2 tasks × 2 samples (per-task rates in
-    halves), and the final table prints the paired RL gain on both. The run's report (``hierarl view``) opens in
+    evaluation scores those 2 tasks × 3 samples beside the held-out panel's 2 tasks × 2 samples (per-task rates in
+    thirds and halves: each panel played with its own sample count), and the final table prints the paired RL gain on both. The run's report (``hierarl view``) opens in
     Chromium with its episodes and both panels' grids, named by task."""
     extra = [
         "env.train_tasks=2",
-        "eval_train_samples=2",
+        "eval_train_samples=3",
         "eval_samples=2",
         "iterations=2",
         "save_trajectories=true",
@@ -239,9 +239,9 @@ def test_a_fixed_rl_task_set_is_trained_and_scored_beside_the_held_out_panel(
     evals = [r for r in rows if "train_eval_task_rates" in r]
     assert [r["phase"] for r in evals] == ["bc", "rl"]
     for r in evals:
-        assert r["train_eval_samples"] == 2 and r["eval_samples"] == 2
-        for key in ("train_eval_task_rates", "eval_task_rates"):
-            assert len(r[key]) == 2 and set(r[key]) <= {0.0, 0.5, 1.0}
+        assert r["train_eval_samples"] == 3 and r["eval_samples"] == 2
+        for key, rates in (("train_eval_task_rates", {0, 1 / 3, 2 / 3, 1}), ("eval_task_rates", {0, 0.5, 1})):
+            assert len(r[key]) == 2 and set(r[key]) <= rates
         assert "train" in r["train_eval_panel"]  # the train split's panel, its first 2 tasks
     played = {
         line.split('"task_id": "')[1].split('"')[0]
@@ -266,9 +266,9 @@ def test_a_fixed_rl_task_set_is_trained_and_scored_beside_the_held_out_panel(
     for source in ("eval", "eval RL tasks", "train"):
         Select(chromium.find_element(By.ID, "f-source")).select_by_value(source)
         shown[source] = len(chromium.find_elements(By.CSS_SELECTOR, "#episode-list li"))
-    # every evaluation episode (2 tasks × 2 samples, after BC and after RL, on each panel) and the train sample
-    # (2 iterations × 2 groups of 2, all kept: keep_episodes 16 > 4 an iteration)
-    assert shown == {"eval": 2 * 2 * 2, "eval RL tasks": 2 * 2 * 2, "train": 2 * 4}
+    # every evaluation episode (after BC and after RL: 2 held-out tasks × 2 samples, 2 RL tasks × 3 samples) and the
+    # train sample (2 iterations × 2 groups of 2, all kept: keep_episodes 16 > 4 an iteration)
+    assert shown == {"eval": 2 * 2 * 2, "eval RL tasks": 2 * 2 * 3, "train": 2 * 4}
     items = chromium.find_elements(By.CSS_SELECTOR, "#episode-list li")
     items[-1].click()
     turns = chromium.find_elements(By.CSS_SELECTOR, "#episode .turn")
