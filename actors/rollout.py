@@ -12,13 +12,11 @@ inside one.
 from __future__ import annotations
 
 import dataclasses
-import json
 import threading
 import uuid
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -28,6 +26,7 @@ from actors.env_pool import EnvPool
 from actors.env_process import build_env
 from actors.episodes import EpisodeRequest, iter_episodes, pack_group
 from actors.inference import GenerationRequest, GenerationResult, InferenceEngine, SamplingParams
+from actors.lora_weights import read_adapters, zero_lora_weights
 from actors.protocols import AgentFactory
 from actors.trajectory import Trajectory, TrajectoryGroup
 from common.lora import LoraSpec
@@ -76,55 +75,6 @@ class WorkerConfig:
     under its name); None: zero LoRA B (the base model's outputs) until the learner's first ``set_weights``."""
     adapters: Mapping[str, str | None] = field(default_factory=lambda: dict(DEFAULT_ADAPTERS))
     """Role → adapter name (``actors.protocols.make_agent``)."""
-
-
-def read_peft_adapter(path: str | Path) -> tuple[dict[str, np.ndarray], LoraSpec]:
-    """Tensors and spec of a PEFT adapter folder (``adapter_model.safetensors`` + ``adapter_config.json``)."""
-    from safetensors.torch import load_file
-
-    path = Path(path)
-    cfg = json.loads((path / "adapter_config.json").read_text())
-    targets = cfg["target_modules"]
-    spec = LoraSpec(
-        rank=int(cfg["r"]),
-        alpha=int(cfg["lora_alpha"]),
-        target_modules=tuple(sorted(targets) if isinstance(targets, list | set) else [targets]),
-        dropout=float(cfg.get("lora_dropout", 0.0)),
-    )
-    # via torch: a bf16 learner saves bf16 tensors, which numpy cannot represent
-    tensors = load_file(str(path / "adapter_model.safetensors"))
-    return {k: v.float().numpy() for k, v in tensors.items()}, spec
-
-
-def read_adapters(
-    root: str | Path, names: Sequence[str]
-) -> tuple[dict[str | None, dict[str, np.ndarray]], LoraSpec]:
-    """A saved adapter folder as the weights a push carries: one PEFT subfolder per name in ``names`` (a run with
-    ``model.role_adapters`` saves each adapter under its name), keyed by name; else ``root`` itself, the one
-    adapter every role uses, keyed None."""
-    root = Path(root)
-    if names and all((root / n / "adapter_config.json").exists() for n in names):
-        out: dict[str | None, dict[str, np.ndarray]] = {}
-        for n in names:
-            out[n], spec = read_peft_adapter(root / n)
-        return out, spec
-    weights, spec = read_peft_adapter(root)
-    return {None: weights}, spec
-
-
-def zero_lora_weights(model_path: str, spec: LoraSpec) -> dict[str, np.ndarray]:
-    """All-zero LoRA tensors in PEFT's state-dict naming for ``model_path`` (shapes from a meta-device model):
-    B = 0 makes the adapter an exact no-op, which vLLM needs as a starting adapter to serve requests by name."""
-    import torch
-    from peft import LoraConfig, get_peft_model, get_peft_model_state_dict
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    with torch.device("meta"):
-        base = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_path))
-        model = get_peft_model(
-            base, LoraConfig(r=spec.rank, lora_alpha=spec.alpha, target_modules=list(spec.target_modules))
-        )
-    return {k: np.zeros(tuple(v.shape), np.float32) for k, v in get_peft_model_state_dict(model).items()}
 
 
 @dataclass

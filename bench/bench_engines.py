@@ -121,8 +121,8 @@ def measure(kind: str, args: argparse.Namespace) -> dict[str, Any]:
 
     from actors.engines import make_engine
     from actors.inference import GenerationRequest, SamplingParams
+    from actors.lora_weights import zero_lora_weights
     from actors.models import resolve_model_path
-    from actors.rollout import zero_lora_weights
     from common.lora import LoraSpec
 
     torch.set_num_threads(args.threads)

@@ -173,7 +173,7 @@ def _engine_replay(
 
     from actors.engines import make_engine
     from actors.inference import GenerationRequest, SamplingParams
-    from actors.rollout import read_peft_adapter
+    from actors.lora_weights import read_peft_adapter
     from launch.driver.wiring import lora_spec, torch_threads
 
     threads = torch_threads(cfg, cfg.rollout.num_workers, 2, "cpu")

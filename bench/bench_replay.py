@@ -85,7 +85,7 @@ def _reference_weights(state: Path, start: Path, ref: str) -> dict[str, Any]:
     """The KL reference ``ref`` (``ref_<adapter>``) the run's update used: the frozen copy saved with the state
     (an online run: the policy RL began with; Multi2's online phase: π_off), else the start's policy adapter (a
     variant that keeps a reference the run did not)."""
-    from actors.rollout import read_peft_adapter
+    from actors.lora_weights import read_peft_adapter
 
     name = ref.removeprefix("ref_")
     for folder in (state / "adapter" / ref, start / "adapter" / name, start / "adapter"):

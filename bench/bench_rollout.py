@@ -215,8 +215,8 @@ def bench_raw(engine_kind: str, batches: list[dict[str, Any]], args: argparse.Na
     """The same batches through a bare engine in this process (LoRA adapter loaded, as in the workers)."""
     from actors.engines import make_engine
     from actors.inference import GenerationRequest, SamplingParams
+    from actors.lora_weights import zero_lora_weights
     from actors.models import resolve_model_path
-    from actors.rollout import zero_lora_weights
 
     path = resolve_model_path(args.model)
     spec = bench_worker_config(engine_kind, args).lora

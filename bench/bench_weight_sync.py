@@ -45,7 +45,7 @@ class Receiver:
 
     def __init__(self, engine_kind: str, model_path: str, rank: int, targets: tuple[str, ...]) -> None:
         from actors.engines import make_engine
-        from actors.rollout import zero_lora_weights
+        from actors.lora_weights import zero_lora_weights
         from common.lora import LoraSpec
 
         self.spec = LoraSpec(rank, 2 * rank, targets)
@@ -80,7 +80,7 @@ def random_adapter(model_path: str, rank: int, targets: tuple[str, ...]) -> dict
     """LoRA tensors of the right PEFT names and shapes, small random values (both A and B non-zero)."""
     import numpy as np
 
-    from actors.rollout import zero_lora_weights
+    from actors.lora_weights import zero_lora_weights
     from common.lora import LoraSpec
 
     rng = np.random.default_rng(0)

@@ -91,8 +91,8 @@ def main() -> None:
     from transformers import AutoTokenizer
 
     from actors.inference import GenerationRequest, SamplingParams
+    from actors.lora_weights import zero_lora_weights
     from actors.models import resolve_model_path
-    from actors.rollout import zero_lora_weights
     from actors.vllm_engine import VLLMEngine
     from common.lora import LoraSpec
     from launch.config import ModelConfig

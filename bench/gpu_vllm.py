@@ -198,8 +198,8 @@ def swap(dtype: str, device: str, model: str, memory: float) -> dict[str, Any]:
 
     from actors.hf_engine import HFEngine
     from actors.inference import GenerationRequest, SamplingParams
+    from actors.lora_weights import zero_lora_weights
     from actors.models import resolve_model_path
-    from actors.rollout import zero_lora_weights
     from actors.vllm_engine import VLLMEngine
     from learners.algos import grpo
     from learners.learner_spec import LearnerSpec
@@ -393,8 +393,8 @@ def decode_one(kind: str, a: argparse.Namespace) -> dict[str, Any]:
 
     from actors.hf_engine import HFEngine
     from actors.inference import GenerationRequest, SamplingParams
+    from actors.lora_weights import zero_lora_weights
     from actors.models import resolve_model_path
-    from actors.rollout import zero_lora_weights
     from actors.vllm_engine import VLLMEngine
 
     path, lora = resolve_model_path(a.model), lora_spec()

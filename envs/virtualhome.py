@@ -30,64 +30,13 @@ from __future__ import annotations
 import functools
 import json
 import random
-import re
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from envs._common import choose_task, clean_action, make_info, stable_hash
+from envs.virtualhome_commands import NAV, TEXT_OF, TWO_TEXT, parse_command, parse_gold
 
-_ONE_ARG: dict[str, str] = {  # text verb -> simulator action (longest verbs are matched first)
-    "walk to": "WALK",
-    "run to": "RUN",
-    "find": "FIND",
-    "grab": "GRAB",
-    "open": "OPEN",
-    "close": "CLOSE",
-    "switch on": "SWITCHON",
-    "switch off": "SWITCHOFF",
-    "drink": "DRINK",
-    "sit on": "SIT",
-    "lie on": "LIE",
-    "look at": "LOOKAT",
-    "watch": "WATCH",
-    "wipe": "WIPE",
-    "type on": "TYPE",
-    "take off": "PUTOFF",
-    "put on": "PUTON",
-    "put back": "PUTOBJBACK",
-    "wash": "WASH",
-    "rinse": "RINSE",
-    "scrub": "SCRUB",
-    "cut": "CUT",
-    "eat": "EAT",
-    "plug in": "PLUGIN",
-    "plug out": "PLUGOUT",
-    "turn to": "TURNTO",
-    "touch": "TOUCH",
-    "read": "READ",
-    "point at": "POINTAT",
-    "push": "PUSH",
-    "pull": "PULL",
-    "move": "MOVE",
-    "squeeze": "SQUEEZE",
-    "drop": "DROP",
-    "release": "RELEASE",
-    "greet": "GREET",
-}
-_NO_ARG = {"stand up": "STANDUP", "sleep": "SLEEP", "wake up": "WAKEUP"}
-_TWO_ARG = [  # (pattern, simulator action); "put X on Y" is checked after the one-argument "put on X"
-    (re.compile(r"^put (.+) on (.+)$"), "PUTBACK"),
-    (re.compile(r"^put (.+) (?:in|into|inside) (.+)$"), "PUTIN"),
-    (re.compile(r"^pour (.+) (?:into|in) (.+)$"), "POUR"),
-]
-_TEXT_OF = {sim: verb for verb, sim in _ONE_ARG.items()} | {sim: verb for verb, sim in _NO_ARG.items()}
-_TEXT_OF |= {"LOOKAT_SHORT": "look at", "LOOKAT_LONG": "look at", "LOOKAT_MEDIUM": "look at"}
-_TWO_TEXT = {"PUTBACK": "put {} on {}", "PUTIN": "put {} in {}", "POUR": "pour {} into {}"}
-_NAV = {"WALK", "RUN", "FIND"}
-_OBJECT = re.compile(r"^(?:the )?(.+?)(?:\s*\((\d+)\)|\.(\d+))?$")
-_GOLD_LINE = re.compile(r"^\[(\w+)\]((?:\s*<[^>]+>\s*\([\d.]+\))*)")
-_GOLD_ARG = re.compile(r"<([^>]+)>\s*\(([\d.]+)\)")
 _HIDDEN = {"Walls", "Floor", "Floors", "Ceiling", "Rooms", "Characters"}
 _MAX_NEAR = 12  # objects listed in a near-agent observation
 _TEST_EVERY = 5
@@ -171,7 +120,7 @@ class VirtualHomeEnv:
         )
         lines = (self._programs_dir / f"file{task_id}.txt").read_text().splitlines()
         self._task_text = f"{lines[0].strip()}. Instructions: {lines[1].strip()}"
-        self._gold = [g for g in (_parse_gold(line) for line in lines) if g is not None]
+        self._gold = [g for g in (parse_gold(line) for line in lines) if g is not None]
         self._gold_pos = 0
         goal = self._goals[self._category[task_id]][task_id]["vh_goal"]
         self._goal_nodes = [g for g in goal["goal"] if "state" in g]
@@ -193,7 +142,7 @@ class VirtualHomeEnv:
             return "The task is already complete.", 0.0, True, False, self._info(valid=False)
         self._steps += 1
         command = clean_action(action)
-        parsed = _parse_command(command)
+        parsed = parse_command(command)
         if parsed is None:
             obs, valid = f"{INVALID_OBS} Unknown action.", False
         else:
@@ -224,8 +173,8 @@ class VirtualHomeEnv:
         target, saved = None, self._state
         try:
             for act, args in self._gold[self._gold_pos :]:
-                if not groups or (act in _NAV and args and args[0][1] != target):
-                    target = args[0][1] if act in _NAV and args else target
+                if not groups or (act in NAV and args and args[0][1] != target):
+                    target = args[0][1] if act in NAV and args else target
                     groups.append([])
                 groups[-1].append((act, self._gold_text(act, args)))
                 self._state = self._run_line(act, [i for _, i in args], [n for n, _ in args]) or self._state
@@ -233,7 +182,7 @@ class VirtualHomeEnv:
             self._state = saved
         out = []
         for group in groups:
-            doing = [text for act, text in group if act not in _NAV]
+            doing = [text for act, text in group if act not in NAV]
             out.append((" then ".join(doing) if doing else group[0][1], [text for _, text in group]))
         return out
 
@@ -243,9 +192,9 @@ class VirtualHomeEnv:
         for name, node_id in args:
             picked = self._resolve(name, None)
             names.append(name if picked is not None and picked.id == node_id else f"{name} ({node_id})")
-        if act in _TWO_TEXT:
-            return _TWO_TEXT[act].format(*names)
-        verb = _TEXT_OF.get(act, act.lower())
+        if act in TWO_TEXT:
+            return TWO_TEXT[act].format(*names)
+        verb = TEXT_OF.get(act, act.lower())
         return f"{verb} {names[0]}" if names else verb
 
     def _resolve(self, name: str, node_id: int | None) -> Any:
@@ -281,8 +230,8 @@ class VirtualHomeEnv:
             gold_act, gold_args = self._gold[self._gold_pos]
             if gold_act == act and [i for _, i in gold_args] == [n.id for n in nodes]:
                 self._gold_pos += 1
-        verb = _TEXT_OF.get(act, act.lower())
-        if act in _NAV and nodes and nodes[0].category == "Rooms":
+        verb = TEXT_OF.get(act, act.lower())
+        if act in NAV and nodes and nodes[0].category == "Rooms":
             return f"You successfully {verb} {nodes[0].class_name}. {self._describe_room()}", True
         return f"You successfully {command}. {self._describe_near(nodes)}", True
 
@@ -384,36 +333,3 @@ class VirtualHomeEnv:
             score=self._satisfied() / total if total else 0.0,
             valid_action=valid,
         )
-
-
-def _parse_command(command: str) -> tuple[str, list[tuple[str, int | None]]] | None:
-    """``put soap on washing machine`` -> ("PUTBACK", [("soap", None), ("washing_machine", None)])."""
-    if command in _NO_ARG:
-        return _NO_ARG[command], []
-    for verb in sorted(_ONE_ARG, key=len, reverse=True):
-        if command.startswith(verb + " ") and (verb != "put on" or " on " not in command[len(verb) :]):
-            obj = _parse_object(command[len(verb) + 1 :])
-            return (_ONE_ARG[verb], [obj]) if obj else None
-    for pattern, act in _TWO_ARG:
-        m = pattern.match(command)
-        if m:
-            a, b = _parse_object(m.group(1)), _parse_object(m.group(2))
-            return (act, [a, b]) if a and b else None
-    return None
-
-
-def _parse_object(text: str) -> tuple[str, int | None] | None:
-    m = _OBJECT.match(text.strip())
-    if not m or not m.group(1).strip():
-        return None
-    node_id = m.group(2) or m.group(3)
-    return m.group(1).strip().replace(" ", "_"), int(node_id) if node_id else None
-
-
-def _parse_gold(line: str) -> tuple[str, list[tuple[str, int]]] | None:
-    """``[PUTBACK] <soap> (1.1002) <washing_machine> (1.1001)`` -> ("PUTBACK", [("soap", 1002), ...])."""
-    m = _GOLD_LINE.match(line.strip())
-    if not m:
-        return None
-    args = [(name, int(ident.split(".")[-1])) for name, ident in _GOLD_ARG.findall(m.group(2))]
-    return m.group(1), args

@@ -22,7 +22,7 @@ import torch
 from actors.trajectory import Trajectory, Turn
 from learners.batch import Sequences, TurnBatch
 from learners.diagnostics import ranking_auc
-from learners.losses import (
+from learners.hindsight import (
     hindsight_importance,
     hindsight_modulated_rewards,
     segment_sum,

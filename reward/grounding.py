@@ -98,7 +98,7 @@ def action_grounding_reward(
 
     Eq. 8 fuses r^fuse = (1 − α)·r^him + α·r^g; this returns the second summand (α = 0.3, HISR App. B) so that it can
     sit in ``Turn.shaped`` next to the (1 − α)-scaled segment reward computed by the HISR reward models
-    (``learners.reward_models``, Eq. 7 in ``learners.losses.hindsight_modulated_rewards``)."""
+    (``learners.reward_models``, Eq. 7 in ``learners.hindsight.hindsight_modulated_rewards``)."""
     return alpha * action_executable(traj, patterns).astype(np.float64)
 
 

@@ -15,7 +15,7 @@ work (Limitations 1). Offline, three segmentations are offered (``algo.segmentat
              "w/o SPR" reading of turn-level process rewards).
 
 A segmentation is an int array of segment ids per turn, starting at 0 and non-decreasing by steps of 0 or 1 (what
-``learners.losses.segment_sum`` / ``segment_to_turn_rewards`` read).
+``learners.hindsight.segment_sum`` / ``segment_to_turn_rewards`` read).
 """
 
 from __future__ import annotations

@@ -124,7 +124,7 @@ class CheckpointEval:
         import torch
 
         from actors.agents.base import adapter_names
-        from actors.rollout import read_adapters
+        from actors.lora_weights import read_adapters
         from cluster.ray_cluster import init_ray
         from launch.driver.wiring import panel_evaluator, role_adapters, rollout_pool
 

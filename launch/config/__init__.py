@@ -1,7 +1,8 @@
 """Run configuration: frozen dataclasses hold the one set of defaults; YAML presets and ``key=value`` overrides
 only override them.
 
-* ``schema``: the dataclasses (``TrainConfig`` and its sections) and the values derived from them;
+* ``schema``: the dataclasses (``TrainConfig`` and its sections);
+* ``derived``: the values derived from them and the device (π_old's source, the decoupled-PPO cap);
 * ``resolve``: defaults → preset (its ``base`` first) → command line, type-checked; the algorithm's ``algo.*`` keys
   against its own ``Config``; the saved form of a run's config;
 * ``validate``: names, ranges and combinations, before Ray starts (one line, exit 2);
@@ -12,6 +13,7 @@ The algorithm's own hyperparameters live in its file (``learners/algos/<name>.py
 its own values); ``algo`` names it and ``algo_overrides`` holds the ``algo.*`` keys (flat, dotted).
 """
 
+from launch.config.derived import behaviour_is_cap, engine_old_logprobs, overlapping_loop
 from launch.config.help import attribute_docs, config_help, config_keys
 from launch.config.resolve import (
     apply_overrides,
@@ -42,10 +44,7 @@ from launch.config.schema import (
     ModelConfig,
     RolloutConfig,
     TrainConfig,
-    behaviour_is_cap,
-    engine_old_logprobs,
     one_line,
-    overlapping_loop,
 )
 from launch.config.validate import validate
 

@@ -17,12 +17,11 @@ from typing import Any
 
 import yaml
 
+from launch.config.derived import behaviour_is_cap, engine_old_logprobs
 from launch.config.schema import (
     PRESET_DIR,
     ConfigError,
     TrainConfig,
-    behaviour_is_cap,
-    engine_old_logprobs,
     one_line,
 )
 

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from actors.rollout import read_peft_adapter
+from actors.lora_weights import read_peft_adapter
 from actors.trajectory import Trajectory
 from common.lora import LoraSpec
 from launch.driver.algos import get_algo

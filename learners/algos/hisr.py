@@ -60,7 +60,7 @@ from learners.algo_config import (
 )
 from learners.algorithm import Algorithm
 from learners.batch import TurnBatch
-from learners.losses import sprm_loss
+from learners.hindsight import sprm_loss
 from learners.reward_models import SEGMENT_TERM, outcome
 from learners.targets import (
     CriticInputs,

@@ -7,7 +7,8 @@ import pytest
 pytest.importorskip("virtualhome_eval")
 
 from envs import INFO_KEYS, make
-from envs.virtualhome import VirtualHomeEnv, _parse_command
+from envs.virtualhome import VirtualHomeEnv
+from envs.virtualhome_commands import parse_command
 
 BAD_ACTIONS = [
     "",
@@ -86,16 +87,16 @@ def test_plan_covers_the_gold_program_and_uses_hipif_wording(env: VirtualHomeEnv
 
 
 def test_parse_command_forms():
-    assert _parse_command("put soap on washing_machine") == (
+    assert parse_command("put soap on washing_machine") == (
         "PUTBACK",
         [("soap", None), ("washing_machine", None)],
     )
-    assert _parse_command("put on clothes_shirt") == ("PUTON", [("clothes_shirt", None)])
-    assert _parse_command("put plate in dishwasher") == ("PUTIN", [("plate", None), ("dishwasher", None)])
-    assert _parse_command("pour milk into cup (1008)") == ("POUR", [("milk", None), ("cup", 1008)])
-    assert _parse_command("switch on tv") == ("SWITCHON", [("tv", None)])
-    assert _parse_command("stand up") == ("STANDUP", [])
-    assert _parse_command("fly to the moon") is None
+    assert parse_command("put on clothes_shirt") == ("PUTON", [("clothes_shirt", None)])
+    assert parse_command("put plate in dishwasher") == ("PUTIN", [("plate", None), ("dishwasher", None)])
+    assert parse_command("pour milk into cup (1008)") == ("POUR", [("milk", None), ("cup", 1008)])
+    assert parse_command("switch on tv") == ("SWITCHON", [("tv", None)])
+    assert parse_command("stand up") == ("STANDUP", [])
+    assert parse_command("fly to the moon") is None
 
 
 @pytest.mark.parametrize("bad", BAD_ACTIONS, ids=range(len(BAD_ACTIONS)))

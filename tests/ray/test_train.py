@@ -177,7 +177,7 @@ def test_the_kl_reference_is_the_policy_rl_starts_from(ray_local, tmp_path, refe
     (``ref_default``, in every checkpoint), the reference log-probs are read under it from the second update on (the
     first one's equal π_old: its pass is skipped), and the first update (one optimizer step, taken before the policy
     moves) measures KL 0. ``base``: the adapter disabled, no copy."""
-    from actors.rollout import read_peft_adapter
+    from actors.lora_weights import read_peft_adapter
 
     one_step = ["algo=ppo", "iterations=2", "eval_every=0", "learner.mini_batch_size=64"]
     cfg = resolve_config(None, [*TINY, f"run_dir={tmp_path}", *one_step, f"learner.kl_reference={reference}"])

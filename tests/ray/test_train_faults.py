@@ -216,7 +216,7 @@ def test_a_dead_learner_worker_rebuilds_the_group_from_the_checkpoint(ray_local,
     import numpy as np
     import ray
 
-    from actors.rollout import read_peft_adapter
+    from actors.lora_weights import read_peft_adapter
 
     cfg = resolve_config(
         None,

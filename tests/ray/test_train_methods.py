@@ -115,7 +115,7 @@ def test_multi2_offline_then_online_and_a_resume_reproduces_the_losses(ray_local
     from the served executor and trains both adapters and the critic; the online iteration collects, freezes the
     executor as π_off (a copy on the learner, equal to the executor the offline phase ended with) and adds the KL
     term; a resumed run reads the cached anchors and online groups back and repeats the losses."""
-    from actors.rollout import read_peft_adapter
+    from actors.lora_weights import read_peft_adapter
 
     full = run_tiny(tmp_path / "full", [*MULTI2_TINY, "iterations=2"])
     root = tmp_path / "full" / "offline"
@@ -160,7 +160,7 @@ def test_role_adapters_train_apart_and_a_resume_reproduces_the_losses(ray_local,
     """Multi2's role-specific adapters through the whole driver: BC and PPO train the planner adapter on planner
     turns and the executor adapter on executor turns (each its own optimizer and learning rate), both are pushed
     to and served by the rollout workers, checkpointed apart, and a resumed run repeats the losses."""
-    from actors.rollout import read_peft_adapter
+    from actors.lora_weights import read_peft_adapter
 
     full = run_tiny(tmp_path / "full", [*ROLE_ADAPTERS, "iterations=2"])
     rl = two_iterations(

@@ -18,6 +18,7 @@ def _pure_modules() -> list[str]:
         "actors.trajectory",
         "learners.advantages",
         "learners.losses",
+        "learners.hindsight",
         "learners.batch",
         "learners.targets",
         "learners.algorithm",

@@ -6,8 +6,7 @@ import numpy as np
 import torch
 from safetensors.torch import save_file
 
-from actors.lora_weights import write_peft_adapter
-from actors.rollout import read_peft_adapter
+from actors.lora_weights import read_peft_adapter, write_peft_adapter
 from common.lora import LoraSpec
 
 
