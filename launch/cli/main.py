@@ -23,6 +23,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from common.errors import RunStopped
 from launch.cli.eval import cmd_eval
 from launch.config import (
     DEFAULT_PRESET,
@@ -104,7 +105,11 @@ def cmd_train(args: Sequence[str]) -> int:
         return 0
     from launch.driver.train import train
 
-    train(cfg)
+    try:
+        train(cfg)
+    except RunStopped as e:
+        print(f"hierarl train: stopped: {one_line(e)} (what it wrote so far: {cfg.run_dir})", file=sys.stderr)
+        return 1
     return 0
 
 

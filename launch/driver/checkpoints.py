@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from common.errors import RunStopped
 from common.rng import process_rngs
 from learners.group import LearnerGroup
 
@@ -73,7 +74,7 @@ class Checkpointer:
             shutil.rmtree(tmp, ignore_errors=True)
             free = shutil.disk_usage(self.root).free
             if free < 256 * 2**20 or getattr(e, "errno", None) == errno.ENOSPC:
-                raise RuntimeError(
+                raise RunStopped(
                     f"checkpoint {path}: no space left on device ({free / 2**20:.0f} MiB free under {self.root})"
                 ) from e
             raise
@@ -111,7 +112,7 @@ def check_driver_state(path: Path, state: dict[str, Any]) -> None:
     without the RNG state would silently draw other rollouts than the killed run)."""
     missing = [k for k in DRIVER_KEYS if k not in state]
     if missing:
-        raise RuntimeError(
+        raise RunStopped(
             f"checkpoint {path} was written by an older hierarl (its driver.pt lacks {', '.join(missing)}) and "
             "cannot resume exactly: start a new run_dir, or resume with the version that wrote it"
         )

@@ -35,6 +35,7 @@ import numpy as np
 from actors.agents.parsing import render_prompt
 from actors.protocols import AGENTS
 from actors.trajectory import Trajectory, read_jsonl, to_jsonl
+from common.errors import RunStopped
 from launch.driver.stages import DriverStage
 from learners.algos import hisr, sft
 from learners.batch import LearnerBatch, TurnBatch, build_turn_batch
@@ -212,7 +213,7 @@ class RewardModels(DriverStage):
             tr for tr in trajs if tr.turns and (keep_for_reward_models(tr) or not self.acfg.collect_filter)
         ]
         if not kept:
-            raise RuntimeError(
+            raise RunStopped(
                 f"HISR: none of the {len(trajs)} trajectories collected with π_ref kept the format without "
                 "repeating an action; warm-start the policy better (bc.*) before the reward models"
             )

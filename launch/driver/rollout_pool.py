@@ -21,6 +21,7 @@ from actors.episodes import unpack_group
 from actors.rollout import RolloutWorker, WorkerConfig
 from actors.trajectory import Trajectory
 from cluster.ray_cluster import WORKER_LOST, WorkerResources, place_workers, spawn_in_bundle
+from common.errors import RunStopped
 from launch.driver.weights import AdapterSync, Weights
 from launch.evaluation.panel_tasks import PanelTask
 from launch.evaluation.panels import shards
@@ -241,7 +242,7 @@ class RolloutPool:
     def replace(self, index: int, error: Exception) -> None:
         """A new worker in the dead one's placement-group bundle, with the newest adapter loaded."""
         if self.restarts >= self.max_restarts:
-            raise RuntimeError(
+            raise RunStopped(
                 f"rollout worker {index} died ({type(error).__name__}) and rollout.max_restarts "
                 f"({self.max_restarts}) replacements were used up"
             ) from error

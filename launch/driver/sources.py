@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from actors.trajectory import Trajectory
+from common.errors import RunStopped
 from launch.driver.rollout_pool import Collection, RolloutPool
 from launch.evaluation.episode_stats import trajectory_stats
 
@@ -138,7 +139,7 @@ class EmptyIterations:
             flush=True,
         )
         if self.in_a_row >= self.limit:
-            raise RuntimeError(
+            raise RunStopped(
                 f"{self.limit} iterations in a row without samples (every group failed after "
                 "rollout.max_group_retries); see the rollout workers' logs"
             )

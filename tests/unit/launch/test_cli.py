@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from common.errors import RunStopped
 from launch.cli.main import COMMANDS, main
 from launch.config import DEFAULT_PRESET, ConfigError, behaviour_is_cap, resolve_config
 from launch.driver.algos import ALGOS
@@ -217,3 +218,30 @@ def test_rollout_command_summarises_with_a_runs_episode_keys(tmp_path):
     assert set(trajectory_stats(trajs)) < set(summary)
     assert summary["success"] == sum(t.won for t in trajs) / 3
     assert summary["turns"] == sum(len(t.turns) for t in trajs) and summary["env_steps"] <= 2
+
+
+def test_a_run_stopped_by_design_is_one_line_and_exit_1(tmp_path, monkeypatch, capsys):
+    """A ``RunStopped`` from the run (restarts used up, a stage with no usable data) reaches the user as one line,
+    exit 1, naming the run folder, not as a traceback; any other error is a bug and still propagates whole."""
+    import launch.driver.train as driver
+
+    def stop(cfg):
+        raise RunStopped(
+            "HISR: none of the 4 trajectories collected with π_ref kept the format;\nwarm-start better"
+        )
+
+    monkeypatch.setattr(driver, "train", stop)
+    run_dir = tmp_path / "run"
+    assert main(["train", f"run_dir={run_dir}"]) == 1
+    err = capsys.readouterr().err
+    assert err == (
+        "hierarl train: stopped: HISR: none of the 4 trajectories collected with π_ref kept the format; "
+        f"warm-start better (what it wrote so far: {run_dir})\n"
+    )
+
+    def bug(cfg):
+        raise KeyError("a bug")
+
+    monkeypatch.setattr(driver, "train", bug)
+    with pytest.raises(KeyError):
+        main(["train", f"run_dir={tmp_path / 'other'}"])

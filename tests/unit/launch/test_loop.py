@@ -9,6 +9,7 @@ import json
 
 import pytest
 
+from common.errors import RunStopped
 from common.rng import process_rngs
 from launch.config import BCConfig
 from launch.driver import train as train_module
@@ -120,7 +121,7 @@ def test_a_lost_learner_worker_rebuilds_the_group_from_a_checkpoint_and_redoes_t
 def test_a_learner_lost_again_past_max_restarts_ends_the_run(tmp_path):
     trainer, events, _ = fake_run(tmp_path, iterations=1, fail=2)
     trainer.parts.checkpoints.newest = (tmp_path / "checkpoints" / "iter_0", {"iteration": 0})
-    with pytest.raises(RuntimeError, match=r"learner.max_restarts \(1\) rebuilds were used up"):
+    with pytest.raises(RunStopped, match=r"learner.max_restarts \(1\) rebuilds were used up"):
         trainer.run()
     assert events.count(("rebuild", "learner0")) == 1 and ("rebuild", "learner1") not in events
 
@@ -194,7 +195,7 @@ def test_train_closes_the_run_whatever_the_loop_raises(tmp_path, monkeypatch):
     trainer, events, _ = fake_run(tmp_path, iterations=1, fail=2)
     trainer.parts.checkpoints.newest = (tmp_path / "checkpoints" / "iter_0", {"iteration": 0})
     monkeypatch.setattr(train_module, "build_run", lambda cfg: trainer.parts)
-    with pytest.raises(RuntimeError, match="rebuilds were used up"):
+    with pytest.raises(RunStopped, match="rebuilds were used up"):
         train(None)
     assert events[-3:] == [("pool_close",), ("shutdown", "learner1"), ("log_close",)]
 

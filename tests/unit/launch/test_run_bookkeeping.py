@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from common.errors import RunStopped
 from common.rng import process_rngs, restore_process_rngs
 from launch.config import resolve_config
 from launch.driver.checkpoints import check_driver_state, checkpoint_iterations, checkpoints_to_prune
@@ -39,7 +40,7 @@ def test_a_checkpoint_from_older_code_is_refused_in_one_line(tmp_path):
     """A driver.pt without the RNG state (older code) resumed into ``KeyError: 'rng'``; now it is named."""
     torch.save({"iteration": 3, "version": 4}, tmp_path / "driver.pt")
     old = torch.load(tmp_path / "driver.pt", weights_only=False)
-    with pytest.raises(RuntimeError, match=r"older hierarl \(its driver.pt lacks rng\)") as e:
+    with pytest.raises(RunStopped, match=r"older hierarl \(its driver.pt lacks rng\)") as e:
         check_driver_state(tmp_path, old)
     assert "\n" not in str(e.value) and "start a new run_dir" in str(e.value)
     check_driver_state(tmp_path, {**old, "rng": process_rngs()})  # today's: accepted
@@ -68,7 +69,7 @@ def test_iterations_without_samples_warn_then_fail(capsys):
     assert "WARNING iteration 1: no samples (4 of 4 groups dropped" in capsys.readouterr().out
     guard.sampled()
     guard.empty(2, stats)  # one in a row again
-    with pytest.raises(RuntimeError, match="2 iterations in a row without samples"):
+    with pytest.raises(RunStopped, match="2 iterations in a row without samples"):
         guard.empty(3, stats)
 
 
