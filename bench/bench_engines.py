@@ -205,8 +205,12 @@ def main() -> None:
         result = machine_bounds(args.threads) if args.one == "bounds" else measure(args.one, args)
         print("RESULT " + json.dumps(result), flush=True)
         return
+    kinds = args.engines.split(",")
+    unknown = [k for k in kinds if k not in KINDS]
+    if unknown:  # before minutes of start-ups, not after
+        ap.error(f"--engines: unknown {', '.join(unknown)}; one of {', '.join(KINDS)}")
     bounds = _subprocess("bounds", args.threads)
-    results = [_subprocess(kind, args.threads) for kind in args.engines.split(",")]
+    results = [_subprocess(kind, args.threads) for kind in kinds]
     hf = next((r["tokens_per_s"] for r in results if r["engine"] == "hf"), float("nan"))
     for r in results:
         r["tokens_per_s_vs_hf"] = r["tokens_per_s"] / hf

