@@ -1,6 +1,6 @@
-"""The run config's schema: frozen dataclasses hold its one set of defaults (``TrainConfig`` and its sections),
-and the values derived from them (whether the loop overlaps, whether the engine's log-probs stand for π_old, the
-off-policy cap).
+"""The run config's schema: frozen dataclasses hold its one set of defaults (``TrainConfig`` and its sections);
+the values derived from them (whether the loop overlaps, whether the engine's log-probs stand for π_old, the
+off-policy cap) are ``launch.config.derived``'s.
 
 Presets (``launch/configs/*.yaml``) and ``key=value`` overrides only override these (``launch.config.resolve``);
 ``launch.config.validate`` checks a resolved config before Ray starts; ``launch.config.help`` prints every key.
@@ -104,8 +104,9 @@ class RolloutConfig:
     """"vllm", "hf", or "auto" (vLLM on CUDA; HF on CPU). On CPU, ``vllm`` with ``weight_sync=merged`` generates
     3.5-4.6x faster than HF at the main job's and the ALFWorld presets' shapes, but starts 1-3 min slower and
     holds +2 GB per rollout worker: it repays its start-up after ~18 generate calls of 8
-    (docs/results/engines_alfworld.md), so the CPU presets set it (the main job, the depth-2 and ALFWorld ones)
-    and ``auto`` keeps HF for the few calls of tests and ad-hoc runs."""
+    (docs/results/engines_alfworld.md), so the CPU presets set it (the main job, the depth-2 and ALFWorld ones;
+    Multi2's two adapters with ``weight_sync=lora``, 2.65x HF there) and ``auto`` keeps HF for the few calls of
+    tests and ad-hoc runs."""
     weight_sync: str = "lora"
     """How a new adapter reaches the engine: "lora" (hot-swapped LoRA tensors) or "merged" (one adapter: merged into
     the base weights at every push, W + α/r·B·A from a kept copy of the base, so the engine generates without the
