@@ -60,7 +60,7 @@ class Learner:
         return {"from": self.name, "export": self.exports}
 
     def start_rl(self, adapter: str, *, fresh: bool, warmup_steps: int) -> None:
-        self.events.append(("start_rl", adapter))
+        self.events.append(("start_rl", adapter, fresh, warmup_steps))
 
     def shutdown(self) -> None:
         self.events.append(("shutdown", self.name))

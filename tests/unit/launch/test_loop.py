@@ -16,11 +16,16 @@ from launch.driver import train as train_module
 from launch.driver.train import train
 from tests.unit.loop_fakes import SEED, STATS, fake_run, iteration_events
 
+START_RL = ("start_rl", "default", True, 2)
+"""RL starts with the defaults of ``LearnerConfig``: a fresh AdamW (``rl_optimizer="fresh"``) warmed up over 2 steps
+(``rl_warmup_steps``). With "continue", BC's moments steered RL's first steps (docs/results/learning_fixes.md); a
+revert of either default changes this event."""
+
 
 def test_each_iteration_takes_updates_pushes_evaluates_checkpoints_then_logs(tmp_path, capsys):
     trainer, events, sources = fake_run(tmp_path)
     rows = trainer.run()
-    warm_start = [("restart",), ("push", 1), ("freeze_reference",), ("start_rl", "default"), ("save", 0)]
+    warm_start = [("restart",), ("push", 1), ("freeze_reference",), START_RL, ("save", 0)]
     each = [iteration_events(it, it + 1, evaluate=it % 2 == 0) for it in (1, 2, 3, 4)]
     assert events == [*warm_start, *(e for it in each for e in it), ("source_close",)]
     assert sources == [(1, None)]
@@ -139,7 +144,7 @@ def test_a_warm_start_evaluates_the_base_model_then_clones_evaluates_and_freezes
         ("evaluate", 2, False),
         ("log", 0),
         ("freeze_reference",),
-        ("start_rl", "default"),
+        START_RL,
         ("save", 0),
         ("source_close",),
     ]
@@ -214,7 +219,7 @@ def test_the_driver_stage_is_prepared_supplies_the_data_and_brackets_every_updat
     each = [iteration_events(it, it + 1, evaluate=it % 2 == 0) for it in (1, 2, 3, 4)]
     for calls in each:
         calls.insert(2, ("stage_after_update",))  # right after the update, before the push
-    warm_start = [("restart",), ("push", 1), ("start_rl", "default"), ("save", 0)]  # no freeze_reference
+    warm_start = [("restart",), ("push", 1), START_RL, ("save", 0)]  # no freeze_reference
     start = [("stage_prepare", 0), ("stage_source",)]
     assert events == [*warm_start, *start, *(e for it in each for e in it), ("source_close",)]
     assert sources == []  # no rollouts built

@@ -245,3 +245,10 @@ def test_alfworld_cpu_presets_generate_with_vllm_merged_multi2_with_vllm_lora():
         "multi2_alfworld_cpu": ("vllm", "lora"),
         "step_hrl_alfworld_cpu": ("vllm", "merged"),
     }
+
+
+def test_the_main_job_starts_rl_with_a_fresh_warmed_up_optimizer():
+    """The main job resolves to a fresh AdamW for RL (BC's moments forgotten) and a 2-step warm-up: a preset line
+    setting either back would pass the loop test (it reads ``LearnerConfig``'s defaults) but fails here."""
+    learner = resolve_config("hiper_textcraft_cpu").learner
+    assert (learner.rl_optimizer, learner.rl_warmup_steps) == ("fresh", 2)
