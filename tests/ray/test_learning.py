@@ -180,7 +180,8 @@ def test_after_bc_an_update_without_advantages_moves_the_policy_only_on_bcs_mome
     (``learner.rl_optimizer=fresh``), nothing moves the policy (the KL term's gradient is 0 where π = π_ref), so the
     update's KL is 0; with BC's AdamW state continued it moves on BC's momentum alone. Measured (AMD EPYC, fp32):
     fresh 0 exactly, continue ~1e-4. The same control on the main job's first update (docs/results/
-    learning_fixes.md): continued KL 1.0e-3 and −0.098 nats on the expert's actions, fresh 0."""
+    learning_fixes.md, controls.json): continued KL 8.9e-6 and −0.010 nats on the expert's held-out actions,
+    fresh 7e-7."""
     cfg = resolve_config(
         None,
         [
