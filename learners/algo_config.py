@@ -17,6 +17,7 @@ from typing import Any
 
 from learners.advantages import GroupMode, Truncation
 from learners.losses import AGG_MODES, KL_KINDS
+from learners.outcomes import NO_OUTCOME_BATCH
 from reward.shaping import TERMS, ShapingConstants
 
 UNIT = "a number in [0, 1]"
@@ -67,8 +68,14 @@ class RLConfig:
     """The shaping constants (``algo.shaping.<name>``), in units of the env's success reward; the papers'
     defaults."""
     agg: str = "token-mean"
+    no_outcome_batch: str = "train"
+    """What the policy does with a batch whose episodes all ended the same way (``learners.outcomes``): "train" a
+    step anyway (behaviour cloning; the offline methods; HIPIF's and HISR's process rewards tell lost episodes
+    apart); "skip" no policy step, the critic still trains (``PolicyLossConfig``'s default: the outcome is the
+    signal, and whitened shaping residue is not)."""
 
     def __post_init__(self) -> None:
+        check_choice("no_outcome_batch", self.no_outcome_batch, NO_OUTCOME_BATCH)
         for term in self.reward_terms:
             check_choice("reward_terms", term, sorted(TERMS))
         if len(set(self.reward_terms)) != len(self.reward_terms):
@@ -88,6 +95,7 @@ class PolicyLossConfig(RLConfig):
     kl_coef: float = 0.01
     """HiPER App. C.1: KL loss coefficient 0.01 for every method."""
     kl_kind: str = "low_var_kl"
+    no_outcome_batch: str = "skip"
 
     def __post_init__(self) -> None:
         super().__post_init__()

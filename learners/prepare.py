@@ -25,6 +25,7 @@ from learners.algorithm import Algorithm
 from learners.batch import LearnerBatch, Sequences, TurnBatch, build_turn_batch
 from learners.diagnostics import group_rms, outcome_advantage, position_advantage, token_groups
 from learners.losses import aggregation_weights, behaviour_weights, episode_row_weights
+from learners.outcomes import outcome_stats, outcome_varies
 from reward.shaping import apply_shaping, shaping_for
 
 
@@ -103,9 +104,19 @@ def learner_batch(
         .numpy()
         .astype(np.float32),
     )
+    stats.update(outcome_stats(trajectories))
     stats.update(outcome_advantage(trajectories, turns, batch.token_adv, batch.loss_mask))
     stats.update(position_advantage(turns, batch.token_adv, batch.loss_mask))
     return batch, stats
+
+
+def takes_policy_step(algo_cfg: Any, trajectories: Sequence[Trajectory], batch: LearnerBatch) -> bool:
+    """Whether the policy steps on this batch: not when no token is under its loss (an AdamW step on a zero
+    gradient still moves the adapter by its moments), nor, with ``algo.no_outcome_batch="skip"``, when every
+    episode ended alike (``learners.outcomes``: the advantages would be whitened shaping residue)."""
+    if not batch.loss_mask.any():
+        return False
+    return algo_cfg.no_outcome_batch == "train" or outcome_varies(trajectories)
 
 
 def minibatch(batch: LearnerBatch, rows: np.ndarray, agg: str) -> LearnerBatch:

@@ -21,7 +21,7 @@ from learners.algorithm import Algorithm
 from learners.batch import LearnerBatch, Sequences, TurnBatch
 from learners.diagnostics import token_groups, update_kl
 from learners.group import LearnerGroup
-from learners.prepare import learner_batch, shaped_turns
+from learners.prepare import learner_batch, shaped_turns, takes_policy_step
 from learners.targets import sequences
 
 Annotate = Callable[[list[Trajectory], TurnBatch, np.ndarray], dict[str, float]]
@@ -217,6 +217,14 @@ class Updater:
             metrics.update(model_stats)
             if observe is not None:
                 observe(trajs, turns, batch)
+        step = takes_policy_step(algo_cfg, trajs, batch)
+        metrics["policy_step"] = float(step)
+        if not step:
+            print(
+                f"[hierarl] the policy takes no step on this batch: its {len(trajs)} episodes all ended alike "
+                "(no outcome signal; algo.no_outcome_batch=skip)",
+                flush=True,
+            )
         with timed(timings, "update"):
             common = update_arguments(
                 algo,
@@ -227,22 +235,24 @@ class Updater:
                 warmup_left=warmup_left,
                 epochs=epochs,
             )
-            if None in rows_of:  # one adapter: policy and critic step together on every mini-batch
+            policy_loss = algo.policy_loss if step else None
+            if None not in rows_of:
+                metrics.update(self._update_adapters(batch, algo, rows_of, lr, common, policy_loss))
+            elif policy_loss is not None or algo.value_loss is not None:
+                # one adapter: policy and critic step together on every mini-batch
                 if lr is not None:
                     self.learner.set_lr(lr)
                 metrics.update(
-                    self.learner.update(
-                        batch, policy_loss=algo.policy_loss, value_loss=algo.value_loss, **common
-                    )
+                    self.learner.update(batch, policy_loss=policy_loss, value_loss=algo.value_loss, **common)
                 )
                 if lr is not None:
                     self.learner.set_lr(self.cfg.actor_lr)
-            else:
-                metrics.update(self._update_adapters(batch, algo, rows_of, lr, common))
-        self.reference_is_policy = False
+        self.reference_is_policy = self.reference_is_policy and not step
         if measure:
             with timed(timings, "measure"):  # what the update did to the policy, per token group
-                after = self.policy_logprobs(seqs.rows(sample), _restrict(rows_of, sample))
+                after = (
+                    self.policy_logprobs(seqs.rows(sample), _restrict(rows_of, sample)) if step else before
+                )
                 groups = {k: v[sample] for k, v in token_groups(trajs, turns).items()}
                 metrics.update(update_kl(before, after, groups))
         return metrics, timings
@@ -337,13 +347,14 @@ class Updater:
         rows_of: dict[str | None, np.ndarray],
         lr: float | None,
         common: dict[str, Any],
+        policy_loss: Any,
     ) -> dict[str, float]:
         """Several adapters: each adapter's policy steps on its roles' rows (its own optimizer; the first
-        ``critic_only_steps`` skip them all), then the critic on every row. Metrics: the policy's per adapter
-        (``<name>/<metric>``) and their row-weighted mean under the plain name."""
+        ``critic_only_steps`` skip them all; none when ``policy_loss`` is None), then the critic on every row.
+        Metrics: the policy's per adapter (``<name>/<metric>``) and their row-weighted mean under the plain name."""
         out: dict[str, float] = {}
         steps = 0.0
-        for name, rows in rows_of.items():
+        for name, rows in rows_of.items() if policy_loss is not None else ():
             if not batch.loss_mask[rows].any():
                 # nothing to train (an algorithm that keeps this role fixed): no step at all, since AdamW's moments
                 # would still move the adapter on a zero gradient
@@ -351,7 +362,7 @@ class Updater:
             if lr is not None:
                 self.learner.set_lr(lr, adapter=name)
             m = self.learner.update(
-                batch.rows(rows), policy_loss=algo.policy_loss, value_loss=None, adapter=name, **common
+                batch.rows(rows), policy_loss=policy_loss, value_loss=None, adapter=name, **common
             )
             if lr is not None:
                 self.learner.set_lr(self.cfg.adapter_lr.get(name, self.cfg.actor_lr), adapter=name)

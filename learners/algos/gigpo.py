@@ -25,8 +25,9 @@ from actors.trajectory import Trajectory
 from learners.advantages import equal_outcome_mask, gigpo_advantages
 from learners.algo_config import PolicyLossConfig, check_choice, check_group_fields
 from learners.algorithm import Algorithm
-from learners.algos.grpo import EQUAL_OUTCOME_GROUPS, equal_outcome_share, outcomes
+from learners.algos.grpo import EQUAL_OUTCOME_GROUPS
 from learners.batch import TurnBatch
+from learners.outcomes import equal_outcome_share, outcomes
 from learners.targets import Targets, clipped_policy_loss, has_kl_term, turn_advantage_targets
 
 

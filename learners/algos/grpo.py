@@ -32,6 +32,7 @@ from learners.advantages import equal_outcome_mask, group_advantages
 from learners.algo_config import NON_NEGATIVE, PolicyLossConfig, check, check_choice
 from learners.algorithm import Algorithm
 from learners.batch import TurnBatch
+from learners.outcomes import equal_outcome_share, outcomes
 from learners.targets import Targets, clipped_policy_loss, has_kl_term, turn_advantage_targets
 
 EQUAL_OUTCOME_GROUPS = ("skip", "keep")
@@ -54,22 +55,6 @@ class Config(PolicyLossConfig):
         check("eps", self.eps >= 0, self.eps, NON_NEGATIVE)
         check_choice("equal_outcome_groups", self.equal_outcome_groups, EQUAL_OUTCOME_GROUPS)
         check_choice("scale", self.scale, SCALES)
-
-
-def outcomes(trajectories: Sequence[Trajectory]) -> np.ndarray:
-    """float64[N, 2]: what each trajectory achieved, shaping left out: won (0/1) and the env return (the sum of the
-    env's rewards). A binary-success env's two columns agree; a partial-credit env (WebShop's score, ScienceWorld's
-    increments) tells lost trajectories apart by the second."""
-    return np.array(
-        [[float(t.won), float(sum(turn.env_reward for turn in t.turns))] for t in trajectories],
-        dtype=np.float64,
-    ).reshape(-1, 2)
-
-
-def equal_outcome_share(groups: Sequence[object], equal: np.ndarray) -> float:
-    """The share of the batch's groups whose outcomes were all equal (``Targets.stats["groups_equal_outcome"]``)."""
-    equal_groups = {g for g, e in zip(groups, equal, strict=True) if e}
-    return len(equal_groups) / len(set(groups)) if groups else 0.0
 
 
 def compute_targets(

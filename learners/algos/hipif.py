@@ -54,6 +54,8 @@ class Config(PolicyLossConfig):
     KL coefficient is App. B's 0.01 ("the KL-divergence loss coefficient is set to 0.01")."""
 
     reward_terms: tuple[str, ...] = HIPIF_TERMS
+    no_outcome_batch: str = "train"
+    """A batch whose episodes all ended alike still trains: its rule-based subgoal rewards (Eq. 7) tell lost episodes apart."""
     success_reward: float = 10.0
     """R_env of a won episode (App. B: 10 for success, 0 for failure)."""
     eps: float = 1e-6

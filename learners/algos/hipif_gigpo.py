@@ -37,6 +37,8 @@ class Config(PolicyLossConfig):
     """HIPIF's settings (App. B) plus GiGPO's step term (``gamma``, ``step_weight``, ``mode``)."""
 
     reward_terms: tuple[str, ...] = HIPIF_TERMS
+    no_outcome_batch: str = "train"
+    """A batch whose episodes all ended alike still trains: its rule-based subgoal rewards (Eq. 7) tell lost episodes apart."""
     gamma: float = 0.95
     """Discount of GiGPO's step returns (GiGPO's default)."""
     step_weight: float = 1.0

@@ -81,6 +81,8 @@ class Config(ActorCriticConfig):
     the shared default); ``reward_terms`` is α · r^g (Eq. 8), α = ``shaping.grounding_alpha`` (0.3)."""
 
     reward_terms: tuple[str, ...] = HISR_TERMS
+    no_outcome_batch: str = "train"
+    """A batch whose episodes all ended alike still trains: its learned segment rewards tell lost episodes apart."""
     gamma: float = 0.99
     lam: float = 0.95
     """HISR App. B: γ 0.99, λ 0.95."""

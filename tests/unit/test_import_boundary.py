@@ -24,6 +24,7 @@ def _pure_modules() -> list[str]:
         "learners.algorithm",
         "learners.prepare",
         "learners.diagnostics",
+        "learners.outcomes",
         "launch.config",
         "launch.driver.algos",
         "launch.evaluation.panels",

@@ -63,11 +63,12 @@ PAIRS: list[tuple[str, str, set[str]]] = [
     ("hiper_alfworld", "ppo_alfworld", {"rollout.agent", "algo.reward_terms", "algo.truncation"}),
     ("ppo_alfworld", "grpo_alfworld", {"rollout.group_size", "rollout.groups_per_iter"}),
     ("hipif_alfworld", "hipif_gigpo_alfworld", set()),
-    # HIPIF is its own agent protocol, whose reflection needs a longer response
+    # HIPIF is its own agent protocol, whose reflection needs a longer response; its subgoal rewards carry signal in
+    # a batch of lost episodes, so it trains on one where HiPER skips the step (algo.no_outcome_batch)
     (
         "hiper_synthetic_multi",
         "hipif_synthetic_multi",
-        {"rollout.agent", "rollout.max_new_tokens", "algo.reward_terms"},
+        {"rollout.agent", "rollout.max_new_tokens", "algo.reward_terms", "algo.no_outcome_batch"},
     ),
 ]
 
