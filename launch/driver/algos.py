@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from common.registry import register
 from learners.algorithm import Algorithm
-from learners.algos import gigpo, grpo, hiper, hipif, hipif_gigpo, hisr, multi2, ppo, rloo, sft, step_hrl
+from learners.algos import gigpo, grpo, hiper, hipif, hipif_gigpo, hisr, multi2, ppo, rft, rloo, sft, step_hrl
 
 ALGOS: dict[str, Algorithm] = {
     a.name: a
@@ -23,6 +23,7 @@ ALGOS: dict[str, Algorithm] = {
         step_hrl.ALGORITHM,
         multi2.ALGORITHM,
         sft.ALGORITHM,
+        rft.ALGORITHM,
     )
 }
 

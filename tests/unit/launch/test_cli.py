@@ -117,7 +117,7 @@ def test_a_bad_algorithm_fails_in_a_fresh_process_before_ray(tmp_path):
     )
     assert out.returncode == 2
     assert out.stderr.splitlines() == [
-        "hierarl train: algo: unknown algorithm 'nonsense'; allowed: gigpo, grpo, hiper, hipif, hipif_gigpo, hisr, multi2, ppo, rloo, sft, step_hrl"
+        "hierarl train: algo: unknown algorithm 'nonsense'; allowed: gigpo, grpo, hiper, hipif, hipif_gigpo, hisr, multi2, ppo, rft, rloo, sft, step_hrl"
     ]
     assert not (tmp_path / "ray").exists(), "the child started a Ray session"
 

@@ -45,7 +45,7 @@ def test_every_preset_and_the_defaults_validate(preset):
         (
             "algo=nonsense",
             "algo",
-            "gigpo, grpo, hiper, hipif, hipif_gigpo, hisr, multi2, ppo, rloo, sft, step_hrl",
+            "gigpo, grpo, hiper, hipif, hipif_gigpo, hisr, multi2, ppo, rft, rloo, sft, step_hrl",
         ),
         ("rollout.agent=reactt", "rollout.agent", "react, plan_execute, hipif, step_hrl, multi2"),
         (
@@ -460,7 +460,7 @@ def test_a_ppo_ratio_needs_temperature_and_top_p_1(overrides, key, value, capsys
     them at T = 1: with a PPO ratio every ratio would be biased, so ``hierarl train`` refuses before Ray (exit 2)."""
     message = _error(overrides)
     assert message.startswith(f"{key}: got {value}, but algo=") and "allowed: 1 " in message
-    assert "multi2, sft, step_hrl" in message
+    assert "multi2, rft, sft, step_hrl" in message
     capsys.readouterr()
     assert main(["train", "--dry-run", *overrides]) == 2
     err = capsys.readouterr().err

@@ -273,6 +273,20 @@ def test_sft_trains_every_response_token():
     assert (tg.loss_mask == batch.response_mask.numpy()).all()
 
 
+def test_rft_clones_the_won_episodes_turns_only():
+    """Rejection-sampling fine-tuning: the won episode's 2 turns carry the loss on all 7 response tokens, the lost
+    one's none; with no win in the batch nothing is under the loss (so no step, ``takes_policy_step``)."""
+    win, lose = _traj("w", "g", [0.0, 1.0], [True, False]), _traj("l", "g", [0.0, 0.0], [True, False])
+    win.won = True
+    batch, tg = _targets("rft", [win, lose])
+    resp = batch.response_mask.numpy()
+    won_rows = np.array([i == 0 for i, _ in batch.index])
+    assert (tg.loss_mask[won_rows] == resp[won_rows]).all() and tg.loss_mask[won_rows].sum() == 2 * 7
+    assert not tg.loss_mask[~won_rows].any() and tg.stats["rft_rows"] == 2
+    _, none_won = _targets("rft", [lose])
+    assert not none_won.loss_mask.any()
+
+
 @pytest.mark.parametrize("name", sorted(ALGOS))
 def test_policy_loss_descends_towards_positive_advantage(name):
     """A gradient step on the per-token loss raises the logprob of a token with positive advantage."""
