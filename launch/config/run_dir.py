@@ -47,6 +47,7 @@ EVAL_KEYS = (
     "eval_panel",
     "eval_episodes",
     "eval_samples",
+    "eval_greedy",
     "eval_train_samples",
     "eval_baselines",
     "eval_base_model",

@@ -303,6 +303,11 @@ class TrainConfig:
     eval_samples: int = 1
     """Episodes per task of the eval panel at ``rollout.eval_temperature``, each sampled with its own seed: at
     T = 1 one episode of a near-deterministic policy is one bit per task, k of them measure its success rate."""
+    eval_greedy: bool = False
+    """Every evaluation also plays each task once greedily (temperature 0), beside the sampled episodes at
+    ``rollout.eval_temperature``: a gain at T = 1 may be sharpening (the same modes, surer) where greedy shows whether
+    the policy's most likely behaviour changed. Logged as ``eval_greedy_*`` (``train_eval_greedy_*``), with its own
+    RL-gain line."""
     eval_train_samples: int = 4
     """Episodes per RL task in each evaluation of the RL tasks (``env.train_tasks`` > 0 only)."""
     eval_zero_shot: bool = False

@@ -16,7 +16,8 @@ from launch.evaluation.scoring import Evaluation
 
 class PanelEvaluator:
     """Evaluates the pool's current policy on ``evaluation``'s panel at ``temperature``, ``samples`` episodes a task,
-    sampling with ``sample_seed`` (the panel fixes the tasks and their env seeds)."""
+    sampling with ``sample_seed`` (the panel fixes the tasks and their env seeds); ``greedy``: each task also played
+    once at temperature 0 (where ``temperature`` > 0), its result under the key "greedy"."""
 
     def __init__(
         self,
@@ -25,9 +26,11 @@ class PanelEvaluator:
         temperature: float,
         sample_seed: int,
         samples: int = 1,
+        greedy: bool = False,
     ) -> None:
         self.pool, self.evaluation = pool, evaluation
         self.temperature, self.sample_seed, self.samples = temperature, sample_seed, samples
+        self.greedy = greedy and temperature > 0
 
     def evaluate(self, n: int, *, is_base: bool = False) -> dict[str, Any]:
         """Success on the panel's first ``n`` tasks (0: all) at the validation temperature (HiPER C.1: 0.4) with its
@@ -43,6 +46,10 @@ class PanelEvaluator:
         out = self.evaluation.result(
             panel, trajs, trajectory_stats(trajs), is_base=is_base, samples=self.samples
         )
+        if self.greedy:
+            greedy = self.pool.play(panel.tasks, self.sample_seed, temperature=0.0, samples=1)
+            g = self.evaluation.result(panel, greedy, trajectory_stats(greedy), is_base=is_base, samples=1)
+            out["greedy"] = {**g, "temperature": 0.0}
         return {**out, "temperature": self.temperature, "episodes": trajs}
 
     def base_model_episodes(self, panel: Panel, tasks: Sequence[PanelTask]) -> list[Trajectory]:

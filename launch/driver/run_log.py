@@ -145,6 +145,8 @@ def eval_fields(ev: dict[str, Any], prefix: str = "eval_") -> dict[str, Any]:
     }
     out.update({f"{prefix}valid_format_{role}": v for role, v in ev.get("valid_roles", {}).items()})
     out.update({f"{prefix}{k}": v for k, v in ev.get("per_type", {}).items()})
+    if "greedy" in ev:  # eval_greedy: the same panel played once a task at temperature 0
+        out.update(eval_fields(ev["greedy"], prefix=f"{prefix}greedy_"))
     return out
 
 
@@ -155,10 +157,17 @@ def eval_text(ev: dict[str, Any]) -> str:
     k = ev.get("samples", 1)
     samples = f" × {k} samples" if k > 1 else ""
     base = "" if math.isnan(ev["base"]) else f" · base model {ev['base']:.3f}"  # nan: eval_base_model=false
+    greedy = ev.get("greedy")
     return (
         f"success {ev['success']:.3f} [{ev['ci_low']:.3f}, {ev['ci_high']:.3f}] (Wilson 95 %) on {ev['n']} tasks"
         f"{samples} of panel {ev['panel']}{dropped} · random policy {ev['random']:.3f}{base} · "
-        f"valid format {ev['valid_format']:.2f}" + (f" · per type: {types}" if types else "")
+        f"valid format {ev['valid_format']:.2f}"
+        + (f" · per type: {types}" if types else "")
+        + (
+            f" · greedy {greedy['success']:.3f} [{greedy['ci_low']:.3f}, {greedy['ci_high']:.3f}]"
+            if greedy
+            else ""
+        )
     )
 
 
@@ -169,6 +178,8 @@ def logged_eval_text(row: dict[str, Any]) -> str:
         ev = {k.removeprefix(prefix): v for k, v in row.items() if k.startswith(prefix)}
         if "success" in ev:
             ev.setdefault("base", math.nan)
+            if "greedy_success" in ev:
+                ev["greedy"] = {k: ev[f"greedy_{k}"] for k in ("success", "ci_low", "ci_high")}
             lines.append(eval_text(ev))
     return "\n[hierarl]   on the tasks RL trains on: ".join(lines)
 
@@ -256,6 +267,8 @@ def final_table(history: Sequence[dict[str, Any]]) -> str:
 GAIN_PANELS = (
     ("train_eval_", "on the {n} tasks RL trains on"),
     ("eval_", "on {n} held-out tasks"),
+    ("train_eval_greedy_", "on the {n} tasks RL trains on"),
+    ("eval_greedy_", "on {n} held-out tasks"),
 )
 """The panels an RL gain is reported on (metric prefix, what its tasks are), the RL tasks first: where a run trains
 on a fixed task set (``env.train_tasks``), that is where its learning shows; the held-out panel says whether it

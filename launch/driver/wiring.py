@@ -283,7 +283,9 @@ def panel_evaluator(
 ) -> PanelEvaluator:
     """An evaluator of ``pool``'s policy on ``evaluation``'s panel at the run's evaluation temperature and sampling
     seed: the run's own evaluations and ``hierarl eval``'s of its checkpoint play the same episodes."""
-    return PanelEvaluator(pool, evaluation, cfg.rollout.eval_temperature, cfg.seed + EVAL_SEED, samples)
+    return PanelEvaluator(
+        pool, evaluation, cfg.rollout.eval_temperature, cfg.seed + EVAL_SEED, samples, greedy=cfg.eval_greedy
+    )
 
 
 def iteration_source(

@@ -224,3 +224,48 @@ def test_the_final_table_prints_the_paired_rl_gain_per_panel():
     ) in text
     assert "RL gain over BC on 2 held-out tasks: +0.000: the policy did not change any task's outcome" in text
     assert "RL gain" not in final_table([bc, {"phase": "rl", "iteration": 1}])  # no eval after RL yet
+
+
+class _TemperaturePool:
+    """Plays every task ``samples`` times; at T = 0 it wins the first task, sampled the first two. Records the
+    temperatures it was asked for."""
+
+    def __init__(self):
+        self.asked = []
+
+    def play(self, tasks, sample_seed, *, temperature, samples=1):
+        self.asked.append((temperature, samples))
+        won = {0} if temperature == 0 else {0, 1}
+        return [
+            Trajectory(f"{i}-{k}", f"g{i}", t.task_id, "synthetic", won=i in won, info={"seed": t.seed})
+            for i, t in enumerate(tasks)
+            for k in range(samples)
+        ]
+
+
+def test_eval_greedy_plays_the_panel_once_at_temperature_0_beside_the_samples(cache):
+    """``eval_greedy``: 4 tasks × 2 samples at T = 1 (wins: task 0 both, task 1 both -> 0.5) and once each at T = 0
+    (task 0 -> 0.25); logged under eval_greedy_*, printed beside, and its own RL-gain line. BC greedy rates
+    [0, 0, 0, 0], RL's [1, 0, 0, 0]: difference mean 0.25, sd 0.5, half t(3) 3.182446 · 0.5 / 2 = 0.795612."""
+    from launch.driver.evaluator import PanelEvaluator
+
+    cfg = resolve_config(None, [*SYNTH1, "eval_base_model=false", "eval_greedy=true"])
+    pool = _TemperaturePool()
+    panel = resolve_panel("synthetic", dict(cfg.env.options), "test", "auto", 4)
+    ev = PanelEvaluator(pool, Evaluation(scope(cfg), "smollm2"), 1.0, 0, samples=2, greedy=True).evaluate(4)
+    assert pool.asked == [(1.0, 2), (0.0, 1)]
+    assert ev["success"] == 0.5 and ev["greedy"]["success"] == 0.25 and ev["greedy"]["temperature"] == 0.0
+    assert ev["greedy"]["task_rates"] == [1.0, 0.0, 0.0, 0.0] and ev["greedy"]["n"] == len(panel.tasks)
+    fields = eval_fields({**ev, "valid_roles": {}})
+    assert (fields["eval_success"], fields["eval_greedy_success"], fields["eval_greedy_samples"]) == (
+        0.5,
+        0.25,
+        1,
+    )
+    assert " · greedy 0.250 [" in eval_text(ev)
+    bc = {"phase": "bc", "eval_greedy_task_rates": [0.0, 0.0, 0.0, 0.0]}
+    text = final_table([bc, {"phase": "rl", **fields}])
+    assert "RL gain over BC on 4 held-out tasks at T = 0: +0.250 [-0.546, +1.046]" in text
+    # greedy is off at T = 0 (it would repeat the evaluation) and by default
+    assert not PanelEvaluator(pool, Evaluation(scope(cfg), "smollm2"), 0.0, 0, greedy=True).greedy
+    assert not resolve_config(None, SYNTH1).eval_greedy
