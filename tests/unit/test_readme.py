@@ -3,6 +3,7 @@ every name it gives is a module of that package, and every package of the produc
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -79,3 +80,52 @@ def test_relative_links_of_the_readme_and_docs_resolve():
             if not (page.parent / target).exists():
                 dangling.append(f"{page.relative_to(ROOT)} -> {target}")
     assert not dangling, dangling
+
+
+def product_definitions() -> tuple[dict[str, set[str]], set[str]]:
+    """({class: its method names}, the module-level function names) over the product's packages."""
+    classes: dict[str, set[str]] = {}
+    functions: set[str] = set()
+    for package in product_packages():
+        for path in (ROOT / package).glob("*.py"):
+            for node in ast.parse(path.read_text()).body:
+                if isinstance(node, ast.ClassDef):
+                    methods = {
+                        n.name for n in node.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
+                    }
+                    classes.setdefault(node.name, set()).update(methods)
+                elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                    functions.add(node.name)
+    return classes, functions
+
+
+def undefined_loop_names(readme: str) -> list[str]:
+    """Names the '## The loop' sketch uses that the product does not define: each ``Class.method`` must be a method
+    of that class, each ``obj.name(`` call a method of some class, each bare ``name(`` call and each other
+    snake_case name a module-level function (or, for the snake_case names, a method)."""
+    block = readme.split("## The loop", 1)[1].split("```", 2)[1]
+    classes, functions = product_definitions()
+    methods = set().union(*classes.values())
+    pairs = re.findall(r"\b([A-Z][A-Za-z]+)\.([a-z_]+)", block)
+    missing = [f"{cls}.{attr}" for cls, attr in pairs if attr not in classes.get(cls, set())]
+    method_calls = set(re.findall(r"\.([a-z_][a-z0-9_]*)\(", block))
+    calls = set(re.findall(r"(?<![.\w])([a-z_][a-z0-9_]*)\(", block))
+    named = set(re.findall(r"(?<![.\w])([a-z]+_[a-z0-9_]+)\b", block)) - calls
+    missing += sorted(name for name in method_calls if name not in methods)
+    missing += sorted(name for name in calls if name not in functions)
+    missing += sorted(name for name in named if name not in functions | methods)
+    return missing
+
+
+def test_the_loop_sketch_names_functions_that_exist():
+    assert undefined_loop_names((ROOT / "README.md").read_text()) == []
+
+
+def test_the_loop_check_can_fail():
+    readme = (ROOT / "README.md").read_text()
+    wrong = readme.replace("self.push()", "pool.push(learner.export_adapter())", 1)
+    assert undefined_loop_names(wrong) == ["export_adapter"]
+    wrong = readme.replace("RolloutPool.push", "RolloutPool.send_all", 1)
+    assert undefined_loop_names(wrong) == ["RolloutPool.send_all"]
+    wrong = readme.replace("self.push()", "batch = prepare(data, algorithm)", 1)
+    assert undefined_loop_names(wrong) == ["prepare"]
