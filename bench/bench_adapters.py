@@ -50,13 +50,25 @@ def run(
     from actors.vllm_engine import VLLMEngine
     from common.lora import LoraSpec
     from learners.algos import grpo
-    from learners.learner_spec import LearnerSpec
+    from learners.learner_spec import PADDED_ROWS, LearnerSpec
     from learners.worker import LearnerWorker
 
     path = resolve_model_path(model)
     lora = LoraSpec(8, 16, ("q_proj", "v_proj"))
     spec = LearnerSpec(
-        path, lora, "float32", 0, 1e-4, 1e-4, 1.0, rows, False, seed=0, critic_trunk="own", master_port=29611
+        path,
+        lora,
+        "float32",
+        0,
+        1e-4,
+        1e-4,
+        1.0,
+        rows,
+        False,
+        seed=0,
+        critic_trunk="own",
+        master_port=29611,
+        **PADDED_ROWS,
     )
     cfg = grpo.Config(kl_coef=0.0)
     batch = synthetic_batch(rows, width)

@@ -158,7 +158,7 @@ def learner_child(out: Path, quick: bool) -> None:
     from learners.algos import grpo
     from learners.distributed import init_dist
     from learners.group import LearnerGroup
-    from learners.learner_spec import LearnerSpec
+    from learners.learner_spec import PADDED_ROWS, LearnerSpec
 
     model = "tiny" if quick else "smollm2"
     rows, width, steps = (8, 128, 4) if quick else (16, 256, 4)
@@ -176,6 +176,7 @@ def learner_child(out: Path, quick: bool) -> None:
         False,
         seed=0,
         critic_trunk="own",
+        **PADDED_ROWS,
         master_port=_free_port(),
     )
     batch = synthetic_batch(rows, width)

@@ -235,7 +235,7 @@ def main() -> None:
 
     from common.lora import LoraSpec
     from learners.distributed import init_dist
-    from learners.learner_spec import LearnerSpec
+    from learners.learner_spec import PADDED_ROWS, LearnerSpec
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tokenizer", required=True, help="a folder with the SmolLM2 tokenizer files")
@@ -282,7 +282,7 @@ def main() -> None:
             model = build_model(shape, args.tokenizer, Path(tmp) / shape, args.device)
             spec = LearnerSpec(
                 model, lora, "auto", 0, 1e-5, 1e-5, 1.0, args.micro_batch_size, args.gradient_checkpointing, seed=0,
-                critic_trunk="own",
+                critic_trunk="own", **PADDED_ROWS,
                 device=args.device, value_heads=2, master_port=port,
             )  # fmt: skip
             row, worker = learner_phases(spec, batch, args.repeats)

@@ -202,7 +202,7 @@ def swap(dtype: str, device: str, model: str, memory: float) -> dict[str, Any]:
     from actors.models import resolve_model_path
     from actors.vllm_engine import VLLMEngine
     from learners.algos import grpo
-    from learners.learner_spec import LearnerSpec
+    from learners.learner_spec import PADDED_ROWS, LearnerSpec
     from learners.worker import LearnerWorker
 
     path = resolve_model_path(model)
@@ -220,6 +220,7 @@ def swap(dtype: str, device: str, model: str, memory: float) -> dict[str, Any]:
             gradient_checkpointing=False,
             seed=0,
             critic_trunk="own",
+            **PADDED_ROWS,
             device=device,
             adapters=(("planner", 1e-2), ("executor", 1e-2)),
             master_port=_free_port(),

@@ -43,6 +43,9 @@ class TurnBatch:
     masks: dict[str, torch.Tensor] = field(default_factory=dict)
     index: list[tuple[int, int]] = field(default_factory=list)
     """(trajectory index, turn index) of every row, to scatter per-turn results back."""
+    group: list[int] = field(default_factory=list)
+    """The episode group of every row (``Trajectory.group_id``s numbered in order of first appearance): rows of
+    one group share their prompts' beginnings (``learner.minibatches=groups``); empty: unknown."""
 
     def __len__(self) -> int:
         return int(self.input_ids.shape[0])
@@ -68,6 +71,7 @@ class TurnBatch:
             response_last=self.response_last[rows_t],
             masks={k: v[rows_t] for k, v in self.masks.items()},
             index=[self.index[i] for i in rows_t.tolist()],
+            group=[self.group[i] for i in rows_t.tolist()] if self.group else [],
         )
 
     def trim(self) -> TurnBatch:
@@ -83,6 +87,7 @@ class TurnBatch:
             response_last=self.response_last,
             masks={k: v[:, :width] for k, v in self.masks.items()},
             index=self.index,
+            group=self.group,
         )
 
 
@@ -144,7 +149,14 @@ def build_turn_batch(
         response_last=response_last,
         masks=masks,
         index=[(i, j) for i, j, _ in rows],
+        group=_group_numbers([trajectories[i].group_id for i, _, _ in rows]),
     )
+
+
+def _group_numbers(group_ids: Sequence[str]) -> list[int]:
+    """Each id's number in order of first appearance: ["g7", "g2", "g7"] -> [0, 1, 0]."""
+    number: dict[str, int] = {}
+    return [number.setdefault(g, len(number)) for g in group_ids]
 
 
 def _take_rows(record, rows: np.ndarray, keep: tuple[str, ...] = ()):
@@ -172,6 +184,8 @@ class Sequences:
     value_head      int64[K]     which critic head slot k reads (per slot, not per row)
     value_from_target bool[K] | None  slot k is read from the target critic (a soft-updated copy; IQL's
                                  Q_target / V_target), not the critic itself; None: every slot from the critic
+    group           int64[B] | None  each row's episode group (``TurnBatch.group``): an update can keep a group's
+                                 rows in one optimizer step (``learner.minibatches``); None: unknown
     """
 
     input_ids: np.ndarray
@@ -180,6 +194,7 @@ class Sequences:
     value_pos: np.ndarray
     value_head: np.ndarray
     value_from_target: np.ndarray | None = None
+    group: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.input_ids.shape[0])

@@ -1,8 +1,9 @@
 """Learner group: fan a batch out over N data-parallel LearnerWorker actors and gather the results (no math).
 
-Mini-batches are cut here; each is split row-wise across the workers, which take one DeepSpeed step on their shard
-together (gradients are all-reduced by DeepSpeed). Aggregation weights are computed over the whole mini-batch
-(``learners.prepare.minibatch``) before the split, so the update equals the single-process update.
+Mini-batches are cut here (``learners.schedule.update_steps``: rows one by one, or whole episode groups); each is
+split row-wise across the workers, which take one DeepSpeed step on their shard together (gradients are all-reduced
+by DeepSpeed). Aggregation weights are computed over the whole mini-batch (``learners.prepare.minibatch``) before the
+split, so the update equals the single-process update.
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ from common.progress import Ticker, small_text
 from learners.algorithm import PolicyLossFn, ValueLossFn
 from learners.batch import LearnerBatch, Sequences, micro_batches, row_lengths
 from learners.learner_spec import LearnerSpec
+from learners.packing import lexicographic_order, plan_packs
 from learners.prepare import minibatch
-from learners.schedule import minibatch_rows
+from learners.schedule import update_steps
 from learners.worker import LearnerWorker
 
 
@@ -58,6 +60,8 @@ def _loss_note(sums: dict[str, float], counts: dict[str, int]) -> str:
 
 
 PORT_TRIES = 3
+CHUNK_PASSES = 4
+"""A forward pass goes to the workers in chunks of this many of their micro-batches (or packs) each."""
 
 
 def _free_port() -> int:
@@ -108,17 +112,27 @@ class LearnerGroup:
                     flush=True,
                 )
 
+    def _chunks(self, seqs: Sequences) -> list[tuple[np.ndarray, int]]:
+        """(rows, width) of each chunk of a forward pass, ``CHUNK_PASSES`` of each worker's passes: padded,
+        ``learners.batch.micro_batches`` of that many rows (longest first, each cut to its longest row: no result
+        changes); packed, ``learners.packing.plan_packs`` of that many tree tokens (rows that share prefixes
+        together, so that each worker's packs find them)."""
+        scale = CHUNK_PASSES * len(self.workers)
+        if self.spec.pack != "tree":
+            return micro_batches(seqs.attention_mask, scale * self.spec.micro_batch_size)
+        lengths = row_lengths(seqs.attention_mask)
+        packs = plan_packs(seqs.input_ids, seqs.attention_mask, scale * self.spec.pack_tokens, lengths)
+        return [(rows, int(lengths[rows].max())) for rows in packs]
+
     def _map_rows(
         self, method: str, seqs: Sequences, label: str, *, per_token: bool, **kwargs: Any
     ) -> np.ndarray:
-        """``method`` over all rows, split across the workers, in chunks of a few micro-batches per worker so that
-        progress can be shown (the workers run their micro-batches either way). The chunks are
-        ``learners.batch.micro_batches`` of that size (longest rows first, each cut to its longest row: no result
-        changes); results come back in the batch's order; ``per_token`` outputs are float32[B, L], the others [B, ...]."""
-        chunk = 4 * self.spec.micro_batch_size * len(self.workers)
+        """``method`` over all rows, split across the workers, in chunks (``_chunks``) so that progress can be
+        shown (the workers run their micro-batches either way); results come back in the batch's order;
+        ``per_token`` outputs are float32[B, L], the others [B, ...]."""
         ticker = Ticker(label, len(seqs), "rows")
         out: np.ndarray | None = np.zeros(seqs.input_ids.shape, np.float32) if per_token else None
-        for idx, width in micro_batches(seqs.attention_mask, chunk):
+        for idx, width in self._chunks(seqs):
             part = seqs.rows(idx).narrow(width)
             shards = [rows for rows in _shards(len(part), len(self.workers)) if rows.size]
             results = ray.get(
@@ -176,62 +190,72 @@ class LearnerGroup:
         The first ``critic_only_steps`` mini-batches step the critic alone (STEP-HRL's critic warm-up);
         ``target_tau`` > 0 soft-updates the target critic after every critic step. The policy steps are those of
         adapter ``adapter`` (None: the first; Multi2 trains its planner and executor in separate calls), the critic
-        steps those of critic ``critic`` (None: the critic; HISR's SPRM is another). Returns mean metrics over the
-        steps, and ``optimizer_steps``."""
+        steps those of critic ``critic`` (None: the critic; HISR's SPRM is another). The mini-batches hold whole
+        episode groups with ``learner.minibatches=groups`` where the batch knows its rows' groups, else rows
+        shuffled one by one (``learners.schedule.update_steps``). Returns mean metrics over the steps,
+        ``optimizer_steps``, and the rows of its smallest and largest step (``minibatch_rows_min`` / ``_max``)."""
         if policy_loss is None and value_loss is None:
             raise ValueError("an update needs a policy loss, a value loss or both")
-        n = len(batch)
-        rng = np.random.default_rng(seed)
+        groups = batch.seqs.group if self.spec.minibatches == "groups" else None
+        plan = update_steps(len(batch), mini_batch_size, epochs, seed, groups)
+        lengths = row_lengths(batch.seqs.attention_mask)
         sums: dict[str, float] = {}
         counts: dict[
             str, int
         ] = {}  # steps that reported each metric (critic-only steps report no policy metric)
-        steps = 0
-        ticker = Ticker("update", epochs * -(-n // mini_batch_size), "optimizer steps")
-        for _ in range(epochs):
-            for rows in minibatch_rows(rng.permutation(n), mini_batch_size):
-                mb = minibatch(batch, rows, agg)
-                shards = _pad_empty_shards([mb.rows(r) for r in _shards(len(mb), len(self.workers))], mb)
-                # each shard travels cut to its longest row (the workers cut their micro-batches again)
-                shards = [s.narrow(int(row_lengths(s.seqs.attention_mask).max())) for s in shards]
-                policy_step = policy_loss is not None and steps >= critic_only_steps
-                # a critic on the policy's trunk steps inside the policy's pass (one decoder pass for both)
-                joint = (
-                    policy_step
-                    and value_loss is not None
-                    and critic is None
-                    and self.spec.critic_trunk == "policy"
-                )
-                joint_args = (value_loss, target_tau) if joint else ()
-                refs = (
-                    [
-                        w.update_policy.remote(s, policy_loss, loss_cfg, adapter, *joint_args)
-                        for w, s in zip(self.workers, shards, strict=True)
-                    ]
-                    if policy_step
-                    else []
-                )
-                n_policy = len(refs)
-                if value_loss is not None and not joint:
-                    refs += [
-                        w.update_critic.remote(s, value_loss, loss_cfg, target_tau, critic)
-                        for w, s in zip(self.workers, shards, strict=True)
-                    ]
-                results = ray.get(refs)
-                merged: dict[str, float] = {}
-                for r in results[:n_policy]:
-                    for k, v in r.items():
-                        if k != "value_loss":
-                            merged[k] = merged.get(k, 0.0) + v / len(self.workers)
-                for r in results if joint else results[n_policy:]:
-                    merged["value_loss"] = merged.get("value_loss", 0.0) + r["value_loss"]
-                for k, v in merged.items():
-                    sums[k] = sums.get(k, 0.0) + v
-                    counts[k] = counts.get(k, 0) + 1
-                steps += 1
-                ticker.advance(1, _loss_note(sums, counts))
+        steps, sizes = 0, []
+        ticker = Ticker("update", len(plan), "optimizer steps")
+        for rows in plan:
+            if self.spec.pack == "tree":  # rows that share prefixes on one worker, in one pack
+                rows = rows[lexicographic_order(batch.seqs.input_ids[rows], lengths[rows])]
+            mb = minibatch(batch, rows, agg)
+            sizes.append(len(mb))
+            shards = _pad_empty_shards([mb.rows(r) for r in _shards(len(mb), len(self.workers))], mb)
+            # each shard travels cut to its longest row (the workers cut their micro-batches again)
+            shards = [s.narrow(int(row_lengths(s.seqs.attention_mask).max())) for s in shards]
+            policy_step = policy_loss is not None and steps >= critic_only_steps
+            # a critic on the policy's trunk steps inside the policy's pass (one decoder pass for both)
+            joint = (
+                policy_step
+                and value_loss is not None
+                and critic is None
+                and self.spec.critic_trunk == "policy"
+            )
+            joint_args = (value_loss, target_tau) if joint else ()
+            refs = (
+                [
+                    w.update_policy.remote(s, policy_loss, loss_cfg, adapter, *joint_args)
+                    for w, s in zip(self.workers, shards, strict=True)
+                ]
+                if policy_step
+                else []
+            )
+            n_policy = len(refs)
+            if value_loss is not None and not joint:
+                refs += [
+                    w.update_critic.remote(s, value_loss, loss_cfg, target_tau, critic)
+                    for w, s in zip(self.workers, shards, strict=True)
+                ]
+            results = ray.get(refs)
+            merged: dict[str, float] = {}
+            for r in results[:n_policy]:
+                for k, v in r.items():
+                    if k != "value_loss":
+                        merged[k] = merged.get(k, 0.0) + v / len(self.workers)
+            for r in results if joint else results[n_policy:]:
+                merged["value_loss"] = merged.get("value_loss", 0.0) + r["value_loss"]
+            for k, v in merged.items():
+                sums[k] = sums.get(k, 0.0) + v
+                counts[k] = counts.get(k, 0) + 1
+            steps += 1
+            ticker.advance(1, _loss_note(sums, counts))
         ticker.close(_loss_note(sums, counts))
-        return {**{k: v / counts[k] for k, v in sums.items()}, "optimizer_steps": float(steps)}
+        return {
+            **{k: v / counts[k] for k, v in sums.items()},
+            "optimizer_steps": float(steps),
+            "minibatch_rows_min": float(min(sizes, default=0)),
+            "minibatch_rows_max": float(max(sizes, default=0)),
+        }
 
     def set_lr(self, lr: float, adapter: str | None = None) -> None:
         ray.get([w.set_lr.remote(lr, adapter) for w in self.workers])

@@ -9,6 +9,13 @@ from common.lora import LoraSpec
 
 CRITIC_ADAPTER = "critic"
 """The critic's LoRA adapter on the policy's base (a policy adapter may not take this name)."""
+PACK_MODES: tuple[str, ...] = ("tree", "off")
+"""``learner.pack``: prefix-tree packs (``learners.packing``) or padded rows."""
+MINIBATCH_LAYOUTS: tuple[str, ...] = ("groups", "rows")
+"""``learner.minibatches``: whole episode groups per optimizer step, or rows one by one (``learners.schedule``)."""
+PADDED_ROWS: dict[str, str | int] = {"pack": "off", "pack_tokens": 0, "minibatches": "rows"}
+"""The ``LearnerSpec`` fields of a learner as it was before packing (padded rows, rows shuffled one by one): the
+benchmarks that measure that learner and the tests that compare against it."""
 
 
 @dataclass(frozen=True)
@@ -43,6 +50,14 @@ class LearnerSpec:
     """Where the critic's head reads its hidden states: "own" (its LoRA adapter on the shared base, its own decoder
     passes) or "policy" (the first policy adapter's, detached: one decoder pass gives log-probs and values,
     ``learners.value_model.TrunkValueHead``)."""
+    pack: str
+    """"tree": every decoder pass runs on the prefix tree of its rows (``learners.packing``); "off": on padded
+    rows. The run config's ``learner.pack``."""
+    pack_tokens: int
+    """With ``pack`` "tree": tree tokens per forward/backward (the memory bound in place of ``micro_batch_size``)."""
+    minibatches: str
+    """"groups": whole episode groups per optimizer step (``learners.schedule.group_minibatch_rows``); "rows": rows
+    shuffled one by one. The run config's ``learner.minibatches``."""
     device: str = "cpu"
     value_heads: int = 0
     """0: no critic; 1: V(s); 2: HiPER [V_high, V_low]."""

@@ -89,6 +89,7 @@ def sequences(batch: TurnBatch, slots: Sequence[ValueSlot]) -> Sequences:
         value_from_target=np.array([s.target for s in slots], dtype=bool)
         if any(s.target for s in slots)
         else None,
+        group=np.array(batch.group, dtype=np.int64) if batch.group else None,
     )
 
 

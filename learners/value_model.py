@@ -1,13 +1,56 @@
 """The torch modules of a learner beside the policy: the value model (a LoRA adapter on the policy's base and a
-head), adapter switching on a peft model, and the target critic's Polyak step."""
+head), adapter switching on a peft model, the target critic's Polyak step, and the decoder call every learner pass
+makes (on padded rows, or on a prefix-tree pack of them: ``learners.packing``)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 import torch
 from torch import nn
+
+from learners.packing import PackedRows
+
+TREE_MASKS = {"sdpa": "bool", "eager": "additive"}
+"""Attention implementations (``config._attn_implementation``) that apply a 4D mask given to the model as it is
+(transformers 5.19 ``masking_utils._preprocess_mask_arguments`` returns a 4D mask untouched), and the form each
+takes: SDPA a boolean one (True attends), eager attention one added to the scores. Flash-attention kernels take no
+arbitrary mask and flex attention a ``BlockMask``: those models run padded rows."""
+
+
+def tree_mask_kind(config: Any) -> tuple[str, str]:
+    """(mask form, "") where this model can run a prefix-tree pack, else ("", why not): its attention applies no
+    custom 4D mask, or a sliding window would be dropped with the causal mask the pack's replaces."""
+    impl = str(getattr(config, "_attn_implementation", None))
+    if impl not in TREE_MASKS:
+        return "", f"its attention implementation {impl!r} takes no tree mask"
+    if getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", True):
+        return "", "its sliding-window attention would be dropped by a tree mask"
+    return TREE_MASKS[impl], ""
+
+
+def decoder_hidden(
+    decoder: nn.Module,
+    ids: torch.Tensor,
+    attn: torch.Tensor,
+    packed: PackedRows | None = None,
+    mask: str = "bool",
+) -> torch.Tensor:
+    """float[B, L, D]: the decoder's last hidden states of the rows ``ids`` / ``attn`` (int[B, L], bool[B, L]).
+    With ``packed`` (those rows' prefix tree) the decoder runs once over the pack, with each node's position and
+    the tree mask in the form ``mask`` (``tree_mask_kind``), and the states are gathered back to the rows' layout;
+    the LM head, value heads and losses downstream see the same tensors either way."""
+    if packed is None:
+        return decoder(input_ids=ids, attention_mask=attn).last_hidden_state
+    tree = packed.mask
+    if mask == "additive":
+        tree = packed.additive_mask(next(decoder.parameters()).dtype)
+    hidden = decoder(
+        input_ids=packed.input_ids, attention_mask=tree, position_ids=packed.position_ids
+    ).last_hidden_state
+    return packed.rows(hidden)
 
 
 @torch.no_grad()
@@ -61,11 +104,17 @@ class ValueModel(nn.Module):
         self.backbone = backbone
         self.head = value_head(hidden, heads, mlp_hidden)
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        packed: PackedRows | None = None,
+        mask: str = "bool",
+    ) -> torch.Tensor:
+        """Values float[B, L, H] of the rows, computed on their pack when ``packed`` is given (``decoder_hidden``)."""
         # the decoder alone: the LM head's B × L × vocab logits are never needed for values
         decoder = self.backbone.get_base_model().get_decoder()
-        hidden = decoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-        return _head_values(self.head, hidden)
+        return _head_values(self.head, decoder_hidden(decoder, input_ids, attention_mask, packed, mask))
 
 
 class TrunkValueHead(nn.Module):

@@ -13,19 +13,32 @@ call names the adapter or critic it means; None is the policy's / the critic's.
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 import numpy as np
 import torch
 
 from learners.algorithm import PolicyLossFn, ValueLossFn
-from learners.batch import LearnerBatch, Sequences, micro_batches, value_reach
+from learners.batch import LearnerBatch, Sequences, micro_batches, row_lengths, value_reach
 from learners.learner_spec import CRITIC_ADAPTER
 from learners.losses import entropy_from_logprobs
+from learners.packing import PackedRows, build_pack, plan_packs
 from learners.targets import CriticInputs, PolicyInputs
 from learners.worker_state import LearnerState
 
 _Rows = TypeVar("_Rows", Sequences, LearnerBatch)
+
+
+class Micro(NamedTuple, Generic[_Rows]):
+    """One forward pass: the batch's ``rows``, cut to ``width`` columns (``part``), and their prefix tree when the
+    learner packs (``learner.pack=tree``), else None (padded rows)."""
+
+    rows: np.ndarray
+    width: int
+    part: _Rows
+    packed: PackedRows | None
+    tokens: int
+    """Tokens the decoder computes: the pack's, or rows × width."""
 
 
 ENTROPY_SAMPLE = 64
@@ -42,6 +55,7 @@ class LearnerWorker(LearnerState):
         ids: torch.Tensor,
         attn: torch.Tensor,
         where: torch.Tensor,
+        packed: PackedRows | None = None,
         *,
         entropy: bool = False,
         entropy_sample: int = 0,
@@ -52,8 +66,8 @@ class LearnerWorker(LearnerState):
         logits over every prompt position (B × L × 49k floats) is what exhausted memory otherwise. With
         ``entropy`` also the token entropy at those positions (float32[N], no gradient); ``entropy_sample`` > 0:
         at most that many of them, evenly spaced (a metric's mean needs no more, and the full-vocabulary softmax
-        cost ~19 % of a policy step on the tiny model)."""
-        return self._logprobs_at(self._decoder_hidden(ids, attn), ids, where, entropy, entropy_sample)
+        cost ~19 % of a policy step on the tiny model). ``packed``: the rows' prefix tree, the decoder's input."""
+        return self._logprobs_at(self._decoder_hidden(ids, attn, packed), ids, where, entropy, entropy_sample)
 
     def _logprobs_at(
         self, hidden: torch.Tensor, ids: torch.Tensor, where: torch.Tensor, entropy: bool, entropy_sample: int
@@ -82,14 +96,14 @@ class LearnerWorker(LearnerState):
         first policy adapter; a frozen reference copy allowed), or with every adapter disabled (``reference``)."""
         self.policy.eval()
         out = np.zeros(seqs.input_ids.shape, np.float32)
-        for rows, width, s in self._micro_batches(seqs):
+        for rows, width, s, packed, _ in self._micro_batches(seqs):
             ids, attn, where = self._dev(s.input_ids), self._dev(s.attention_mask), self._dev(s.response_mask)
             if reference:
                 with self._reference():
-                    lp, _ = self._response_logprobs(ids, attn, where)
+                    lp, _ = self._response_logprobs(ids, attn, where, packed)
             else:
                 with self._active(adapter):
-                    lp, _ = self._response_logprobs(ids, attn, where)
+                    lp, _ = self._response_logprobs(ids, attn, where, packed)
             out[rows, :width] = lp.cpu().numpy()
         return out
 
@@ -102,10 +116,10 @@ class LearnerWorker(LearnerState):
         self.policy.eval()
         out = np.zeros(seqs.input_ids.shape, np.float32)
         lm = self.policy.module.get_base_model()
-        for rows, width, s in self._micro_batches(seqs):
+        for rows, width, s, packed, _ in self._micro_batches(seqs):
             ids, attn, where = self._dev(s.input_ids), self._dev(s.attention_mask), self._dev(s.response_mask)
             with self._active(adapter):
-                hidden = self._decoder_hidden(ids, attn)
+                hidden = self._decoder_hidden(ids, attn, packed)
                 sel = where[:, 1:].bool()
                 top = lm.get_output_embeddings()(hidden[:, :-1][sel]).argmax(dim=-1)
             match = torch.zeros(ids.shape, dtype=torch.float32, device=ids.device)
@@ -119,10 +133,10 @@ class LearnerWorker(LearnerState):
         HISR's entropy segmentation (``reward.segments.entropy_segments``) reads it per turn."""
         self.policy.eval()
         out = np.zeros(len(seqs), np.float32)
-        for rows, _, s in self._micro_batches(seqs):
+        for rows, _, s, packed, _ in self._micro_batches(seqs):
             where = self._dev(s.response_mask)
             _, ent = self._response_logprobs(
-                self._dev(s.input_ids), self._dev(s.attention_mask), where, entropy=True
+                self._dev(s.input_ids), self._dev(s.attention_mask), where, packed, entropy=True
             )
             assert ent is not None
             # ent lists the selected positions row by row; sum them back per row
@@ -144,13 +158,13 @@ class LearnerWorker(LearnerState):
         out = np.zeros((len(seqs), len(seqs.value_head)), np.float32)
         head = self._dev(seqs.value_head)
         with self._critic_active(name):
-            for rows, _, s in self._micro_batches(seqs, critic=True):
+            for rows, _, s, packed, _ in self._micro_batches(seqs, critic=True):
                 ids, attn, pos = self._dev(s.input_ids), self._dev(s.attention_mask), self._dev(s.value_pos)
-                got = self._gather_values(self._critic_forward(name, engine, ids, attn), pos, head)
+                got = self._gather_values(self._critic_forward(name, engine, ids, attn, packed), pos, head)
                 if target is not None and target.any():
                     with self._target_weights():
                         from_target = self._gather_values(
-                            self._critic_forward(name, engine, ids, attn), pos, head
+                            self._critic_forward(name, engine, ids, attn, packed), pos, head
                         )
                     got = torch.where(self._dev(target)[None, :], from_target, got)
                 out[rows] = got.cpu().numpy()
@@ -163,14 +177,32 @@ class LearnerWorker(LearnerState):
 
     # -- updates ---------------------------------------------------------------------------------------------
 
-    def _micro_batches(self, record: _Rows, *, critic: bool = False) -> list[tuple[np.ndarray, int, _Rows]]:
-        """(rows, width, those rows of ``record`` cut to ``width``) of each forward pass: rows of similar length
-        together, cut to their longest (``learners.batch.micro_batches``); a ``critic`` pass only as far as its
-        value slots read (``learners.batch.value_reach``)."""
+    def _micro_batches(
+        self, record: _Rows, *, critic: bool = False, step: bool = False
+    ) -> list[Micro[_Rows]]:
+        """The forward passes over ``record``'s rows, a ``critic`` pass only as far as its value slots read
+        (``learners.batch.value_reach``). Padded: ``micro_batch_size`` rows of similar length together, cut to
+        their longest (``learners.batch.micro_batches``). Packed: rows in lexicographic order, each pass the prefix
+        tree of as many as fit in ``pack_tokens`` tree tokens (``learners.packing.plan_packs``): the memory bound
+        is the pack's tokens, not its rows. An optimizer ``step``'s passes under ZeRO-3 are one pack (it cannot
+        accumulate over several, ``_check_zero3_accumulation``; its rows are one padded micro-batch otherwise)."""
         seqs = record.seqs if isinstance(record, LearnerBatch) else record
         reach = value_reach(seqs) if critic and self.spec.critic_reach else None
-        chunks = micro_batches(seqs.attention_mask, self.spec.micro_batch_size, reach)
-        return [(rows, width, record.rows(rows).narrow(width)) for rows, width in chunks]
+        if not self.tree_mask:
+            chunks = micro_batches(seqs.attention_mask, self.spec.micro_batch_size, reach)
+            return [
+                Micro(rows, width, record.rows(rows).narrow(width), None, rows.size * width)
+                for rows, width in chunks
+            ]
+        lengths = row_lengths(seqs.attention_mask) if reach is None else reach
+        out = []
+        budget = int(lengths.sum()) if step and self.spec.zero_stage == 3 else self.spec.pack_tokens
+        for rows in plan_packs(seqs.input_ids, seqs.attention_mask, max(budget, 1), lengths):
+            width = int(lengths[rows].max())
+            part = record.rows(rows).narrow(width)
+            pack = build_pack(seqs.input_ids[rows, :width], seqs.attention_mask[rows, :width], lengths[rows])
+            out.append(Micro(rows, width, part, PackedRows.of(pack, self.policy.device), pack.tokens))
+        return out
 
     def _check_zero3_accumulation(self, n_micro: int) -> None:
         """Measured here (tests/ray/test_learner.py): with DeepSpeed 0.19.8's unmanaged accumulation, ZeRO-3 drops
@@ -216,16 +248,16 @@ class LearnerWorker(LearnerState):
             critic = self.critics[CRITIC_ADAPTER]
             critic.train()
             head = self._dev(batch.seqs.value_head)
-        chunks = self._micro_batches(batch)
+        chunks = self._micro_batches(batch, step=True)
         self._check_zero3_accumulation(len(chunks))
         sums: dict[str, float] = {}
         tokens, value_total = 0.0, 0.0
         # forward and backward under the adapter: a checkpointed backward recomputes the forward
         with self._active(adapter):
-            for _, _, micro in chunks:
+            for _, _, micro, packed, _ in chunks:
                 s = micro.seqs
                 ids = self._dev(s.input_ids)
-                hidden = self._decoder_hidden(ids, self._dev(s.attention_mask))
+                hidden = self._decoder_hidden(ids, self._dev(s.attention_mask), packed)
                 if critic is not None:
                     assert value_loss is not None
                     value_total += self._critic_backward(
@@ -255,6 +287,7 @@ class LearnerWorker(LearnerState):
         metrics = {k: v / max(tokens, 1.0) for k, v in sums.items()}
         metrics["loss_tokens"] = tokens
         metrics["lr"] = lr
+        metrics["learner_tokens_ratio"] = self._tokens_ratio(batch, chunks)
         if critic is not None:
             self._critic_step(critic, target_tau)
             metrics["value_loss"] = value_total
@@ -281,17 +314,24 @@ class LearnerWorker(LearnerState):
         engine.train()
         head = self._dev(batch.seqs.value_head)
         total = 0.0
-        chunks = self._micro_batches(batch, critic=True)
+        chunks = self._micro_batches(batch, critic=True, step=True)
         self._check_zero3_accumulation(len(chunks))
         with self._critic_active(name):
-            for _, _, micro in chunks:
+            for _, _, micro, packed, _ in chunks:
                 s = micro.seqs
                 values = self._critic_forward(
-                    name, engine, self._dev(s.input_ids), self._dev(s.attention_mask)
+                    name, engine, self._dev(s.input_ids), self._dev(s.attention_mask), packed
                 )
                 total += self._critic_backward(engine, values, micro, head, loss_fn, loss_cfg)
         self._critic_step(engine, target_tau)
         return {"value_loss": total}
+
+    @staticmethod
+    def _tokens_ratio(batch: LearnerBatch, chunks: list[Micro[LearnerBatch]]) -> float:
+        """The decoder tokens of a step's passes ÷ its rows' own tokens: below 1 where packs share prefixes, above
+        1 where padded rows carry padding (``learner_tokens_ratio``)."""
+        own = int(row_lengths(batch.seqs.attention_mask).sum())
+        return sum(c.tokens for c in chunks) / max(own, 1)
 
     def _critic_backward(
         self,

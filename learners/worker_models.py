@@ -31,8 +31,17 @@ from torch import nn
 
 from common.dtypes import pick_dtype
 from learners.distributed import drop_tied_frozen_weights, ds_config, init_dist
-from learners.learner_spec import CRITIC_ADAPTER, CriticSpec, LearnerSpec
-from learners.value_model import TrunkValueHead, ValueModel, adapter_of, polyak_update_, using_adapter
+from learners.learner_spec import CRITIC_ADAPTER, PACK_MODES, CriticSpec, LearnerSpec
+from learners.packing import PackedRows
+from learners.value_model import (
+    TrunkValueHead,
+    ValueModel,
+    adapter_of,
+    decoder_hidden,
+    polyak_update_,
+    tree_mask_kind,
+    using_adapter,
+)
 
 
 class LearnerModels:
@@ -56,6 +65,14 @@ class LearnerModels:
             lora_dropout=spec.lora.dropout,
         )
         base = self._base_model()
+        self.tree_mask = ""
+        """How the decoder takes a pack's tree mask (``learners.value_model.tree_mask_kind``); "": padded rows."""
+        if spec.pack == "tree":
+            self.tree_mask, why = tree_mask_kind(base.config)
+            if not self.tree_mask and rank == 0:
+                print(f"[hierarl] learner.pack=tree: {why}; the learner runs padded rows", flush=True)
+        elif spec.pack not in PACK_MODES:
+            raise ValueError(f"pack must be one of {', '.join(PACK_MODES)}, not {spec.pack!r}")
         adapters = spec.adapters or (("default", spec.actor_lr),)
         if len(adapters) > 1 and spec.zero_stage == 3:
             raise ValueError("several policy adapters need learner.zero_stage 0-2")
@@ -180,18 +197,23 @@ class LearnerModels:
             return using_adapter(self.policy.module, self.adapter_names[0])
         return using_adapter(self.policy.module, name if self.shared_base else None)
 
-    def _decoder_hidden(self, ids: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
-        """float[B, L, D]: the last hidden states of the base model under the active adapter (no LM head)."""
+    def _decoder_hidden(
+        self, ids: torch.Tensor, attn: torch.Tensor, packed: PackedRows | None = None
+    ) -> torch.Tensor:
+        """float[B, L, D]: the last hidden states of the base model under the active adapter (no LM head), of the
+        rows or, with ``packed``, computed on their prefix tree (``learners.value_model.decoder_hidden``)."""
         decoder = self.policy.module.get_base_model().get_decoder()
-        return decoder(input_ids=ids, attention_mask=attn).last_hidden_state
+        return decoder_hidden(decoder, ids, attn, packed, self.tree_mask)
 
-    def _critic_forward(self, name: str, engine: Any, ids: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+    def _critic_forward(
+        self, name: str, engine: Any, ids: torch.Tensor, attn: torch.Tensor, packed: PackedRows | None = None
+    ) -> torch.Tensor:
         """float[B, L, H]: critic ``name``'s values over a micro-batch, inside ``_critic_active``. A head on the
         policy's trunk reads the policy's hidden states, computed without a graph (the head alone trains)."""
         if not self._on_trunk(name):
-            return engine(ids, attn)
+            return engine(ids, attn, packed, self.tree_mask)
         with torch.no_grad():
-            hidden = self._decoder_hidden(ids, attn)
+            hidden = self._decoder_hidden(ids, attn, packed)
         return engine(hidden)
 
     def _critic(self, name: str | None) -> tuple[str, Any]:

@@ -89,6 +89,10 @@ class EnvConfig:
     """Subprocess EnvPool (crash/hang isolation: use for JVM/TextWorld envs) vs in-process envs (µs-step envs)."""
     step_timeout_s: float = 60.0
     """Per-step timeout of a pooled env (``use_pool``): a hung env is restarted, its episode failed."""
+    train_panel: str = "auto"
+    """The panel whose first ``train_tasks`` tasks RL plays: a stored panel of ``train_split``
+    (``launch/panels/<name>.json``: e.g. tasks where behaviour cloning's outcomes were mixed), or "auto", the train
+    split's own (its first N tasks keep the task types' shares)."""
     train_tasks: int = 0
     """The tasks RL plays. 0: every task of ``train_split``. N: a fixed set, the first N tasks of the train split's
     panel (``launch/evaluation/panels.py``: the order that keeps the task types' shares), the same for every seed; behaviour
@@ -196,7 +200,30 @@ class LearnerConfig:
     when engine and learner compute alike (HF in float32 on both sides: measured gap 1.9e-7 nats), checked on the
     first rows of every batch (a gap above 1e-3 recomputes them all), else "recompute"."""
     micro_batch_size: int = 8
-    """Rows per forward/backward (bounds memory; gradients accumulate over the mini-batch)."""
+    """Rows per forward/backward with ``pack=off`` (bounds memory; gradients accumulate over the mini-batch); with
+    ``pack=tree`` a pass is bounded by ``pack_tokens`` instead."""
+    pack: str = "tree"
+    """How every learner pass (π_old, π_ref, values, the KL measure, the policy and critic updates, BC) gives its
+    rows to the decoder. "tree": the prefix tree of each pass's rows (``learners.packing``): a token the rows of a
+    group repeat (the system prompt, the task, a shared turn) is computed once, at its position in its rows, under
+    a tree attention mask, and read back per row, so every row gets its padded-row numbers within float rounding
+    and each row keeps its own advantage and weights in the loss (tests/ray/test_packing.py). "off": each row
+    padded. A model whose attention takes no custom mask (flash or flex attention, a sliding window) runs padded
+    rows, said in one line."""
+    pack_tokens: int = 512
+    """Tree tokens per forward/backward with ``pack=tree`` (a row longer than this is a pass of its own; under
+    ``zero_stage`` 3, which steps on one backward, an update's share of a mini-batch is one pack). A pack's
+    attention is dense: 69 kFLOP per token pair against 222 MFLOP per token for SmolLM2's linear layers, equal at
+    ~3200 tokens, while a group's sharing is exhausted at about a group's tree (~1000 tokens). On sampled
+    main-job rows (group mini-batches of 20 rows) a pass's FLOPs were 0.79 / 0.66 / 0.65 / 0.66 / 0.72 / 0.83 of
+    the padded 2-row micro-batches' at 256 / 512 / 768 / 1024 / 1536 / 3072 tokens: 512 is within 1 % of the best
+    and holds about the tokens of the main job's 2-row micro-batches (its memory bound)."""
+    minibatches: str = "groups"
+    """How an update's rows are laid into optimizer steps, ceil(rows / ``mini_batch_size``) of them either way.
+    "groups": whole episode groups shuffled, cut where the largest step is smallest (``learners.schedule``), so a
+    step's rows share the prompts a tree pass computes once (sampled main-job rows: 0.62 tree tokens per row token,
+    against 0.75 with rows one by one); "rows": rows shuffled one by one into equal steps (a group split over every
+    step). A batch whose rows carry no group (HISR's reward models) is laid out by rows."""
     gradient_checkpointing: bool = False
     """Keep only each decoder layer's input during a training forward and recompute the rest in backward (HF
     activation checkpointing on the policy and the critic): activation memory ÷ ~layers for ~1 extra forward."""
@@ -246,6 +273,11 @@ class BCConfig:
     """Run the BC warm start (needs an env with an expert plan)."""
     episodes: int = 16
     """Expert demonstrations (train-split tasks) to clone."""
+    stratify: bool = False
+    """Draw the demonstrated tasks evenly across the env's kinds of task (``task_stratum``: TextCraft's one- and
+    several-ingredient goals), a kind that runs out leaving its share to the others, instead of uniformly: a
+    uniform draw of 16 of TextCraft's depth-1 goals holds about 3 several-ingredient ones, and no policy cloned from
+    such a draw ever won one."""
     epochs: int = 4
     """Passes over the demonstrations (``learner.ppo_epochs`` counts RL passes only)."""
     mini_batch_size: int = 8

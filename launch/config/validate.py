@@ -142,6 +142,7 @@ def _check_ranges(cfg: TrainConfig) -> None:
             "null (2 where the loop lags), 0 (off) or a number >= 1 (below 1 would down-weight on-policy tokens)",
         ),
         (lr.micro_batch_size >= 1, "learner.micro_batch_size", lr.micro_batch_size, ge1),
+        (lr.pack_tokens >= 1, "learner.pack_tokens", lr.pack_tokens, ge1),
         (lr.mini_batch_size >= 1, "learner.mini_batch_size", lr.mini_batch_size, ge1),
         (
             lr.micro_batch_size <= lr.mini_batch_size,
@@ -172,9 +173,12 @@ def _check_ranges(cfg: TrainConfig) -> None:
     ]
     for ok, key, value, allowed in checks:
         _need(ok, key, value, allowed)
+    from learners.learner_spec import MINIBATCH_LAYOUTS, PACK_MODES
     from learners.losses import AGG_MODES
 
     _choice("bc.agg", bc.agg, AGG_MODES)
+    _choice("learner.pack", lr.pack, PACK_MODES)
+    _choice("learner.minibatches", lr.minibatches, MINIBATCH_LAYOUTS)
     for backend in cfg.log.backends:
         _choice("log.backends", backend, ("tensorboard", "wandb"))
     _choice("log.wandb_mode", cfg.log.wandb_mode, ("offline", "online", "disabled"))

@@ -25,6 +25,7 @@ from common.errors import RunStopped
 from common.lora import LoraSpec
 from envs import success_reward
 from launch.config import (
+    ConfigError,
     LearnerConfig,
     TrainConfig,
     behaviour_is_cap,
@@ -122,6 +123,9 @@ def learner_spec(
         critic_lr=cfg.learner.critic_lr,
         max_grad_norm=cfg.learner.max_grad_norm,
         micro_batch_size=cfg.learner.micro_batch_size,
+        pack=cfg.learner.pack,
+        pack_tokens=cfg.learner.pack_tokens,
+        minibatches=cfg.learner.minibatches,
         gradient_checkpointing=cfg.learner.gradient_checkpointing,
         value_heads=algo.value_heads,
         critic_trunk=cfg.learner.critic_trunk,
@@ -146,12 +150,36 @@ def env_task_ids(cfg: TrainConfig, split: str) -> list[str]:
 
 
 def rl_task_panel(cfg: TrainConfig) -> Panel | None:
-    """``env.train_tasks`` > 0: the fixed tasks RL plays, the first N of the train split's panel (the same for every
+    """``env.train_tasks`` > 0: the fixed tasks RL plays, the first N of ``env.train_panel`` (the same for every
     seed); None: RL draws from every train task."""
     if not cfg.env.train_tasks:
         return None
     e = cfg.env
-    return resolve_panel(e.name, dict(e.options), e.train_split, AUTO, e.train_tasks)
+    panel = resolve_panel(e.name, dict(e.options), e.train_split, e.train_panel, e.train_tasks)
+    if panel.split != e.train_split:
+        raise ConfigError(
+            f"env.train_panel: panel {panel.label} is of split {panel.split!r}, RL plays env.train_split "
+            f"{e.train_split!r}; allowed: a panel of {e.train_split!r} or auto"
+        )
+    return panel
+
+
+def held_out_ids(cfg: TrainConfig) -> frozenset[str]:
+    """The eval panel's tasks where it is a panel of the train split (all of it, whatever ``eval_episodes``
+    scores): no run trains on them, neither behaviour cloning nor RL."""
+    e = cfg.env
+    panel = resolve_panel(e.name, dict(e.options), e.eval_split, cfg.eval_panel, 0)
+    return frozenset(t.task_id for t in panel.tasks) if panel.split == e.train_split else frozenset()
+
+
+def task_split(cfg: TrainConfig) -> tuple[Panel | None, list[str], list[str]]:
+    """(the fixed RL task panel or None, the tasks RL plays, the tasks behaviour cloning may demonstrate): builds
+    the env, so the CLI runs it before Ray starts and a task set that overlaps the eval panel fails in one line."""
+    panel = rl_task_panel(cfg)
+    rl, bc = rl_and_bc_tasks(
+        env_task_ids(cfg, cfg.env.train_split), panel, cfg.bc.episodes, held_out_ids(cfg)
+    )
+    return panel, rl, bc
 
 
 def rl_task_scope(cfg: TrainConfig) -> EvalScope:
@@ -161,13 +189,21 @@ def rl_task_scope(cfg: TrainConfig) -> EvalScope:
 
 
 def rl_and_bc_tasks(
-    train_ids: Sequence[str], panel: Panel | None, bc_episodes: int
+    train_ids: Sequence[str], panel: Panel | None, bc_episodes: int, held_out: frozenset[str] = frozenset()
 ) -> tuple[list[str], list[str]]:
     """(the tasks RL plays, the tasks behaviour cloning may demonstrate): with a fixed RL task set (``panel``), BC
-    demonstrates the other train tasks, so the RL tasks start as unseen as the held-out ones."""
+    demonstrates the other train tasks, so the RL tasks start as unseen as the held-out ones; neither holds a task
+    of ``held_out`` (an eval panel of the train split: ``held_out_ids``)."""
+    train_ids = [i for i in train_ids if i not in held_out]
     if panel is None:
         return list(train_ids), list(train_ids)
     rl = [t.task_id for t in panel.tasks]
+    overlap = sorted(set(rl) & held_out)
+    if overlap:
+        raise ConfigError(
+            f"env.train_panel: RL would train on {len(overlap)} task(s) of the eval panel (first {overlap[0]!r}); "
+            "allowed: an RL task set apart from the eval panel"
+        )
     chosen = set(rl)
     bc = [i for i in train_ids if i not in chosen]
     if len(bc) < bc_episodes:
@@ -181,8 +217,32 @@ def rl_and_bc_tasks(
 def expert_demonstrations(cfg: TrainConfig, tokenizer: Any, task_ids: Sequence[str]) -> list[Trajectory]:
     """The env expert's won episodes on ``bc.episodes`` of ``task_ids`` (drawn from the run's seed), in the agent's
     format and with its prompts."""
-    ids = random.Random(cfg.seed).sample(list(task_ids), min(cfg.bc.episodes, len(task_ids)))
+    rng = random.Random(cfg.seed)
+    if not cfg.bc.stratify:
+        ids = rng.sample(list(task_ids), min(cfg.bc.episodes, len(task_ids)))
+    else:
+        import envs
+
+        env = envs.make(cfg.env.name, **dict(cfg.env.options))
+        try:
+            ids = stratified_draw(task_ids, [env.task_stratum(i) for i in task_ids], cfg.bc.episodes, rng)
+        finally:
+            env.close()
     return demonstrations_on(cfg, tokenizer, ids)
+
+
+def stratified_draw(ids: Sequence[str], kinds: Sequence[str], k: int, rng: random.Random) -> list[str]:
+    """``k`` of ``ids`` drawn evenly across their ``kinds`` (pure): the kinds take turns in sorted order, each
+    giving one of its ids at random; a kind that runs out leaves its turns to the others."""
+    pools = {kind: [i for i, c in zip(ids, kinds, strict=True) if c == kind] for kind in sorted(set(kinds))}
+    for pool in pools.values():
+        rng.shuffle(pool)
+    out: list[str] = []
+    while len(out) < min(k, len(ids)):
+        for pool in pools.values():
+            if pool and len(out) < k:
+                out.append(pool.pop())
+    return out
 
 
 def demonstrations_on(cfg: TrainConfig, tokenizer: Any, task_ids: Sequence[str]) -> list[Trajectory]:

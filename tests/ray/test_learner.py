@@ -91,7 +91,7 @@ def model_path(ray_local) -> str:
 
 
 def _spec(model_path: str, **kw):
-    from learners.learner_spec import LearnerSpec
+    from learners.learner_spec import PADDED_ROWS, LearnerSpec
 
     base = {
         "model_path": model_path,
@@ -107,6 +107,7 @@ def _spec(model_path: str, **kw):
         "seed": 0,
         "critic_trunk": "own",
         "master_port": IN_PROCESS_PORT,
+        **PADDED_ROWS,
     }
     base.update(kw)
     return LearnerSpec(**base)

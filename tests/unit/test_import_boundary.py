@@ -20,6 +20,8 @@ def _pure_modules() -> list[str]:
         "learners.losses",
         "learners.hindsight",
         "learners.batch",
+        "learners.packing",
+        "learners.schedule",
         "learners.targets",
         "learners.algorithm",
         "learners.prepare",
