@@ -92,6 +92,14 @@ def cmd_train(args: Sequence[str]) -> int:
         from launch.evaluation.panels import run_panel
 
         panel = run_panel(cfg)  # builds the env: an unknown or mismatched panel fails here, before Ray
+        if cfg.eval_panel != "auto" or cfg.env.train_panel != "auto":
+            from launch.driver.wiring import task_split
+
+            task_split(cfg)  # RL tasks apart from the eval panel: refused here, before Ray
+        if not dry_run:
+            from launch.cli.preflight import check_demonstrations
+
+            check_demonstrations(cfg)  # the demonstrations BC will clone fit rollout.max_new_tokens
     except (ConfigError, ValueError) as e:
         print(f"hierarl train: {one_line(e)}", file=sys.stderr)
         return 2

@@ -5,6 +5,7 @@ files (the saved ``config.yaml``); ``launch.config.validate`` reads none."""
 from __future__ import annotations
 
 import dataclasses
+import tempfile
 from pathlib import Path
 
 from launch.config.resolve import flatten, read_run_config
@@ -75,11 +76,34 @@ the learner's shards): ``resume=true`` needs them equal to the saved run's. A bf
 checkpoint with DeepSpeed's ``KeyError: 'dynamic_loss_scale'``."""
 
 
+def check_writable(run: Path) -> None:
+    """The run folder can be made and written: its missing folders are made, a file is written in it, and what this
+    made is removed again, so that a later check's refusal leaves nothing behind. Asking the file system itself
+    catches what permission bits do not tell root (``/proc``, a read-only mount) and a path under a file."""
+    made: list[Path] = []
+    try:
+        for folder in [*reversed(run.parents), run]:
+            if not folder.exists():
+                folder.mkdir()
+                made.append(folder)
+        with tempfile.TemporaryFile(dir=run):
+            pass
+    except OSError as e:
+        raise ConfigError(
+            f"run_dir: cannot create or write {run} ({e.strerror or e}: {e.filename or run}); allowed: a folder "
+            "this user can create and write"
+        ) from e
+    finally:
+        for folder in reversed(made):
+            folder.rmdir()
+
+
 def check_run_dir(cfg: TrainConfig) -> None:
     """A run folder that already holds a run (its metrics or checkpoints) is only continued (``resume=true``),
     never overwritten: a fresh run there would delete the old run's metrics. A resume keeps the saved run's
-    ``CHECKPOINT_KEYS``."""
+    ``CHECKPOINT_KEYS``. The folder must be one this user can make and write."""
     run = Path(cfg.run_dir).expanduser()
+    check_writable(run.absolute())
     held = [name for name in ("metrics.jsonl", "checkpoints") if (run / name).exists()]
     if held and not cfg.resume:
         raise ConfigError(
