@@ -7,6 +7,7 @@ Contract (gymnasium-like, text in / text out)::
     close() -> None
     expert_action() -> str | None        # optional: the benchmark's expert / gold next action from this state
     task_ids(split=None) -> list[str]    # the task ids of a split, for seeding groups and evaluation
+    task_stratum(task_id) -> str         # optional: a coarse kind of task, for stratified demonstration draws
 
 ``info`` always carries the keys in ``INFO_KEYS``: ``task`` (instruction text), ``admissible_actions`` (list of
 str, or None where the benchmark has no list), ``won`` (bool), ``score`` (the benchmark's own score),

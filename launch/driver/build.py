@@ -44,16 +44,14 @@ from launch.driver.sources import EmptyIterations
 from launch.driver.stage_builders import StageInputs, stage_builder
 from launch.driver.wiring import (
     demonstrations,
-    env_task_ids,
     iteration_source,
     learner_resources,
     learner_spec,
     panel_evaluator,
-    rl_and_bc_tasks,
-    rl_task_panel,
     rl_task_scope,
     rollout_pool,
     schedule,
+    task_split,
     updater,
 )
 from launch.evaluation.scoring import Evaluation, scope
@@ -86,8 +84,7 @@ def build_run(cfg: TrainConfig, device: str | None = None) -> RunParts:
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     pad_id = tokenizer.pad_token_id or tokenizer.eos_token_id
     # the parts' specs and the workers, from the run config
-    rl_panel = rl_task_panel(cfg)
-    train_ids, bc_ids = rl_and_bc_tasks(env_task_ids(cfg, cfg.env.train_split), rl_panel, cfg.bc.episodes)
+    rl_panel, train_ids, bc_ids = task_split(cfg)
     pool = rollout_pool(cfg, model_path, device)
     learner = LearnerGroup(
         learner_spec(cfg, algo, algo_cfg, model_path, device),

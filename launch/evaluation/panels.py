@@ -228,12 +228,34 @@ def save_panel(panel: Panel, root: Path = PANEL_DIR) -> Path:
     return path
 
 
+LISTED = "listed"
+"""A panel's ``order`` when its tasks are an explicit list (a pre-registered selection, its rule in the
+description): remade, it keeps the same task ids and takes their facts from the installed data."""
+
+
 def remake(panel: Panel, env: Any = None) -> Panel:
-    """The panel's recipe (env, split, options, size) applied to the installed env again; its version goes up by
-    one if its tasks changed."""
-    new = derive(
-        panel.env, panel.options, panel.split, name=panel.name, size=panel.size, order=panel.order, env=env
-    )
+    """The panel's recipe (env, split, options, size) applied to the installed env again, or its listed tasks
+    looked up again (``LISTED``); its version goes up by one if its tasks changed."""
+    if panel.order == LISTED:
+        own = env is None
+        env = build_env(panel.env, panel.options) if own else env
+        try:
+            by_id = {t.task_id: t for t in split_tasks(panel.env, env, panel.split)}
+        finally:
+            if own:
+                env.close()
+        tasks = tuple(by_id[t.task_id] for t in panel.tasks if t.task_id in by_id)
+        new = dataclasses.replace(panel, tasks=tasks, made_with=package_versions(panel.env))
+    else:
+        new = derive(
+            panel.env,
+            panel.options,
+            panel.split,
+            name=panel.name,
+            size=panel.size,
+            order=panel.order,
+            env=env,
+        )
     same = new.digest == panel.digest
     return dataclasses.replace(new, version=panel.version + (0 if same else 1), description=panel.description)
 

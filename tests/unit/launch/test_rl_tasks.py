@@ -11,7 +11,14 @@ from actors.demos import check_demos_fit
 from actors.trajectory import Trajectory
 from launch.config import engine_old_logprobs, resolve_config
 from launch.driver.updater import _restrict, measure_sample
-from launch.driver.wiring import rl_and_bc_tasks, rl_task_panel, rl_task_scope
+from launch.driver.wiring import (
+    expert_demonstrations,
+    rl_and_bc_tasks,
+    rl_task_panel,
+    rl_task_scope,
+    stratified_draw,
+    task_split,
+)
 from launch.evaluation.panels import resolve_panel
 from tests.unit.glue_turns import glue_turn
 
@@ -40,6 +47,75 @@ def test_rl_tasks_must_leave_bc_its_demonstrations():
         ValueError, match=r"^env.train_tasks 2 leaves 1 of the 3 train tasks for bc.episodes 16"
     ):
         rl_and_bc_tasks(ids, panel, 16)
+
+
+HELD_OUT = "textcraft_depth1_heldout32"
+
+
+def test_an_eval_panel_of_the_train_split_is_held_out_of_bc_and_rl():
+    """The pre-registered panel is 32 train-split goals: with it as the eval panel no run trains on any of them
+    (all 32, though eval_episodes scores 16), RL or BC; RL plays the first 8 of the rest."""
+    cfg = resolve_config("hiper_textcraft_cpu", [f"eval_panel={HELD_OUT}", "eval_episodes=16"])
+    held = {t.task_id for t in resolve_panel("textcraft", dict(cfg.env.options), "train", HELD_OUT, 0).tasks}
+    _, rl, bc = task_split(cfg)
+    assert len(held) == 32 and not held & set(rl) and not held & set(bc)
+    assert len(rl) == 8 and len(bc) == 104 - 32 - 8 and not set(rl) & set(bc)
+    # the held-out panel is not a panel of the train split: nothing is taken away (today's main job)
+    _, rl0, bc0 = task_split(resolve_config("hiper_textcraft_cpu", []))
+    assert len(rl0) == 8 and len(bc0) == 96
+
+
+def test_rl_tasks_from_a_stored_panel_must_stay_apart_from_the_eval_panel():
+    """``env.train_panel`` names the RL tasks' panel; naming the eval panel itself is refused in one line."""
+    cfg = resolve_config(
+        "hiper_textcraft_cpu", [f"eval_panel={HELD_OUT}", f"env.train_panel={HELD_OUT}", "env.train_tasks=4"]
+    )
+    assert [t.task_id for t in rl_task_panel(cfg).tasks] == [
+        t.task_id for t in resolve_panel("textcraft", dict(cfg.env.options), "train", HELD_OUT, 4).tasks
+    ]
+    with pytest.raises(
+        ValueError, match=r"^env.train_panel: RL would train on 4 task\(s\) of the eval panel"
+    ):
+        task_split(cfg)
+    test_panel = resolve_config(
+        "hiper_textcraft_cpu", ["env.train_panel=textcraft_test_depth1", "env.train_tasks=2"]
+    )
+    with pytest.raises(
+        ValueError, match=r"^env.train_panel: panel textcraft_test_depth1@1\[:2\] is of split"
+    ):
+        rl_task_panel(test_panel)
+
+
+def test_a_stratified_draw_takes_turns_between_kinds():
+    """6 ids, kinds a a a a b b, k = 4: a, b, a, b (sorted kinds take turns) -> 2 of each; k = 5: b runs out after
+    2, a gives the rest -> 3 a + 2 b; the uniform draw is the run's old one."""
+    import random
+
+    ids, kinds = ["a1", "a2", "a3", "a4", "b1", "b2"], ["a", "a", "a", "a", "b", "b"]
+    four = stratified_draw(ids, kinds, 4, random.Random(0))
+    assert sorted(i[0] for i in four) == ["a", "a", "b", "b"] and [i[0] for i in four] == ["a", "b", "a", "b"]
+    five = stratified_draw(ids, kinds, 5, random.Random(0))
+    assert sorted(i[0] for i in five) == ["a", "a", "a", "b", "b"] and len(set(five)) == 5
+    assert (
+        stratified_draw(ids, kinds, 9, random.Random(0))
+        and len(stratified_draw(ids, kinds, 9, random.Random(0))) == 6
+    )
+
+
+def test_bc_stratify_draws_several_ingredient_goals_for_a_third_of_the_demonstrations(tok):
+    """bc.stratify on TextCraft depth 1 with 24 demonstrations: the pool (104 − 32 held out − 8 RL tasks) holds 8
+    several-ingredient goals (18 in the split − 6 in the panel − 4 among the 8 RL tasks), so all 8 are drawn and
+    16 one-ingredient ones: a third."""
+    import envs
+
+    cfg = resolve_config(
+        "hiper_textcraft_cpu", [f"eval_panel={HELD_OUT}", "bc.stratify=true", "bc.episodes=24"]
+    )
+    _, _, bc = task_split(cfg)
+    demos = expert_demonstrations(cfg, tok, bc)
+    env = envs.make("textcraft", **dict(cfg.env.options))
+    kinds = [env.task_stratum(d.task_id) for d in demos]
+    assert len(demos) == 24 and kinds.count("several ingredients") == 8
 
 
 def test_pi_old_comes_from_the_engine_only_where_engine_and_learner_agree():
