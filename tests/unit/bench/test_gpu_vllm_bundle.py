@@ -1,5 +1,5 @@
 """The vLLM bundle's pure parts: its requirements file (exact pins, one version each), the lent machine's package
-view that ``bench/vllm_import_chain.py`` rebuilds, and ``bench/gpu_vllm.py``'s tolerances, which must stay those
+view that ``bench/vllm_import_chain.py`` rebuilds, and ``bench/gpu_vllm_swap.py``'s tolerances, which must stay those
 of the CPU tests they are compared with."""
 
 from __future__ import annotations
@@ -73,6 +73,6 @@ def _constant(path: Path, name: str) -> float:
 
 @pytest.mark.parametrize("name", ["ENGINE_TOL", "REF_TOL"])
 def test_the_gpu_script_uses_the_cpu_tests_tolerances(name):
-    assert _constant(ROOT / "bench" / "gpu_vllm.py", name) == _constant(
+    assert _constant(ROOT / "bench" / "gpu_vllm_swap.py", name) == _constant(
         ROOT / "tests" / "ray" / "test_learner.py", name
     )
