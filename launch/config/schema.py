@@ -280,6 +280,10 @@ class BCConfig:
     such a draw ever won one."""
     epochs: int = 4
     """Passes over the demonstrations (``learner.ppo_epochs`` counts RL passes only)."""
+    eval_epochs: tuple[int, ...] = ()
+    """Also evaluate the BC policy after these epochs (each < ``epochs``; the evaluation after the last is always
+    there): a BC curve in one run, logged as ``phase: bc_epoch`` rows (``bc_epoch``: the passes done), so the
+    imitation baselines at 2, 4 and 8 passes cost one start-up and 8 passes instead of three runs and 14."""
     mini_batch_size: int = 8
     lr: float = 2e-3
     agg: str = "token-mean"

@@ -158,6 +158,12 @@ def _check_ranges(cfg: TrainConfig) -> None:
         (bc.epochs >= 0, "bc.epochs", bc.epochs, "an integer >= 0"),
         (bc.mini_batch_size >= 1, "bc.mini_batch_size", bc.mini_batch_size, ge1),
         (bc.lr > 0, "bc.lr", bc.lr, gt0),
+        (
+            all(0 < e < bc.epochs for e in bc.eval_epochs),
+            "bc.eval_epochs",
+            list(bc.eval_epochs),
+            f"epochs in [1, bc.epochs - 1] ([1, {bc.epochs - 1}]; the last is always evaluated)",
+        ),
         (cfg.iterations >= 0, "iterations", cfg.iterations, "an integer >= 0"),
         (cfg.eval_every >= 0, "eval_every", cfg.eval_every, "an integer >= 0 (0: never)"),
         (cfg.eval_episodes >= 0, "eval_episodes", cfg.eval_episodes, "an integer >= 0 (0: the whole panel)"),
@@ -402,6 +408,11 @@ def validate(cfg: TrainConfig) -> Any:
         _options("env.options", cfg.env.options, allowed_options, cfg.env.name)
     _check_ranges(cfg)
     _check_role_adapters(cfg, AGENTS[cfg.rollout.agent].roles)
+    if cfg.bc.stratify and factory is not None and not hasattr(factory, "task_stratum"):
+        raise ConfigError(
+            f"bc.stratify: env {cfg.env.name!r} has no kinds of task to stratify by (task_stratum, envs/base.py); "
+            "allowed: bc.stratify=false"
+        )
     if cfg.bc.enabled and factory is not None and not hasattr(factory, "expert_plan"):
         raise ConfigError(
             f"bc.enabled: env {cfg.env.name!r} has no expert plan to clone (actors/demos.py); allowed: "

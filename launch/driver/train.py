@@ -117,7 +117,9 @@ class Trainer:
             print(f"[hierarl] zero-shot eval {text}", flush=True)
         if s.bc is not None:
             if s.bc_source is None:
-                bc = behaviour_cloning(p.updater, p.demonstrations(), s.bc, seed=s.seed)
+                bc = behaviour_cloning(
+                    p.updater, p.demonstrations(), s.bc, seed=s.seed, after_epoch=self.eval_bc_epoch
+                )
             else:
                 bc = bc_from_run(
                     self.learner, s.bc_source, s.adapters or ["default"], with_eval=s.bc_eval_reused
@@ -139,6 +141,13 @@ class Trainer:
         start_rl(self.learner, s.learner, s.adapters or ["default"])
         self.checkpoint(0)
         return 1
+
+    def eval_bc_epoch(self, epoch: int) -> None:
+        """``bc.eval_epochs``: the BC policy after ``epoch`` passes, pushed and evaluated, a ``bc_epoch`` row."""
+        self.push()
+        fields, text = self.eval_record(0)
+        self.parts.log.log({"iteration": 0, "phase": "bc_epoch", "bc_epoch": epoch, **fields})
+        print(f"[hierarl] eval after BC pass {epoch} {text}", flush=True)
 
     def resume(self) -> int:
         """``resume=true``: the newest readable checkpoint's learner and driver state (the driver stage's too), the

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +25,16 @@ def bc_loss_config(bc_cfg: Any) -> Any:
 
 
 def behaviour_cloning(
-    updater: Updater, demos: Sequence[Trajectory], bc_cfg: Any, *, seed: int
+    updater: Updater,
+    demos: Sequence[Trajectory],
+    bc_cfg: Any,
+    *,
+    seed: int,
+    after_epoch: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:
     """``bc_cfg.epochs`` SFT epochs on ``demos`` (``bc``: the run's BC section) through the run's learner group, at
-    the BC learning rate and mini-batch; NLL aggregated by ``bc.agg``. Returns the BC row's fields."""
+    the BC learning rate and mini-batch; NLL aggregated by ``bc.agg``; ``after_epoch(k)`` after the k-th pass of
+    each k in ``bc.eval_epochs`` (the trainer's evaluation of the BC curve). Returns the BC row's fields."""
     t0 = time.perf_counter()
     sft = get_algo("sft")
     out: dict[str, Any] = {"demos": len(demos), "turns": sum(len(d.turns) for d in demos)}
@@ -53,6 +59,8 @@ def behaviour_cloning(
             f"{f' ({each})' if each else ''} ({time.perf_counter() - t0:.0f}s)",
             flush=True,
         )
+        if after_epoch is not None and epoch + 1 in bc_cfg.eval_epochs:
+            after_epoch(epoch + 1)
     out["wall_s"] = time.perf_counter() - t0
     return out
 

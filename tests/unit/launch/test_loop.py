@@ -153,6 +153,25 @@ def test_a_warm_start_evaluates_the_base_model_then_clones_evaluates_and_freezes
     assert trainer.parts.updater.calls[0]["algo"].name == "sft"
 
 
+def test_bc_eval_epochs_evaluate_the_policy_after_those_passes(tmp_path):
+    """``bc.eval_epochs=(1, 2)`` with 3 passes: after passes 1 and 2 the adapter is pushed and evaluated into a
+    ``bc_epoch`` row; after pass 3 the usual BC row."""
+    trainer, events, _ = fake_run(tmp_path, iterations=0, bc=BCConfig(epochs=3, eval_epochs=(1, 2)))
+    rows = trainer.run()
+    pass_eval = [("push", 2), ("evaluate", 2, False), ("log", 0)]
+    assert events[:2] == [("restart",), ("push", 1)]
+    assert events[2:13] == [
+        ("update", SEED, "learner0"),
+        *pass_eval,
+        ("update", SEED + 1, "learner0"),
+        *[("push", 3), ("evaluate", 2, False), ("log", 0)],
+        ("update", SEED + 2, "learner0"),
+        ("push", 4),
+        ("evaluate", 2, False),
+    ]
+    assert [(r["phase"], r.get("bc_epoch")) for r in rows] == [("bc_epoch", 1), ("bc_epoch", 2), ("bc", None)]
+
+
 @pytest.mark.parametrize("reused", [True, False])
 def test_a_warm_start_from_another_runs_bc_takes_its_evaluation_where_it_evaluated_alike(
     tmp_path, capsys, reused

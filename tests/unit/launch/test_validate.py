@@ -234,6 +234,8 @@ def test_every_listed_protocol_option_is_an_agent_field():
         ("model.lora_rank=0", "model.lora_rank"),
         ("model.lora_dropout=1.0", "model.lora_dropout"),
         ("bc.episodes=0", "bc.episodes"),
+        ("bc.eval_epochs=[4]", "bc.eval_epochs"),  # the 4th of 4 passes is evaluated anyway
+        ("bc.eval_epochs=[0]", "bc.eval_epochs"),
         ("learner.rl_optimizer=reset", "learner.rl_optimizer"),
         ("learner.rl_warmup_steps=-1", "learner.rl_warmup_steps"),
         ("learner.advantage_scale=0.5", "learner.advantage_scale"),
@@ -315,6 +317,15 @@ def expertless_env(monkeypatch):
 
     monkeypatch.setitem(envs.base._REGISTRY, "counter", ("tests.fake_envs:CounterEnv", "(test fake)"))
     return "counter"
+
+
+def test_bc_stratify_needs_an_env_with_kinds_of_task():
+    """``bc.stratify`` draws across ``task_stratum``'s kinds: TextCraft has them; the synthetic env does not."""
+    assert _error(["env.name=synthetic", "bc.stratify=true"]) == (
+        "bc.stratify: env 'synthetic' has no kinds of task to stratify by (task_stratum, envs/base.py); allowed: "
+        "bc.stratify=false"
+    )
+    validate(resolve_config(DEFAULT_PRESET, ["bc.stratify=true"]))
 
 
 def test_bc_needs_an_env_with_an_expert(expertless_env):
