@@ -46,7 +46,8 @@ from _env import setup
 
 ROOT = setup()
 
-from bench_rollout import ALFWORLD_BOUNDARY_VERBS, print_rows, split_subgoals  # noqa: E402
+from bench_rollout import print_rows  # noqa: E402
+from rollout_tokens import ALFWORLD_BOUNDARY_VERBS, split_subgoals  # noqa: E402
 
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "react": ("react", {}),

@@ -30,7 +30,7 @@ from _env import setup
 ROOT = setup()
 
 from bench_prompts import cpu_model, pick_games, record_expert  # noqa: E402
-from bench_rollout import ALFWORLD_BOUNDARY_VERBS, split_subgoals  # noqa: E402
+from rollout_tokens import ALFWORLD_BOUNDARY_VERBS, split_subgoals  # noqa: E402
 
 JUMPS = (0.25, 0.5, 1.0, 1.5)
 
