@@ -46,9 +46,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import tempfile
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +57,27 @@ from _env import setup
 ROOT = setup()
 
 from bench_prompts import cpu_model  # noqa: E402
+from replay_setup import _driver_stage, _run_config, expert_probe, replay_updater  # noqa: E402
+from replay_tables import row_line, table  # noqa: E402
+
+NEGATE, ZERO = "learner.advantage_scale=-1", "learner.advantage_scale=0"
+
+
+@dataclass(frozen=True)
+class Shared:
+    """What every row replays with: the run's saved config, its model folder and tokenizer, and the probes."""
+
+    base: Any
+    model_path: str
+    tok: Any
+    pad: int
+    probes: dict[str, Any]
+
+
+START_TOLERANCE = 1e-2
+"""Nats by which a row's start policy may differ from the first row's on a probe block's summed log-probs (each row
+records its ``start_diff``): learner processes of other configs sum the same fp32 log-probs in another order (a
+check at 1e-4 once failed on that alone); a wrong checkpoint differs by whole nats."""
 
 
 def parse_variant(text: str) -> tuple[str, list[str]]:
@@ -65,82 +85,6 @@ def parse_variant(text: str) -> tuple[str, list[str]]:
     head, *rest = text.split()
     name, _, first = head.partition("=")
     return name, ([first] if first else []) + rest
-
-
-def _run_config(run: Path, overrides: list[str]) -> Any:
-    """The run's saved config with ``overrides`` applied (the saved YAML as a preset, then the overrides)."""
-    from launch.config import resolve_config
-
-    text = (run / "config.yaml").read_text().split("\nresolved_algo:\n", 1)[0]
-    # a run written before the controls became learner.advantage_scale
-    text = text.replace("  negate_advantages: false\n", "").replace(
-        "  negate_advantages: true\n", "  advantage_scale: -1\n"
-    )
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
-        f.write(text)
-    return resolve_config(f.name, overrides)
-
-
-def _reference_weights(state: Path, start: Path, ref: str) -> dict[str, Any]:
-    """The KL reference ``ref`` (``ref_<adapter>``) the run's update used: the frozen copy saved with the state
-    (an online run: the policy RL began with; Multi2's online phase: π_off), else the start's policy adapter (a
-    variant that keeps a reference the run did not)."""
-    from actors.lora_weights import read_peft_adapter
-
-    name = ref.removeprefix("ref_")
-    for folder in (state / "adapter" / ref, start / "adapter" / name, start / "adapter"):
-        if (folder / "adapter_config.json").exists():
-            return read_peft_adapter(folder)[0]
-    raise SystemExit(f"bench_replay: no weights for the reference {ref!r} under {state} or {start}")
-
-
-def replay_updater(
-    cfg: Any,
-    algo: Any,
-    algo_cfg: Any,
-    learner: Any,
-    state: Path,
-    start: Path,
-    pad: int,
-    *,
-    engine_old_logprobs: bool = False,
-) -> Any:
-    """The run's ``Updater`` over ``learner`` (``launch.driver.wiring.updater``) at ``state``, the KL references its update
-    read loaded; the rollouts were the state's own, so no behaviour correction, and π_old as ``engine_old_logprobs``
-    says (False: recomputed)."""
-    from launch.driver.wiring import updater
-
-    up = updater(cfg, algo, algo_cfg, learner, pad)
-    up.behaviour_is_cap = 0.0
-    up.engine_old_logprobs = engine_old_logprobs
-    for ref in up.ref_adapters:
-        learner.load_adapter_weights(_reference_weights(state, start, ref), adapter=ref)
-    return up
-
-
-def _driver_stage(cfg: Any, algo: Any, algo_cfg: Any, tok: Any, pad: int, updater: Any, run: Path) -> Any:
-    """The variant's driver stage over the run's folder (``launch.driver.stage_builders.STAGES``, as ``build_run`` builds it), with
-    no rollouts: what it would collect (HISR's π_ref episodes, the stored data) must be there already."""
-    from launch.driver.stage_builders import StageInputs, stage_builder
-
-    def no_rollouts(*_: Any, **__: Any) -> list[Any]:
-        raise RuntimeError("bench_replay: the driver stage's data and models are read back, never collected")
-
-    inputs = StageInputs(
-        cfg=replace(cfg, run_dir=str(run)),
-        algo=algo,
-        algo_cfg=algo_cfg,
-        tokenizer=tok,
-        pad_id=pad,
-        train_ids=(),
-        learner=updater.learner,
-        collect=no_rollouts,
-        sample=no_rollouts,
-        demonstrations=no_rollouts,
-        log=lambda _row: None,
-        freeze_reference=updater.freeze_reference,
-    )
-    return stage_builder(algo)(inputs)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -168,23 +112,32 @@ def main(argv: list[str] | None = None) -> int:
     return replay(args)
 
 
+def replay_plan(args: argparse.Namespace) -> list[tuple[str, list[str], int]]:
+    """(row name, overrides, repeat) per row: the first variant ``--repeats`` times, then the others; with
+    ``--controls`` each followed by its negated and zeroed twins (the repeats without)."""
+    variants = [parse_variant(v) for v in args.variant] or [("run", [])]
+    plan = [(variants[0][0] + (f"#{r}" if r else ""), variants[0][1], r) for r in range(args.repeats)]
+    plan += [(name, over, 0) for name, over in variants[1:]]
+    if args.controls:
+        plan = [
+            (f"{name}{tag}", [*over, *extra], r)
+            for name, over, r in plan
+            for tag, extra in (("", []), ("/neg", [NEGATE]), ("/zero", [ZERO]))
+            if not (r and tag)
+        ]
+    return plan
+
+
 def replay(args: argparse.Namespace) -> int:
-    import torch
     from transformers import AutoTokenizer
 
     from actors.models import resolve_model_path
     from actors.trajectory import read_jsonl
-    from cluster.ray_cluster import WorkerResources, init_ray
+    from cluster.ray_cluster import init_ray
     from launch.config import resolve_algo_config
     from launch.driver.algos import get_algo
-    from launch.driver.stages import staged_update
-    from launch.driver.warm_start import start_rl
-    from launch.driver.wiring import env_task_ids, expert_demonstrations, learner_spec
-    from learners.batch import build_turn_batch
-    from learners.diagnostics import probe_deltas, probe_splits
-    from learners.group import LearnerGroup
-    from learners.learner_spec import CRITIC_ADAPTER
-    from learners.targets import sequences
+    from launch.driver.wiring import env_task_ids
+    from learners.diagnostics import probe_deltas
 
     run, k = args.run, args.iteration
     state, start = run / "checkpoints" / f"iter_{k - 1}", run / "checkpoints" / "iter_0"
@@ -200,85 +153,24 @@ def replay(args: argparse.Namespace) -> int:
     pad = tok.pad_token_id or tok.eos_token_id
     init_ray(base.ray_address, device="cpu")
 
-    def probe_on(ids: list[str]) -> Probe:
-        """The expert's decisions on ``ids`` (in order, until ``--probe-states`` states), in the run's format."""
-        trajs: list[Any] = []
-        for chunk in range(0, len(ids), 4):
-            trajs += expert_demonstrations(
-                replace(base, bc=replace(base.bc, episodes=4)), tok, ids[chunk : chunk + 4]
-            )
-            if sum(len(t.turns) for t in trajs) >= args.probe_states:
-                break
-        turns = build_turn_batch(trajs, max_len=base.learner.max_seq_len, pad_id=pad)
-        return Probe(trajs, turns, sequences(turns, ()), probe_splits(trajs))
-
     batch_tasks = sorted({t.task_id for t in read_jsonl(traj_path)})
     probes = {
-        "": probe_on(sorted(env_task_ids(base, base.env.eval_split))),  # held-out: the first eval tasks
-        "train/": probe_on(batch_tasks),  # the tasks the replayed batch was collected on
+        # held-out: the first eval tasks
+        "": expert_probe(base, tok, pad, sorted(env_task_ids(base, base.env.eval_split)), args.probe_states),
+        "train/": expert_probe(base, tok, pad, batch_tasks, args.probe_states),  # the replayed batch's tasks
     }
     splits = probes[""].splits
-
-    variants = [parse_variant(v) for v in args.variant] or [("run", [])]
-    plan = [(variants[0][0] + (f"#{r}" if r else ""), variants[0][1], r) for r in range(args.repeats)]
-    plan += [(name, over, 0) for name, over in variants[1:]]
-    if args.controls:
-        plan = [
-            (f"{name}{tag}", [*over, *extra], r)
-            for name, over, r in plan
-            for tag, extra in (("", []), ("/neg", [NEGATE]), ("/zero", [ZERO]))
-            if not (r and tag)
-        ]
+    shared = Shared(base, model_path, tok, pad, probes)
     rows, before = [], None
-    for name, overrides, repeat in plan:
+    for name, overrides, repeat in replay_plan(args):
         cfg = _run_config(run, overrides)
         algo = get_algo(cfg.algo)
         algo_cfg = resolve_algo_config(algo.Config, cfg.algo_overrides)
         t0 = time.perf_counter()
-        spec = learner_spec(cfg, algo, algo_cfg, model_path, "cpu")
-        learner = LearnerGroup(
-            spec, cfg.learner.num_workers, WorkerResources(cfg.learner.cpus_per_worker, 0.0)
-        )
-        try:
-            own_critic = args.critic_from_run and cfg.algo == base.algo and algo.value_slots
-            policy = list(cfg.model.adapter_names) or ["default"]
-            learner.load_checkpoint(str(state), only=[*policy, *([CRITIC_ADAPTER] if own_critic else [])])
-            updater = replay_updater(cfg, algo, algo_cfg, learner, state, start, pad)
-            if k == 1:  # RL starts here, as the driver starts it
-                start_rl(learner, cfg.learner, policy)
-            lp_before = {key: p.logprobs(updater) for key, p in probes.items()}
-            if before is None:  # the start policy: whether its greedy reply is already the expert's
-                before = lp_before[""]
-                for p in probes.values():
-                    p.mark_greedy(learner, updater)
-            trajs = list(read_jsonl(traj_path))
-            for t in trajs:
-                for turn in t.turns:
-                    turn.shaped.clear()
-            warmup = args.critic_passes
-            if warmup is None:
-                warmup = 0 if own_critic else cfg.learner.critic_warmup_passes
-            # the algorithm's own models beside policy and critic (HISR's reward models) as the run had them, and
-            # its driver stage as a resume from iter_<k-1> finds it
-            models = [n for n, _ in spec.adapters if n not in policy] + [c.name for c in spec.extra_critics]
-            if models:
-                learner.load_checkpoint(str(state), only=models)
-            stage = _driver_stage(cfg, algo, algo_cfg, tok, pad, updater, run)
-            stage.restore(torch.load(state / "driver.pt", weights_only=False))
-            stage.prepare(k - 1)
-            metrics, timings = staged_update(
-                updater,
-                stage,
-                trajs,
-                algo,
-                algo_cfg,
-                seed=cfg.seed + k + 1000 * repeat,
-                iteration=k,
-                critic_warmup=warmup,
-            )
-            lp_after = {key: p.logprobs(updater) for key, p in probes.items()}
-        finally:
-            learner.shutdown()
+        done = replay_update(args, (cfg, algo, algo_cfg), shared, repeat, first=before is None)
+        lp_before, lp_after = done["lp_before"], done["lp_after"]
+        if before is None:
+            before = lp_before[""]
         start_diff = max(float(np.nanmax(np.abs(before[b] - lp_before[""][b]), initial=0.0)) for b in before)
         deltas = {
             f"{key}{name}": v
@@ -290,19 +182,19 @@ def replay(args: argparse.Namespace) -> int:
             "overrides": overrides,
             "repeat": repeat,
             "algo": cfg.algo,
-            "critic_warmup_passes": warmup,
+            "critic_warmup_passes": done["warmup"],
             "start_diff": start_diff,
             "probe": deltas,
-            "metrics": {k2: v for k2, v in metrics.items() if isinstance(v, int | float)},
-            "timings": timings,
+            "metrics": {k2: v for k2, v in done["metrics"].items() if isinstance(v, int | float)},
+            "timings": done["timings"],
             "wall_s": time.perf_counter() - t0,
         }
         rows.append(row)
-        print(_line(row), flush=True)
+        print(row_line(row), flush=True)
         out = {
             "run": str(run),
             "iteration": k,
-            "trajectories": len(trajs),
+            "trajectories": done["trajectories"],
             "probe_states": len(splits),
             "probe_split_counts": {
                 s: sum(x["kind"] == s for x in splits) for s in ("turn0", "keep", "switch")
@@ -325,129 +217,76 @@ def replay(args: argparse.Namespace) -> int:
     return 0
 
 
-NEGATE, ZERO = "learner.advantage_scale=-1", "learner.advantage_scale=0"
+def replay_update(
+    args: argparse.Namespace, variant: tuple[Any, Any, Any], shared: Shared, repeat: int, *, first: bool
+) -> dict[str, Any]:
+    """One row's update (``variant``: its config, algorithm and algorithm config) on fresh learner workers: the state at ``iter_<k-1>`` loaded, RL started as the driver starts
+    it (``k`` = 1), the probes read, the driver stage restored, ``staged_update`` on the iteration's trajectories, the
+    probes read again. ``first``: also mark each probe state with whether the start policy's greedy reply is the
+    expert's. Returns the probes' log-probs before and after, the update's metrics and timings, the critic warm-up
+    passes and the number of trajectories."""
+    import torch
 
+    from actors.trajectory import read_jsonl
+    from cluster.ray_cluster import WorkerResources
+    from launch.driver.stages import staged_update
+    from launch.driver.warm_start import start_rl
+    from launch.driver.wiring import learner_spec
+    from learners.group import LearnerGroup
+    from learners.learner_spec import CRITIC_ADAPTER
 
-@dataclass
-class Probe:
-    """Expert demonstrations read teacher-forced: their turns, sequences and per-state splits."""
-
-    trajs: list[Any]
-    turns: Any
-    seqs: Any
-    splits: list[dict[str, Any]]
-
-    def logprobs(self, updater: Any) -> dict[str, np.ndarray]:
-        """Each block's summed log-probs per state under the updater's policy (``block_logprobs``)."""
-        from learners.diagnostics import block_logprobs
-
-        rows = updater.adapter_rows(self.trajs, self.turns)
-        return block_logprobs(self.turns, updater.policy_logprobs(self.seqs, rows))
-
-    def mark_greedy(self, learner: Any, updater: Any) -> None:
-        """Mark each state with whether the policy's greedy reply is the expert's (every response token its
-        argmax), under the adapter of the state's role."""
-        match = np.zeros(self.seqs.input_ids.shape, np.float32)
-        for name, rows in updater.adapter_rows(self.trajs, self.turns).items():
-            match[rows] = learner.greedy_match(self.seqs.rows(rows), adapter=name)
-        resp = self.seqs.response_mask.astype(bool)
-        for split, m, r in zip(self.splits, match, resp, strict=True):
-            split["start_greedy"] = bool(m[r].all())
-
-
-START_TOLERANCE = 1e-2
-"""Nats by which a row's start policy may differ from the first row's on a probe block's summed log-probs (each row
-records its ``start_diff``): learner processes of other configs sum the same fp32 log-probs in another order (a
-check at 1e-4 once failed on that alone); a wrong checkpoint differs by whole nats."""
-
-
-def _line(row: dict[str, Any]) -> str:
-    m, p = row["metrics"], row["probe"]
-    return (
-        f"[replay] {row['variant']:<16} kl {m.get('kl_update', 0):.5f} switch {m.get('kl_update/switch', 0):.5f} "
-        f"action {m.get('kl_update/action', 0):.5f} | dlogP action {p.get('action/all', 0):+.4f} switch "
-        f"{p.get('switch/all', 0):+.4f}"
-        + (
-            f" | A mean {m['adv_mean']:+.4f} sd {m['adv_std']:.4f} >0 {m['adv_pos_share']:.2f}"
-            if "adv_std" in m
-            else ""
+    cfg, algo, algo_cfg = variant
+    run, k, probes, pad = args.run, args.iteration, shared.probes, shared.pad
+    state, start = run / "checkpoints" / f"iter_{k - 1}", run / "checkpoints" / "iter_0"
+    spec = learner_spec(cfg, algo, algo_cfg, shared.model_path, "cpu")
+    learner = LearnerGroup(spec, cfg.learner.num_workers, WorkerResources(cfg.learner.cpus_per_worker, 0.0))
+    try:
+        own_critic = args.critic_from_run and cfg.algo == shared.base.algo and algo.value_slots
+        policy = list(cfg.model.adapter_names) or ["default"]
+        learner.load_checkpoint(str(state), only=[*policy, *([CRITIC_ADAPTER] if own_critic else [])])
+        updater = replay_updater(cfg, algo, algo_cfg, learner, state, start, pad)
+        if k == 1:  # RL starts here, as the driver starts it
+            start_rl(learner, cfg.learner, policy)
+        lp_before = {key: p.logprobs(updater) for key, p in probes.items()}
+        if first:  # the start policy: whether its greedy reply is already the expert's
+            for p in probes.values():
+                p.mark_greedy(learner, updater)
+        trajs = list(read_jsonl(run / "trajectories" / f"iter_{k}.jsonl"))
+        for t in trajs:
+            for turn in t.turns:
+                turn.shaped.clear()
+        warmup = args.critic_passes
+        if warmup is None:
+            warmup = 0 if own_critic else cfg.learner.critic_warmup_passes
+        # the algorithm's own models beside policy and critic (HISR's reward models) as the run had them, and
+        # its driver stage as a resume from iter_<k-1> finds it
+        models = [n for n, _ in spec.adapters if n not in policy] + [c.name for c in spec.extra_critics]
+        if models:
+            learner.load_checkpoint(str(state), only=models)
+        stage = _driver_stage(cfg, algo, algo_cfg, shared.tok, pad, updater, run)
+        stage.restore(torch.load(state / "driver.pt", weights_only=False))
+        stage.prepare(k - 1)
+        metrics, timings = staged_update(
+            updater,
+            stage,
+            trajs,
+            algo,
+            algo_cfg,
+            seed=cfg.seed + k + 1000 * repeat,
+            iteration=k,
+            critic_warmup=warmup,
         )
-        + f" ({row['wall_s']:.0f}s)"
-    )
-
-
-TABLE_KL = (
-    "kl_update",
-    "kl_update/switch",
-    "kl_update/subgoal",
-    "kl_update/subgoal_keep",
-    "kl_update/action",
-)
-TABLE_PROBE = (
-    "action/all",
-    "action/turn0",
-    "action/keep",
-    "action/greedy_wrong",
-    "action/greedy_right",
-    "switch/keep",
-    "subgoal/switch",
-    "response/keep",
-    "train/action/all",
-)
-
-
-def table(out: dict[str, Any]) -> str:
-    """Markdown: one row per variant; update KL per token group (x1e3), then Δ log P(expert) on the probe."""
-    head = ["variant", *(c.replace("kl_update", "KL").replace("/", " ") for c in TABLE_KL), "steps"]
-    head += [f"dlogP {c.replace('/', ' ')}" for c in TABLE_PROBE]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for row in out["rows"]:
-        m, p = row["metrics"], row["probe"]
-        cells = [row["variant"], *(f"{1e3 * m.get(c, float('nan')):.2f}" for c in TABLE_KL)]
-        cells.append(f"{m.get('optimizer_steps', 0):.0f}")
-        cells += [f"{p.get(c, float('nan')):+.3f}" for c in TABLE_PROBE]
-        lines.append("| " + " | ".join(cells) + " |")
-    lines += controls_table(out["rows"])
-    role_cols = sorted({c for row in out["rows"] for c in row["probe"] if "." in c.split("/")[0]})
-    if role_cols:  # several roles: Δ log P of each role's blocks, every state of that role
-        lines += [
-            "",
-            "| variant | " + " | ".join(f"dlogP {c.removesuffix('/all')}" for c in role_cols) + " |",
-        ]
-        lines.append("|" + "---|" * (len(role_cols) + 1))
-        for row in out["rows"]:
-            cells = [row["variant"], *(f"{row['probe'].get(c, float('nan')):+.3f}" for c in role_cols)]
-            lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-def controls_table(rows: list[dict[str, Any]]) -> list[str]:
-    """Markdown lines: for each variant replayed with its controls (``--controls``), the update KL of it and its
-    negated twin, and on the probe's action blocks its first-order part (Δ − Δ_neg) / 2, its sign-independent part
-    (Δ + Δ_neg) / 2 and the zero-advantage row's Δ (what the optimizer and the KL term do with no signal)."""
-    by = {r["variant"]: r for r in rows}
-    cols = ("action/all", "action/turn0", "action/keep", "action/greedy_wrong", "train/action/all")
-    lines = []
-    for name, row in by.items():
-        neg, zero = by.get(f"{name}/neg"), by.get(f"{name}/zero")
-        if neg is None or zero is None:
-            continue
-        if not lines:
-            head = ["variant", "KL ×1e3", "KL neg ×1e3", "KL zero ×1e3"]
-            head += [f"{kind} {c}" for c in cols for kind in ("first-order", "sign-indep.", "zero")]
-            lines = ["", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        cells = [name] + [
-            f"{1e3 * r['metrics'].get('kl_update', float('nan')):.2f}" for r in (row, neg, zero)
-        ]
-        for c in cols:
-            a, b = row["probe"].get(c, float("nan")), neg["probe"].get(c, float("nan"))
-            cells += [
-                f"{(a - b) / 2:+.3f}",
-                f"{(a + b) / 2:+.3f}",
-                f"{zero['probe'].get(c, float('nan')):+.3f}",
-            ]
-        lines.append("| " + " | ".join(cells) + " |")
-    return lines
+        lp_after = {key: p.logprobs(updater) for key, p in probes.items()}
+    finally:
+        learner.shutdown()
+    return {
+        "lp_before": lp_before,
+        "lp_after": lp_after,
+        "metrics": metrics,
+        "timings": timings,
+        "warmup": warmup,
+        "trajectories": len(trajs),
+    }
 
 
 if __name__ == "__main__":
