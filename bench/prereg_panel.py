@@ -1,6 +1,7 @@
 """The pre-registered held-out panel of the RL-vs-imitation study (docs/results/rl_vs_imitation.md), and its rule.
 
     python bench/prereg_panel.py            # writes launch/panels/textcraft_depth1_heldout32.json
+    python bench/prereg_panel.py --pilot    # and the two halves of the other 72 train goals (the RL-task pilot)
 
 32 TextCraft depth-1 goals of the *train* split, none of them among the 8 tasks the main job trained RL on before
 this study (the first 8 of the train split's panel) or in the test split (the panel every earlier setting was
@@ -14,6 +15,7 @@ from behaviour cloning's draw and from RL (``launch.driver.wiring.task_split``).
 from __future__ import annotations
 
 import hashlib
+from dataclasses import replace
 
 from _env import setup
 
@@ -48,23 +50,50 @@ def selected(env) -> list[str]:
     return [i for _, _, i in placed]
 
 
-def make(env):
+def pilot_halves(env) -> tuple[list[str], list[str]]:
+    """The 72 train goals outside the panel in two halves of 36 (18 + 18 of each kind as far as the kinds allow:
+    alternate goals of each kind in salted-hash order). BC cloned on one half is scored on the other, so every
+    candidate RL task gets outcomes from a policy that never saw its demonstration."""
+    held = set(selected(env))
+    pool = [i for i in env.task_ids("train") if i not in held]
+    halves: tuple[list[str], list[str]] = ([], [])
+    for kind in SHARES:
+        ids = sorted(
+            (i for i in pool if env.task_stratum(i) == kind),
+            key=lambda i: hashlib.sha256(f"{SALT}:pilot:{i}".encode()).hexdigest(),
+        )
+        for k, i in enumerate(ids):
+            halves[k % 2].append(i)
+    return halves
+
+
+def listed(env, name: str, ids: list[str], description: str):
+    """A listed panel of the train split (``LISTED``) holding ``ids`` in that order."""
     train = derive("textcraft", OPTIONS, "train", env=env)
     by_id = {t.task_id: t for t in train.tasks}
-    from dataclasses import replace
-
     return replace(
-        train,
-        name=NAME,
-        tasks=tuple(by_id[i] for i in selected(env)),
-        order=LISTED,
-        description="32 TextCraft depth-1 goals of the train split held out from BC and RL, pre-registered "
-        "2026-12-07 for the RL-vs-imitation study (rule: bench/prereg_panel.py).",
+        train, name=name, tasks=tuple(by_id[i] for i in ids), order=LISTED, description=description
+    )
+
+
+def make(env):
+    return listed(
+        env,
+        NAME,
+        selected(env),
+        "32 TextCraft depth-1 goals of the train split held out from BC and RL, pre-registered 2026-12-07 for the "
+        "RL-vs-imitation study (rule: bench/prereg_panel.py).",
     )
 
 
 if __name__ == "__main__":
+    import sys
+
     import envs
 
     env = envs.make("textcraft", **OPTIONS)
     print(save_panel(make(env)))
+    if "--pilot" in sys.argv:
+        for half, ids in zip("ab", pilot_halves(env), strict=True):
+            text = f"Half {half} of the 72 train goals outside {NAME} (the RL-task pilot, bench/prereg_panel.py)."
+            print(save_panel(listed(env, f"textcraft_depth1_pilot_{half}", ids, text)))
