@@ -88,6 +88,26 @@ def synthetic_batch(n: int, width: int, slots: int = 0, seed: int = 0) -> Any:
     return random_targets(seqs, seed=seed)
 
 
+def engine_sequences(prompts: list[tuple[int, ...]], results: list[Any]) -> tuple[Any, Any]:
+    """Prompt + response rows (right-padded) of an engine's ``generate`` results, and the engine's log-probs on the
+    response positions: what a learner reads to compare its log-probs with the engine's."""
+    import numpy as np
+
+    from learners.batch import Sequences
+
+    width = max(len(p) + len(r.response_ids) for p, r in zip(prompts, results, strict=True))
+    n = len(prompts)
+    ids, attn = np.zeros((n, width), np.int64), np.zeros((n, width), bool)
+    resp, engine = np.zeros((n, width), bool), np.zeros((n, width), np.float32)
+    for i, (p, r) in enumerate(zip(prompts, results, strict=True)):
+        end = len(p) + len(r.response_ids)
+        ids[i, :end] = list(p) + list(r.response_ids)
+        attn[i, :end] = True
+        resp[i, len(p) : end] = True
+        engine[i, len(p) : end] = r.logprobs
+    return Sequences(ids, attn, resp, np.zeros((n, 0), np.int64), np.zeros(0, np.int64)), engine
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -35,7 +35,7 @@ from _env import setup, write_json
 ROOT = setup()
 
 from bench_all import bare_policy_steps  # noqa: E402
-from bench_checkpoints import _free_port, random_targets, synthetic_batch  # noqa: E402
+from bench_checkpoints import _free_port, engine_sequences, random_targets, synthetic_batch  # noqa: E402
 
 SHAPES: dict[str, dict[str, int]] = {
     "tiny": dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=2,
@@ -136,7 +136,6 @@ def engine_check(model: str, spec: Any, worker: Any, prompt_len: int, rows: int,
 
     from actors.hf_engine import HFEngine
     from actors.inference import GenerationRequest, SamplingParams
-    from learners.batch import Sequences
 
     engine = HFEngine(model, spec.lora, dtype=spec.dtype, device=spec.device)
     ok = engine.load_adapter("policy", worker.adapter_weights(), 1)
@@ -151,19 +150,8 @@ def engine_check(model: str, spec: Any, worker: Any, prompt_len: int, rows: int,
     _sync()
     secs = time.perf_counter() - t0
     tokens = sum(len(r.response_ids) for r in results)
-    width = prompt_len + max(len(r.response_ids) for r in results)
-    ids = np.zeros((rows, width), np.int64)
-    attn = np.zeros((rows, width), bool)
-    resp = np.zeros((rows, width), bool)
-    engine_lp = np.zeros((rows, width), np.float32)
-    for i, (p, r) in enumerate(zip(prompts, results, strict=True)):
-        n = prompt_len + len(r.response_ids)
-        ids[i, :n] = list(p) + list(r.response_ids)
-        attn[i, :n] = True
-        resp[i, prompt_len:n] = True
-        engine_lp[i, prompt_len:n] = r.logprobs
-    seqs = Sequences(ids, attn, resp, np.zeros((rows, 0), np.int64), np.zeros(0, np.int64))
-    gap = np.abs(worker.logprobs(seqs) - engine_lp)[resp]
+    seqs, engine_lp = engine_sequences(prompts, results)
+    gap = np.abs(worker.logprobs(seqs) - engine_lp)[seqs.response_mask]
     engine.close()
     del engine
     _free()

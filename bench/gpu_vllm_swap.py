@@ -10,7 +10,7 @@ import json
 import time
 from typing import Any
 
-from bench_checkpoints import _free_port, synthetic_batch
+from bench_checkpoints import _free_port, engine_sequences, synthetic_batch
 from gpu_vllm_common import CUDA, ResponseTokens, lora_spec, random_adapter, wait_for_gpu_memory
 
 ENGINE_TOL = 2e-5
@@ -20,25 +20,6 @@ REF_TOL = 1e-4
 """tests/ray/test_learner.py's REF_TOL: what the CPU test allows a second, less confident adapter (fp32)."""
 DISTINCT = 1e-2
 """Two adapters' log-probs of the same tokens differ by more than this (the tests' bound for "the adapter applied")."""
-
-
-def sequences(prompts: list[tuple[int, ...]], results: list[Any]) -> tuple[Any, Any]:
-    """Prompt + response rows (right-padded) and the engine's log-probs on the response positions."""
-    import numpy as np
-
-    from learners.batch import Sequences
-
-    width = max(len(p) + len(r.response_ids) for p, r in zip(prompts, results, strict=True))
-    n = len(prompts)
-    ids, attn = np.zeros((n, width), np.int64), np.zeros((n, width), np.int64)
-    resp, engine = np.zeros((n, width), bool), np.zeros((n, width), np.float32)
-    for i, (p, r) in enumerate(zip(prompts, results, strict=True)):
-        end = len(p) + len(r.response_ids)
-        ids[i, :end] = list(p) + list(r.response_ids)
-        attn[i, :end] = 1
-        resp[i, len(p) : end] = True
-        engine[i, len(p) : end] = r.logprobs
-    return Sequences(ids, attn, resp, np.zeros((n, 0), np.int64), np.zeros(0, np.int64)), engine
 
 
 def gaps(learner: Any, seqs: Any, engine_lp: Any, adapters: list[str | None]) -> dict[str, Any]:
@@ -149,8 +130,8 @@ def swap(dtype: str, device: str, model: str, memory: float) -> dict[str, Any]:
             "version": version,
             "push_ms": push_ms,
             "adapter_versions": [r.adapter_version for r in results],
-            "vllm": gaps(learner, *sequences(prompts, results), adapters),
-            "hf": gaps(learner, *sequences(prompts, hf_results), adapters),
+            "vllm": gaps(learner, *engine_sequences(prompts, results), adapters),
+            "hf": gaps(learner, *engine_sequences(prompts, hf_results), adapters),
             "tokens": [r.response_ids for r in results],
         }
         out["versions"].append(row)
@@ -158,7 +139,7 @@ def swap(dtype: str, device: str, model: str, memory: float) -> dict[str, Any]:
 
     def executor_logprobs(tokens: list[list[int]]) -> Any:
         return learner.logprobs(
-            sequences(prompts, [ResponseTokens(t) for t in tokens])[0], adapter="executor"
+            engine_sequences(prompts, [ResponseTokens(t) for t in tokens])[0], adapter="executor"
         )
 
     try:
