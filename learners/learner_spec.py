@@ -9,11 +9,11 @@ from common.lora import LoraSpec
 
 CRITIC_ADAPTER = "critic"
 """The critic's LoRA adapter on the policy's base (a policy adapter may not take this name)."""
-PACK_MODES: tuple[str, ...] = ("tree", "off")
+PACK_MODES: tuple[str, ...] = ("tree", "padded")
 """``learner.pack``: prefix-tree packs (``learners.packing``) or padded rows."""
 MINIBATCH_LAYOUTS: tuple[str, ...] = ("groups", "rows")
 """``learner.minibatches``: whole episode groups per optimizer step, or rows one by one (``learners.schedule``)."""
-PADDED_ROWS: dict[str, str | int] = {"pack": "off", "pack_tokens": 0, "minibatches": "rows"}
+PADDED_ROWS: dict[str, str | int] = {"pack": "padded", "pack_tokens": 0, "minibatches": "rows"}
 """The ``LearnerSpec`` fields of a learner as it was before packing (padded rows, rows shuffled one by one): the
 benchmarks that measure that learner and the tests that compare against it."""
 
@@ -51,8 +51,8 @@ class LearnerSpec:
     passes) or "policy" (the first policy adapter's, detached: one decoder pass gives log-probs and values,
     ``learners.value_model.TrunkValueHead``)."""
     pack: str
-    """"tree": every decoder pass runs on the prefix tree of its rows (``learners.packing``); "off": on padded
-    rows. The run config's ``learner.pack``."""
+    """"tree": every decoder pass runs on the prefix tree of its rows (``learners.packing``); "padded": on
+    padded rows. The run config's ``learner.pack``."""
     pack_tokens: int
     """With ``pack`` "tree": tree tokens per forward/backward (the memory bound in place of ``micro_batch_size``)."""
     minibatches: str

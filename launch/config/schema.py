@@ -200,15 +200,15 @@ class LearnerConfig:
     when engine and learner compute alike (HF in float32 on both sides: measured gap 1.9e-7 nats), checked on the
     first rows of every batch (a gap above 1e-3 recomputes them all), else "recompute"."""
     micro_batch_size: int = 8
-    """Rows per forward/backward with ``pack=off`` (bounds memory; gradients accumulate over the mini-batch); with
+    """Rows per forward/backward with ``pack=padded`` (bounds memory; gradients accumulate over the mini-batch); with
     ``pack=tree`` a pass is bounded by ``pack_tokens`` instead."""
     pack: str = "tree"
     """How every learner pass (π_old, π_ref, values, the KL measure, the policy and critic updates, BC) gives its
     rows to the decoder. "tree": the prefix tree of each pass's rows (``learners.packing``): a token the rows of a
     group repeat (the system prompt, the task, a shared turn) is computed once, at its position in its rows, under
     a tree attention mask, and read back per row, so every row gets its padded-row numbers within float rounding
-    and each row keeps its own advantage and weights in the loss (tests/ray/test_packing.py). "off": each row
-    padded. A model whose attention takes no custom mask (flash or flex attention, a sliding window) runs padded
+    and each row keeps its own advantage and weights in the loss (tests/ray/test_packing.py). "padded":
+    each row padded (not "off", which YAML reads as false). A model whose attention takes no custom mask (flash or flex attention, a sliding window) runs padded
     rows, said in one line."""
     pack_tokens: int = 512
     """Tree tokens per forward/backward with ``pack=tree`` (a row longer than this is a pass of its own; under

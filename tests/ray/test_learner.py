@@ -400,6 +400,33 @@ def test_rows_come_back_in_order_each_as_if_computed_alone(ray_local, model_path
     assert not lp[~seqs.response_mask].any()  # nothing outside the response tokens
 
 
+def test_the_groups_optimizer_steps_are_equal_or_whole_episode_groups(ray_local, model_path):
+    """9 rows at mini_batch_size 4: rows one by one take ceil(9 / 4) = 3 steps of 3 rows (slicing at every 4 rows
+    would take 4, 4 and 1); rows of episode groups of 2, 3 and 4 rows (``learner.minibatches=groups``) take 3 steps
+    of one group each, 2 to 4 rows. What the group's steps ran on, reported by the update itself; packed passes
+    through Ray (random rows share no prefix: a tree token per row token)."""
+    from cluster.ray_cluster import WorkerResources
+    from learners.group import LearnerGroup
+
+    batch = _batch(3, n=9)
+    grouped = dataclasses.replace(
+        batch, seqs=dataclasses.replace(batch.seqs, group=np.repeat([5, 1, 7], [2, 3, 4]))
+    )
+    spec = _spec(model_path, master_port=_free_port(), pack="tree", pack_tokens=24, minibatches="groups")
+    group = LearnerGroup(spec, 1, WorkerResources(0.5, 0))
+    try:
+        common = {"loss_cfg": LOSS_CFG, "agg": "token-mean", "mini_batch_size": 4, "epochs": 1, "seed": 0}
+        losses = {"policy_loss": grpo.ALGORITHM.policy_loss, "value_loss": hiper.value_loss}
+        by_rows = group.update(batch, **losses, **common)
+        by_groups = group.update(grouped, **losses, **common)
+    finally:
+        group.shutdown()
+    keys = ("optimizer_steps", "minibatch_rows_min", "minibatch_rows_max")
+    assert [by_rows[k] for k in keys] == [3, 3, 3]
+    assert [by_groups[k] for k in keys] == [3, 2, 4]
+    assert by_groups["learner_tokens_ratio"] == 1.0
+
+
 def test_a_rendezvous_port_taken_after_it_was_picked_is_replaced(ray_local, model_path, monkeypatch, capsys):
     """The group picks a free port, but another process may bind it before rank 0 does (a CI run failed so beside
     a training run's Ray cluster): the group is rebuilt on a fresh port."""

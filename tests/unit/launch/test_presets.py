@@ -253,3 +253,11 @@ def test_the_main_job_starts_rl_with_a_fresh_warmed_up_optimizer():
     setting either back would pass the loop test (it reads ``LearnerConfig``'s defaults) but fails here."""
     learner = resolve_config("hiper_textcraft_cpu").learner
     assert (learner.rl_optimizer, learner.rl_warmup_steps) == ("fresh", 2)
+
+
+def test_the_main_job_packs_its_learner_passes_over_group_minibatches():
+    """The main job resolves to prefix-tree passes of 512 tree tokens over mini-batches of whole episode groups
+    (``LearnerConfig``'s defaults; its micro_batch_size 2 bounds the padded path only)."""
+    learner = resolve_config("hiper_textcraft_cpu").learner
+    assert (learner.pack, learner.pack_tokens, learner.minibatches) == ("tree", 512, "groups")
+    assert learner.micro_batch_size == 2

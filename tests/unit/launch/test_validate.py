@@ -241,6 +241,7 @@ def test_every_listed_protocol_option_is_an_agent_field():
         ("learner.advantage_scale=0.5", "learner.advantage_scale"),
         ("learner.old_logprobs=vllm", "learner.old_logprobs"),
         ("learner.measure_rows=-1", "learner.measure_rows"),
+        ("learner.pack_tokens=0", "learner.pack_tokens"),
         ("env.train_tasks=-1", "env.train_tasks"),
         ("eval_samples=0", "eval_samples"),
         ("eval_train_samples=0", "eval_train_samples"),
@@ -249,6 +250,14 @@ def test_every_listed_protocol_option_is_an_agent_field():
 def test_numeric_ranges(override, key):
     message = _error([override])
     assert message.startswith(f"{key}: got ") and "; allowed: " in message
+
+
+def test_the_learners_packing_and_minibatch_layout_are_checked_before_ray():
+    assert _error(["learner.pack=flat"]) == "learner.pack: unknown value 'flat'; allowed: tree, padded"
+    assert _error(["learner.pack=tre"]).startswith("learner.pack: unknown value 'tre' (did you mean tree?)")
+    message = _error(["learner.minibatches=episodes"])
+    assert message == "learner.minibatches: unknown value 'episodes'; allowed: groups, rows"
+    validate(resolve_config(DEFAULT_PRESET, ["learner.pack=padded", "learner.minibatches=rows"]))
 
 
 def test_greedy_evaluation_is_allowed():
