@@ -1,8 +1,9 @@
 """One RL iteration against the roofline of the cores it runs on: where the seconds go, what each pass computes, and
-how far the whole is from what the machine could do, for the learner as configured at the throughput issue's filing
-and as today's defaults run it, on the same saved batch, in one run.
+how far the whole is from what the machine could do, for the learner with and without prefix-tree packing (and as
+configured at the throughput issue's filing), on the same saved batch, in one run.
 
     python bench/bench_iteration.py --run RUN --iterations 1,2 --out docs/results/iteration_bench/iteration.json
+    python bench/bench_iteration.py --run RUN --passes-only --arms padded,today   # tokens and FLOPs, no timing
 
 RUN is a finished ``hierarl train ... save_trajectories=true checkpoint_keep_last=0`` run (the main job by
 default). Measured, in this order, nothing else on the cores:
@@ -12,13 +13,15 @@ default). Measured, in this order, nothing else on the cores:
   capped at its longest response; sampling, so lengths differ a little) on HF + peft and on HF with the adapter
   merged (iteration k's policy, the rollout worker's thread count), and decode steps/s at batch 1, 8 and 32 against
   the bound ``max(weights ÷ read GB/s, 2 · weights · batch ÷ GFLOP/s)``;
-* the learner, one update of iteration k from the state before it (``bench_replay``'s set-up), per arm:
-  ``filing`` (π_old recomputed, the π_ref pass even while the reference is the policy, the update's KL measured on
-  every row) and ``today`` (the run config's defaults: π_old from the engine checked on a few rows, no π_ref pass at
-  RL's first update, the KL on a sample, the critic cut where its value slots read). Per phase: seconds, and from
-  the batch itself (``iteration_model``) each named pass's rows, useful and computed tokens and FLOPs; achieved
+* the learner, one update of iteration k from the state before it (``bench_replay``'s set-up), per arm (``ARMS``):
+  ``padded`` (the run config's defaults before packing: π_old from the engine checked on a few rows, no π_ref pass
+  at RL's first update, the KL on a sample, the critic cut where its value slots read; padded rows, rows shuffled
+  one by one) and ``today`` (the same with prefix-tree packs over mini-batches of whole groups); ``filing`` (π_old
+  recomputed, the π_ref pass even while the reference is the policy, the update's KL on every row). Per phase:
+  seconds, and from the batch itself (``iteration_passes``) each named pass's rows, useful (the rows' own) and
+  computed (padded or tree) tokens and FLOPs; ``learner_tokens_ratio``, computed ÷ useful tokens; achieved
   GFLOP/s; the share of learner FLOPs whose output cannot change the update; the floor of the needed passes at the
-  2-thread peak.
+  2-thread peak (for a packed arm, its packs' FLOPs).
 From the trajectories: the histogram of generate batch sizes, the tokens a static batch computes beside the rows'
 own (padding, decode steps after a row ended), the prompt tokens an ideal prefix cache would skip, and the
 rollout's floor at the bounds (``iteration_model.rollout_floor_s``).
@@ -34,7 +37,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from _env import setup, write_json
 
 ROOT = setup()
@@ -42,31 +44,32 @@ ROOT = setup()
 from bench_engines import machine_bounds  # noqa: E402
 from bench_prompts import cpu_model  # noqa: E402
 from bench_replay import _driver_stage, _run_config, replay_updater  # noqa: E402
+from iteration_engines import ENGINES, engine_replay  # noqa: E402
 from iteration_model import (  # noqa: E402
-    Pass,
     Shape,
-    group_pass_micro,
-    pass_cost,
     rollout_floor_s,
     rollout_rounds,
     shared_prefix_tokens,
-    sorted_micro_batches,
     static_batch_work,
 )
+from iteration_passes import learner_passes  # noqa: E402
 
-ENGINES = {"hf_peft": ("hf", False), "hf_merged": ("hf", True), "vllm_merged": ("vllm", True)}
-"""Rollout engines the replay can time: (``rollout.engine``, merged weights)."""
+PADDED = ["learner.pack=padded", "learner.minibatches=rows"]
+"""The learner before prefix-tree packing."""
 ARMS = {
-    "filing": ["learner.old_logprobs=recompute", "learner.measure_rows=0"],
+    "filing": ["learner.old_logprobs=recompute", "learner.measure_rows=0", *PADDED],
+    "padded": PADDED,
+    "tree_rows": ["learner.minibatches=rows"],
     "today": [],
     "trunk": ["learner.critic_trunk=policy"],
 }
 """Learner settings per arm (overrides on the run's config); ``filing`` also takes the π_ref pass at RL's first
-update, where the reference is still the policy, and generates with HF + peft (the CPU default then); ``today``
-and ``trunk`` (today's with the critic a head on the policy's trunk, its head fresh) with the engine of today's
-main job."""
-GROUP_CHUNK_MICRO = 4
-"""``LearnerGroup._map_rows`` sends a forward pass in chunks of 4 micro-batches per worker."""
+update, where the reference is still the policy, and generates with HF + peft (the CPU default then); ``padded``
+is today's learner before packing (padded rows, rows shuffled one by one); ``tree_rows`` packs over rows shuffled
+one by one; ``today`` (prefix-tree packs over mini-batches of whole groups) and ``trunk`` (today's with the critic a head on the policy's trunk, its head fresh)
+run with the engine of today's main job."""
+SPEEDUPS = (("filing", "today", ""), ("padded", "today", "pack_"), ("today", "trunk", "trunk_"))
+"""(slower arm, faster arm, key prefix) of the speed-ups reported where both arms ran."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -74,10 +77,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--run", required=True, type=Path)
     ap.add_argument("--iterations", default="1,2", help="RL iterations to replay (comma-separated)")
     ap.add_argument("--engines", default="hf_peft,hf_merged", help=f"of {', '.join(ENGINES)}; empty: none")
-    ap.add_argument("--arms", default="filing,today", help=f"learner arms, of {', '.join(ARMS)}")
+    ap.add_argument("--arms", default="padded,today", help=f"learner arms, of {', '.join(ARMS)}")
     ap.add_argument("--out", type=Path, default=Path("bench/results/iteration.json"))
     ap.add_argument("--summarise", type=Path, help="derive the figures of a saved JSON again (no measuring)")
+    ap.add_argument("--passes-only", action="store_true", help="count each arm's passes, time nothing")
     args = ap.parse_args(argv)
+    if args.passes_only:
+        iterations = [int(k) for k in args.iterations.split(",")]
+        write_json(args.out, count_passes(args.run, iterations, args.arms.split(",")))
+        return 0
     if args.summarise:
         out = json.loads(args.summarise.read_text())
         for row in out["iterations"].values():
@@ -117,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         }
         out["iterations"][str(k)] = row
         if args.engines:
-            row["engine"] = _engine_replay(
+            row["engine"] = engine_replay(
                 args.engines.split(","), args.run, base, k, rounds, prompts, model_path, out["machine"], shape
             )
             write_json(args.out, out)
@@ -155,72 +163,6 @@ def _trajectories(run: Path, k: int) -> list[Any]:
         for turn in t.turns:
             turn.shaped.clear()
     return trajs
-
-
-def _engine_replay(
-    engines: list[str],
-    run: Path,
-    cfg: Any,
-    k: int,
-    rounds: list[Any],
-    prompts: list[np.ndarray],
-    path: str,
-    machine: dict,
-    shape: Shape,
-) -> dict[str, Any]:
-    """Iteration k's generate calls on each HF engine, then decode steps/s at batch 1, 8 and 32."""
-    import torch
-
-    from actors.engines import make_engine
-    from actors.inference import GenerationRequest, SamplingParams
-    from actors.lora_weights import read_peft_adapter
-    from launch.driver.wiring import lora_spec, torch_threads
-
-    threads = torch_threads(cfg, cfg.rollout.num_workers, 2, "cpu")
-    torch.set_num_threads(threads)
-    folder = run / "checkpoints" / f"iter_{k - 1}" / "adapter"
-    weights = read_peft_adapter(folder / "default" if (folder / "default").is_dir() else folder)[0]
-    bound = machine[f"threads_{threads}"]
-    out: dict[str, Any] = {"threads": threads}
-    for name in engines:
-        kind, merged = ENGINES[name]
-        t0 = time.perf_counter()
-        engine = make_engine(kind, path, lora_spec(cfg), dtype="float32", merged=merged, max_model_len=2048)
-        start_s = time.perf_counter() - t0
-        engine.load_adapter("default", weights, 1)
-        it = iter(prompts)
-        t0, generated = time.perf_counter(), 0
-        for i, r in enumerate(rounds):
-            requests = [GenerationRequest(tuple(int(x) for x in next(it)), "default") for _ in range(r.batch)]
-            res = engine.generate(requests, SamplingParams(1.0, 1.0, r.decode_steps, seed=cfg.seed + i))
-            generated += sum(len(x.response_ids) for x in res)
-        replay_s = time.perf_counter() - t0
-        sweep = {}
-        for b in (1, 8, 32):
-            request = [GenerationRequest(tuple(int(x) for x in prompts[0]), "default")] * b
-            times = []
-            longest = 1
-            for steps in (1, 33):
-                t0 = time.perf_counter()
-                res = engine.generate(request, SamplingParams(1.0, 1.0, steps, seed=0))
-                times.append(time.perf_counter() - t0)
-                longest = max(len(x.response_ids) for x in res)  # a sample may end early (EOS)
-            bound_steps = 1 / max(
-                shape.weight_bytes_fp32 / (bound["read_gb_s"] * 1e9),
-                shape.forward_flops(b, 1, b, lora=False) / (bound["matmul_gflop_s"] * 1e9),
-            )
-            sweep[str(b)] = {
-                "decode_steps_s": (longest - 1) / (times[1] - times[0]),
-                "steps": longest - 1,
-                "bound_steps_s": bound_steps,
-            }
-        engine.close()
-        out[name] = {"start_s": start_s, "replay_s": replay_s, "generated": generated, "decode": sweep}
-        print(
-            f"engine {name}: iteration {k}'s rounds in {replay_s:.1f} s ({generated} tokens); decode {sweep}",
-            flush=True,
-        )
-    return out
 
 
 def _learner_arm(
@@ -277,19 +219,7 @@ def _learner_arm(
         wall = time.perf_counter() - t0
     finally:
         learner.shutdown()
-    passes = _passes(
-        cfg,
-        algo,
-        algo_cfg,
-        trajs,
-        shape,
-        pad,
-        seed=cfg.seed + k,
-        ref_is_policy=ref_is_policy,
-        ref_equals_policy=k == 1,
-        critic_reach=not filing,
-        critic_trunk=cfg.learner.critic_trunk == "policy",
-    )
+    passes = _arm_passes(cfg, name, k, trajs, shape, pad, ref_is_policy)
     print(f"learner {name}, iteration {k}: {wall:.1f} s {timings}", flush=True)
     return {
         "overrides": overrides,
@@ -301,81 +231,64 @@ def _learner_arm(
     }
 
 
-def _passes(
-    cfg: Any,
-    algo: Any,
-    algo_cfg: Any,
-    trajs: list[Any],
-    shape: Shape,
-    pad: int,
-    *,
-    seed: int,
-    ref_is_policy: bool,
-    ref_equals_policy: bool,
-    critic_reach: bool,
-    critic_trunk: bool = False,
-) -> list[Pass]:
-    """The named passes of one update of ``trajs`` under ``cfg`` (one learner worker, one policy adapter):
-    ``ref_is_policy``, the updater skips the π_ref pass; ``ref_equals_policy``, a π_ref pass would compute π_old
-    again (RL's first update); ``critic_trunk``, the critic's head reads the policy pass's hidden states (no
-    decoder pass of its own in the update; its values pass stays)."""
-    from envs import success_reward
-    from launch.config import engine_old_logprobs
-    from launch.driver.updater import ENGINE_CHECK_ROWS, measure_sample
-    from learners.batch import row_lengths, value_reach
-    from learners.prepare import shaped_turns
-    from learners.schedule import minibatch_rows
-    from learners.targets import sequences
+def _arm_passes(
+    cfg: Any, name: str, k: int, trajs: list[Any], shape: Shape, pad: int, ref_is_policy: bool
+) -> list[Any]:
+    """The named passes of arm ``name``'s update of iteration k (``iteration_passes.learner_passes``)."""
+    from launch.config import resolve_algo_config
+    from launch.driver.algos import get_algo
 
-    lc = cfg.learner
-    turns = shaped_turns(
+    algo = get_algo(cfg.algo)
+    return learner_passes(
+        cfg,
+        algo,
+        resolve_algo_config(algo.Config, cfg.algo_overrides),
         trajs,
-        algo_cfg,
-        success_reward=success_reward(cfg.env.name, dict(cfg.env.options)),
-        max_len=lc.max_seq_len,
-        pad_id=pad,
+        shape,
+        pad,
+        seed=cfg.seed + k,
+        ref_is_policy=ref_is_policy,
+        ref_equals_policy=k == 1,
+        critic_reach=name != "filing",
+        critic_trunk=cfg.learner.critic_trunk == "policy",
     )
-    seqs = sequences(turns, algo.value_slots)
-    n, micro = len(seqs), lc.micro_batch_size
-    lengths = row_lengths(seqs.attention_mask)
-    logits = seqs.response_mask[:, 1:].sum(axis=1)  # positions that predict a response token
-    reach = value_reach(seqs) if critic_reach else lengths
-    everyone = np.arange(n)
 
-    def forward(name: str, phase: str, rows: np.ndarray, needed: bool) -> Pass:
-        use, comp, flops = pass_cost(
-            shape, lengths, logits, group_pass_micro(lengths, micro, GROUP_CHUNK_MICRO * micro, rows)
-        )
-        return Pass(name, phase, int(rows.size), use, comp, flops, needed)
 
-    out = []
-    engine = engine_old_logprobs(cfg, "cpu")
-    out.append(forward("pi_old", "logprobs", everyone[:ENGINE_CHECK_ROWS] if engine else everyone, False))
-    if algo.uses_reference(algo_cfg):
-        out.append(forward("pi_ref", "logprobs", np.arange(0 if ref_is_policy else n), not ref_equals_policy))
-    if algo.value_slots:
-        use, comp, flops = pass_cost(
-            shape,
-            lengths,
-            0 * logits,
-            group_pass_micro(reach, micro, GROUP_CHUNK_MICRO * micro),
-            widths=reach,
-        )
-        out.append(Pass("values", "values", n, use, comp, flops, True))
-    mbs = [
-        rows
-        for _ in range(lc.ppo_epochs)
-        for rows in minibatch_rows(np.random.default_rng(seed).permutation(n), lc.mini_batch_size)
-    ]
-    pol = [m for rows in mbs for m in sorted_micro_batches(lengths, micro, rows)]
-    use, comp, flops = pass_cost(shape, lengths, logits, pol, train=True)
-    out.append(Pass("policy", "update", n * lc.ppo_epochs, use, comp, flops, True))
-    if algo.value_loss is not None and not critic_trunk:
-        crit = [m for rows in mbs for m in sorted_micro_batches(reach, micro, rows)]
-        use, comp, flops = pass_cost(shape, lengths, 0 * logits, crit, widths=reach, train=True)
-        out.append(Pass("critic", "update", n * lc.ppo_epochs, use, comp, flops, True))
-    if lc.measure_update:
-        out.append(forward("measure", "measure", measure_sample(n, lc.measure_rows, seed), False))
+def tokens_ratio(passes: list[dict[str, Any]]) -> float:
+    """The tokens an arm's passes compute ÷ the rows' own tokens they read: above 1 by the padding, below 1 by
+    what prefix-tree packs share (``learner_tokens_ratio``)."""
+    return sum(p["computed_tokens"] for p in passes) / max(1, sum(p["useful_tokens"] for p in passes))
+
+
+def count_passes(run: Path, iterations: list[int], arms: list[str]) -> dict[str, Any]:
+    """No timing and no learner: each arm's named passes of each iteration's update, from the run's saved
+    trajectories (rows, useful and computed tokens, FLOPs) and its ``learner_tokens_ratio``. The π_ref pass is
+    counted as the driver runs it: skipped at RL's first update where the reference is the policy."""
+    from transformers import AutoTokenizer
+
+    out: dict[str, Any] = {"run": str(run), "iterations": {}}
+    for k in iterations:
+        trajs, row = _trajectories(run, k), {}
+        for name in arms:
+            cfg = _run_config(run, ARMS[name])
+            shape, path = _shape(cfg)
+            tok = AutoTokenizer.from_pretrained(path)
+            ref_is_policy = k == 1 and name != "filing"
+            passes = [
+                p.__dict__ for p in _arm_passes(cfg, name, k, trajs, shape, tok.pad_token_id, ref_is_policy)
+            ]
+            row[name] = {
+                "passes": passes,
+                "learner_tokens_ratio": tokens_ratio(passes),
+                "needed_gflop": sum(p["flops"] for p in passes if p["needed"]) / 1e9,
+            }
+            print(
+                f"iteration {k}, {name}: learner_tokens_ratio {row[name]['learner_tokens_ratio']:.3f}, needed "
+                f"{row[name]['needed_gflop']:.0f} GFLOP; "
+                + ", ".join(f"{p['name']} {p['computed_tokens']}/{p['useful_tokens']}" for p in passes),
+                flush=True,
+            )
+        out["iterations"][str(k)] = {"learner": row}
     return out
 
 
@@ -402,13 +315,14 @@ def _summarise(row: dict[str, Any], peak: float) -> None:
         learner_s = sum(times.get(ph, 0.0) for ph in phases)
         arm["phases"] = phases
         arm["learner_s"] = learner_s
+        arm["learner_tokens_ratio"] = tokens_ratio(passes)
         arm["redundant_share"] = 1 - needed / total
         arm["learner_floor_s"] = needed / peak
         arm["iteration_s"] = rollout + learner_s
         arm["iteration_floor_s"] = row["rollout"]["floor"]["total_s"] + needed / peak
         arm["iteration_over_floor"] = arm["iteration_s"] / arm["iteration_floor_s"]
     arms = row["learner"]
-    for slow, fast, key in (("filing", "today", ""), ("today", "trunk", "trunk_")):
+    for slow, fast, key in SPEEDUPS:
         if {slow, fast} <= arms.keys():
             row[f"{key}learner_speedup"] = arms[slow]["learner_s"] / arms[fast]["learner_s"]
             row[f"{key}iteration_speedup"] = arms[slow]["iteration_s"] / arms[fast]["iteration_s"]
@@ -420,8 +334,8 @@ def table(out: dict[str, Any]) -> str:
         f"machine ({out['cpu']}): matmul {m['threads_1']['matmul_gflop_s']:.0f} / {m['threads_2']['matmul_gflop_s']:.0f}"
         f" GFLOP/s, read {m['threads_1']['read_gb_s']:.1f} / {m['threads_2']['read_gb_s']:.1f} GB/s (1 / 2 threads)",
         "| iteration | arm | logprobs s | values s | update s | measure s | learner s | GFLOP/s update | redundant | "
-        "learner floor s | rollout s | iteration ÷ floor |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "tokens ratio | learner floor s | rollout s | iteration ÷ floor |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for k, row in out["iterations"].items():
         for name, arm in row.get("learner", {}).items():
@@ -431,10 +345,11 @@ def table(out: dict[str, Any]) -> str:
             lines.append(
                 f"| {k} | {name} | {ph['logprobs']['s']:.1f} | {ph['values']['s']:.1f} | {ph['update']['s']:.1f} | "
                 f"{ph['measure']['s']:.1f} | {arm['learner_s']:.1f} | {ph['update']['gflop_s'] or 0:.0f} | "
-                f"{arm['redundant_share']:.1%} | {arm['learner_floor_s']:.1f} | {arm['rollout_s']:.1f} | "
+                f"{arm['redundant_share']:.1%} | {arm['learner_tokens_ratio']:.2f} | {arm['learner_floor_s']:.1f} | "
+                f"{arm['rollout_s']:.1f} | "
                 f"{arm['iteration_over_floor']:.2f} |"
             )
-        for slow, fast, key in (("filing", "today", ""), ("today", "trunk", "trunk_")):
+        for slow, fast, key in SPEEDUPS:
             if f"{key}learner_speedup" in row:
                 lines.append(
                     f"iteration {k}: {slow} ÷ {fast}, learner {row[f'{key}learner_speedup']:.2f}, "

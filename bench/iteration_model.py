@@ -9,6 +9,8 @@ FLOPs are counted for a Llama-style decoder as the learner and the HF engine run
   positions that predict a response token) or a token is sampled (the engine, once per generated token);
 * a training pass (forward and backward through a frozen base: dX only, plus the LoRA gradients) as 2 forwards.
 A pass computes its micro-batches cut to their longest row, so ``computed`` counts padding and ``useful`` does not.
+A packed pass (``learner.pack=tree``) computes each pack's tree tokens once, its attention over the whole N × N tree
+mask (a kernel given an arbitrary mask computes every pair), so ``computed`` is the packs' tokens.
 """
 
 from __future__ import annotations
@@ -125,6 +127,30 @@ def pass_cost(
         useful += int(cols[rows].sum())
         computed += rows.size * width
         flops += shape.forward_flops(rows.size, width, int(logits[rows].sum()))
+    return useful, computed, flops * (2 if train else 1)
+
+
+def pack_flops(shape: Shape, tokens: int, logit_positions: int) -> float:
+    """One forward over a pack of ``tokens`` tree tokens: each token's matmuls, attention to all ``tokens`` (the
+    dense tree mask), the output layer at ``logit_positions``."""
+    per_token = 2 * (shape.matmul_weights + shape.lora_weights)
+    attention = 2 * 2 * shape.heads * shape.head_dim * tokens * shape.layers
+    return tokens * (per_token + attention) + logit_positions * 2 * shape.hidden * shape.vocab
+
+
+def packed_pass_cost(
+    shape: Shape,
+    lengths: np.ndarray,
+    logits: np.ndarray,
+    packs: list[tuple[np.ndarray, int]],
+    *,
+    train: bool = False,
+) -> tuple[int, int, float]:
+    """(useful tokens, computed tokens, FLOPs) of a pass over ``packs``, each (its rows, its tree tokens), of rows
+    of ``lengths`` (the columns each row is packed to) and ``logits`` output positions each."""
+    useful = int(sum(int(lengths[rows].sum()) for rows, _ in packs))
+    computed = int(sum(tokens for _, tokens in packs))
+    flops = sum(pack_flops(shape, tokens, int(logits[rows].sum())) for rows, tokens in packs)
     return useful, computed, flops * (2 if train else 1)
 
 

@@ -13,6 +13,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench"))
 from iteration_model import (
     Shape,
     group_pass_micro,
+    pack_flops,
+    packed_pass_cost,
     pass_cost,
     rollout_floor_s,
     rollout_rounds,
@@ -85,3 +87,16 @@ def test_rollout_rounds_refill_slots_and_the_floor_takes_the_larger_bound_per_st
 def test_shared_prefix_is_each_prompts_longest_match_with_an_earlier_one():
     prompts = [np.array(p) for p in ([1, 2, 3], [1, 2, 4], [1, 2, 3, 5], [9])]
     assert shared_prefix_tokens(prompts) == 0 + 2 + 3 + 0
+
+
+def test_a_packed_pass_counts_its_tree_tokens_and_dense_attention():
+    # a pack of 5 tree tokens: 5 × (632 + 2·2·2 heads·2 dims·5 · 2 layers = 160) + 3 logits · 80 = 4200
+    assert pack_flops(TOY, 5, 3) == pytest.approx(5 * (632 + 160) + 240)
+    lengths, logits = np.array([5, 3, 4]), np.array([2, 1, 1])
+    # rows 0 and 2 in one pack of 6 tree tokens (3 shared), row 1 alone (3)
+    packs = [(np.array([0, 2]), 6), (np.array([1]), 3)]
+    useful, computed, flops = packed_pass_cost(TOY, lengths, logits, packs, train=True)
+    assert (useful, computed) == (12, 9)
+    # attention 32 per token pair (2·2·2 heads·2 dims·2 layers), every pair of the pack (padded rows: the causal
+    # half): 6 × (632 + 32·6) + 3 · 80 = 5184; 3 × (632 + 32·3) + 80 = 2264; a training pass: 2 forwards
+    assert flops == pytest.approx(2 * (5184 + 2264))
