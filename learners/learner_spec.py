@@ -42,7 +42,8 @@ class LearnerSpec:
     critic_lr: float
     max_grad_norm: float
     micro_batch_size: int
-    """Rows per forward/backward (memory bound); gradients accumulate over a whole mini-batch before a step."""
+    """Rows per forward/backward with ``pack`` "padded" (memory bound); gradients accumulate over a whole mini-batch
+    before a step."""
     gradient_checkpointing: bool
     """Recompute each decoder layer's activations in backward instead of keeping them (training passes only)."""
     seed: int
