@@ -200,30 +200,27 @@ class LearnerConfig:
     when engine and learner compute alike (HF in float32 on both sides: measured gap 1.9e-7 nats), checked on the
     first rows of every batch (a gap above 1e-3 recomputes them all), else "recompute"."""
     micro_batch_size: int = 8
-    """Rows per forward/backward with ``pack=padded`` (bounds memory; gradients accumulate over the mini-batch); with
-    ``pack=tree`` a pass is bounded by ``pack_tokens`` instead."""
+    """Rows per forward/backward with ``pack=padded`` (bounds memory; gradients accumulate over the mini-batch)."""
     pack: str = "tree"
-    """How every learner pass (π_old, π_ref, values, the KL measure, the policy and critic updates, BC) gives its
-    rows to the decoder. "tree": the prefix tree of each pass's rows (``learners.packing``): a token the rows of a
-    group repeat (the system prompt, the task, a shared turn) is computed once, at its position in its rows, under
-    a tree attention mask, and read back per row, so every row gets its padded-row numbers within float rounding
-    and each row keeps its own advantage and weights in the loss (tests/ray/test_packing.py). "padded":
-    each row padded (not "off", which YAML reads as false). A model whose attention takes no custom mask (flash or flex attention, a sliding window) runs padded
-    rows, said in one line."""
+    """How every learner pass (π_old, π_ref, values, the KL measure, the policy and critic updates, BC) feeds its
+    rows to the decoder. "tree": as the prefix tree of its rows (``learners.packing``), each token the rows share
+    (system prompt, task, a common turn) computed once under a tree attention mask and read back per row: the
+    padded rows' numbers within float rounding, each row with its own advantage and weights in the loss
+    (tests/ray/test_packing.py). "padded": each row padded ("off" would read as false in YAML). A model whose
+    attention takes no custom mask (flash or flex attention, a sliding window) runs padded rows, said in one line."""
     pack_tokens: int = 512
-    """Tree tokens per forward/backward with ``pack=tree`` (a row longer than this is a pass of its own; under
-    ``zero_stage`` 3, which steps on one backward, an update's share of a mini-batch is one pack). A pack's
-    attention is dense: 69 kFLOP per token pair against 222 MFLOP per token for SmolLM2's linear layers, equal at
-    ~3200 tokens, while a group's sharing is exhausted at about a group's tree (~1000 tokens). On sampled
-    main-job rows (group mini-batches of 20 rows) a pass's FLOPs were 0.79 / 0.66 / 0.65 / 0.66 / 0.72 / 0.83 of
-    the padded 2-row micro-batches' at 256 / 512 / 768 / 1024 / 1536 / 3072 tokens: 512 is within 1 % of the best
-    and holds about the tokens of the main job's 2-row micro-batches (its memory bound)."""
+    """Tree tokens per forward/backward with ``pack=tree``, its memory bound in place of ``micro_batch_size`` (a
+    longer row is a pass of its own; under ZeRO-3 an update step's rows are one pack). The tree mask is dense: 69
+    kFLOP per token pair against 222 MFLOP per token in SmolLM2's linear layers, while a pack's sharing ends at a
+    group's tree (~1000 tokens). On sampled main-job rows a policy update's FLOPs were 0.79 / 0.67 / 0.65 / 0.67 /
+    0.72 / 0.85 of padded 2-row micro-batches' at 256 / 512 / 768 / 1024 / 1536 / 3072: 512 is within 3 % of the
+    best with about the tokens of the main job's 2-row micro-batches."""
     minibatches: str = "groups"
-    """How an update's rows are laid into optimizer steps, ceil(rows / ``mini_batch_size``) of them either way.
-    "groups": whole episode groups shuffled, cut where the largest step is smallest (``learners.schedule``), so a
-    step's rows share the prompts a tree pass computes once (sampled main-job rows: 0.62 tree tokens per row token,
-    against 0.75 with rows one by one); "rows": rows shuffled one by one into equal steps (a group split over every
-    step). A batch whose rows carry no group (HISR's reward models) is laid out by rows."""
+    """How an update's rows are laid into its ceil(rows / ``mini_batch_size``) optimizer steps. "groups": whole
+    episode groups, shuffled, cut where the largest step is smallest (``learners.schedule``), so a step's rows share
+    the prompts a tree pass computes once (sampled main-job rows: the policy step computed 0.62 of the rows' tokens,
+    0.72 with "rows"); "rows": rows shuffled one by one into equal steps. A batch without group keys (HISR's reward
+    models) is laid out by rows."""
     gradient_checkpointing: bool = False
     """Keep only each decoder layer's input during a training forward and recompute the rest in backward (HF
     activation checkpointing on the policy and the critic): activation memory ÷ ~layers for ~1 extra forward."""
