@@ -32,11 +32,11 @@ def check_demonstrations(cfg: TrainConfig) -> None:
 
     from actors.demos import check_demos_fit
     from actors.models import resolve_model_path
-    from launch.driver.wiring import env_task_ids, expert_demonstrations, rl_and_bc_tasks, rl_task_panel
+    from launch.driver.wiring import expert_demonstrations, task_split
 
     tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(cfg.model.path, cfg.model.cache_dir))
-    _, bc_ids = rl_and_bc_tasks(env_task_ids(cfg, cfg.env.train_split), rl_task_panel(cfg), cfg.bc.episodes)
+    panel, rl_ids, bc_ids = task_split(cfg)
     with contextlib.redirect_stdout(io.StringIO()):  # the run prints its own count of the demonstrations
-        demos = expert_demonstrations(cfg, tokenizer, bc_ids)
+        demos = expert_demonstrations(cfg, tokenizer, bc_ids, rl_ids if panel is not None else ())
     if demos:
         check_demos_fit(demos, cfg.rollout.max_new_tokens, tokenizer)

@@ -270,6 +270,10 @@ class BCConfig:
     """Run the BC warm start (needs an env with an expert plan)."""
     episodes: int = 16
     """Expert demonstrations (train-split tasks) to clone."""
+    rl_tasks: bool = False
+    """Also demonstrate every fixed RL task (``env.train_tasks``) beside the ``episodes`` drawn: the imitation
+    baseline that sees every demonstration the run has, the RL tasks' own included (a BC-only run,
+    ``iterations=0``; with RL, the RL tasks would no longer start unseen)."""
     stratify: bool = False
     """Draw the demonstrated tasks evenly across the env's kinds of task (``task_stratum``: TextCraft's one- and
     several-ingredient goals), a kind that runs out leaving its share to the others, instead of uniformly: a

@@ -91,7 +91,7 @@ def build_run(cfg: TrainConfig, device: str | None = None) -> RunParts:
         cfg.learner.num_workers,
         learner_resources(cfg.learner, device),
     )
-    demos = partial(demonstrations, cfg, tokenizer, bc_ids)
+    demos = partial(demonstrations, cfg, tokenizer, bc_ids, train_ids if rl_panel is not None else ())
     rl_scope = None if rl_panel is None else rl_task_scope(cfg)
     held_out = Evaluation(scope(cfg), model_path)
     evaluator = panel_evaluator(cfg, pool, held_out, cfg.eval_samples)

@@ -214,9 +214,11 @@ def rl_and_bc_tasks(
     return rl, bc
 
 
-def expert_demonstrations(cfg: TrainConfig, tokenizer: Any, task_ids: Sequence[str]) -> list[Trajectory]:
-    """The env expert's won episodes on ``bc.episodes`` of ``task_ids`` (drawn from the run's seed), in the agent's
-    format and with its prompts."""
+def expert_demonstrations(
+    cfg: TrainConfig, tokenizer: Any, task_ids: Sequence[str], rl_ids: Sequence[str] = ()
+) -> list[Trajectory]:
+    """The env expert's won episodes on ``bc.episodes`` of ``task_ids`` (drawn from the run's seed), and with
+    ``bc.rl_tasks`` on every one of ``rl_ids`` too, in the agent's format and with its prompts."""
     rng = random.Random(cfg.seed)
     if not cfg.bc.stratify:
         ids = rng.sample(list(task_ids), min(cfg.bc.episodes, len(task_ids)))
@@ -228,7 +230,7 @@ def expert_demonstrations(cfg: TrainConfig, tokenizer: Any, task_ids: Sequence[s
             ids = stratified_draw(task_ids, [env.task_stratum(i) for i in task_ids], cfg.bc.episodes, rng)
         finally:
             env.close()
-    return demonstrations_on(cfg, tokenizer, ids)
+    return demonstrations_on(cfg, tokenizer, [*ids, *(rl_ids if cfg.bc.rl_tasks else ())])
 
 
 def stratified_draw(ids: Sequence[str], kinds: Sequence[str], k: int, rng: random.Random) -> list[str]:
@@ -259,9 +261,11 @@ def demonstrations_on(cfg: TrainConfig, tokenizer: Any, task_ids: Sequence[str])
     )
 
 
-def demonstrations(cfg: TrainConfig, tokenizer: Any, bc_ids: Sequence[str]) -> list[Trajectory]:
+def demonstrations(
+    cfg: TrainConfig, tokenizer: Any, bc_ids: Sequence[str], rl_ids: Sequence[str] = ()
+) -> list[Trajectory]:
     """The env expert's won episodes on the run's training tasks: what BC trains on, and STEP-HRL's data D."""
-    demos = expert_demonstrations(cfg, tokenizer, bc_ids)
+    demos = expert_demonstrations(cfg, tokenizer, bc_ids, rl_ids)
     if not demos:
         raise RunStopped(f"the {cfg.env.name} expert produced no winning demonstration")
     check_demos_fit(demos, cfg.rollout.max_new_tokens, tokenizer)

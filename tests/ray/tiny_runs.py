@@ -44,6 +44,9 @@ TINY = [
     "env.train_tasks=0",
     "rollout.weight_sync=lora",
     "eval_base_model=true",
+    # the tiny random model never wins: its batches carry no outcome signal, and every policy step would be skipped
+    # (algo.no_outcome_batch; tests/ray/test_learning.py tests the skip), where these tests exercise the step
+    "algo.no_outcome_batch=train",
 ]
 
 HISR_TINY = [

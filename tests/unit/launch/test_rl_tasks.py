@@ -116,6 +116,15 @@ def test_bc_stratify_draws_several_ingredient_goals_for_a_third_of_the_demonstra
     env = envs.make("textcraft", **dict(cfg.env.options))
     kinds = [env.task_stratum(d.task_id) for d in demos]
     assert len(demos) == 24 and kinds.count("several ingredients") == 8
+    # bc.rl_tasks: the same 24 and every RL task's own demonstration (the baseline that sees all the run has)
+    every = resolve_config(
+        "hiper_textcraft_cpu",
+        [f"eval_panel={HELD_OUT}", "bc.stratify=true", "bc.episodes=24", "bc.rl_tasks=true"],
+    )
+    _, rl, bc_ids = task_split(every)
+    with_rl = expert_demonstrations(every, tok, bc_ids, rl)
+    assert [d.task_id for d in with_rl] == [*(d.task_id for d in demos), *rl] and len(rl) == 8
+    assert [d.task_id for d in expert_demonstrations(cfg, tok, bc, rl)] == [d.task_id for d in demos]
 
 
 def test_pi_old_comes_from_the_engine_only_where_engine_and_learner_agree():
