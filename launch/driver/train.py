@@ -36,6 +36,8 @@ class Trainer:
         self.parts = parts
         self.learner_restarts = 0  # learner groups rebuilt after a worker died (``learner.max_restarts``)
         self.resumed_from: Path | None = None  # the checkpoint a resume started from (None: a fresh run)
+        self.base_version: int | None = None
+        """The adapter version that is a fresh run's untrained adapter (the base model), where one was pushed."""
 
     @property
     def learner(self) -> LearnerGroup:
@@ -110,7 +112,12 @@ class Trainer:
         p.log.restart([])
         if s.init_adapter:
             load_init_adapter(self.learner, s.init_adapter, s.lora)
-        self.push()
+        if s.eval_zero_shot or s.bc is None:
+            # the zero-shot eval, or RL without BC, needs it now; else BC's push is the first, so the rollout
+            # workers' engines start (vLLM: about a minute) while BC runs instead of before it
+            self.push()
+            if not s.init_adapter:
+                self.base_version = self.parts.pool.weights.version
         if s.eval_zero_shot:
             fields, text = self.eval_record(-1)
             p.log.log({"iteration": -1, "phase": "zero-shot", **fields})
@@ -124,16 +131,18 @@ class Trainer:
                 bc = bc_from_run(
                     self.learner, s.bc_source, s.adapters or ["default"], with_eval=s.bc_eval_reused
                 )
-            push_s = self.push()
+            push_s = self.push()  # the first push of most runs: it waits for the engines to be up
+            t0 = time.perf_counter()
             if "eval_success" in bc:  # the source run's evaluation of this state, at this run's settings
                 fields, text, whose = {}, logged_eval_text(bc), " (that run's: same state and settings)"
             else:
                 (fields, text), whose = self.eval_record(0), ""
-            p.log.log({"iteration": 0, "phase": "bc", **bc, "push_s": push_s, **fields})
+            eval_s = time.perf_counter() - t0
+            p.log.log({"iteration": 0, "phase": "bc", **bc, "push_s": push_s, "time_eval": eval_s, **fields})
             source = f" (taken from {bc['bc_from_run']})" if "bc_from_run" in bc else ""
             print(
                 f"[hierarl] BC on {bc['demos']} demos ({bc['turns']} turns) in {bc['wall_s']:.1f}s{source}; "
-                f"eval after BC{whose} {text}",
+                f"eval after BC{whose or f' ({eval_s:.0f}s)'} {text}",
                 flush=True,
             )
         if p.updater.ref_adapters and p.stage.reference_at_warm_start:
@@ -237,9 +246,8 @@ class Trainer:
         return self.parts.evaluator.evaluate(n, is_base=self.serves_base())
 
     def serves_base(self) -> bool:
-        """Whether the rollout workers serve the base model: the first push of a fresh run (a zero adapter)."""
-        first_push = self.parts.pool.weights.version == 1
-        return first_push and not self.parts.schedule.init_adapter and self.resumed_from is None
+        """Whether the rollout workers serve the base model: a fresh run's untrained adapter, pushed first."""
+        return self.parts.pool.weights.version == self.base_version
 
     def eval_record(self, iteration: int) -> tuple[dict[str, Any], str]:
         """The eval panel's first ``eval_episodes`` tasks and, with ``env.train_tasks``, the RL tasks: their metric

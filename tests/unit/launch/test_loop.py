@@ -155,19 +155,18 @@ def test_a_warm_start_evaluates_the_base_model_then_clones_evaluates_and_freezes
 
 def test_bc_eval_epochs_evaluate_the_policy_after_those_passes(tmp_path):
     """``bc.eval_epochs=(1, 2)`` with 3 passes: after passes 1 and 2 the adapter is pushed and evaluated into a
-    ``bc_epoch`` row; after pass 3 the usual BC row."""
+    ``bc_epoch`` row; after pass 3 the usual BC row. Nothing is pushed before BC (no zero-shot eval): the first
+    push is pass 1's, so the rollout workers' engines start while BC runs."""
     trainer, events, _ = fake_run(tmp_path, iterations=0, bc=BCConfig(epochs=3, eval_epochs=(1, 2)))
     rows = trainer.run()
-    pass_eval = [("push", 2), ("evaluate", 2, False), ("log", 0)]
-    assert events[:2] == [("restart",), ("push", 1)]
-    assert events[2:13] == [
+    assert events[:11] == [
+        ("restart",),
         ("update", SEED, "learner0"),
-        *pass_eval,
+        *[("push", 1), ("evaluate", 2, False), ("log", 0)],
         ("update", SEED + 1, "learner0"),
-        *[("push", 3), ("evaluate", 2, False), ("log", 0)],
+        *[("push", 2), ("evaluate", 2, False), ("log", 0)],
         ("update", SEED + 2, "learner0"),
-        ("push", 4),
-        ("evaluate", 2, False),
+        ("push", 3),
     ]
     assert [(r["phase"], r.get("bc_epoch")) for r in rows] == [("bc_epoch", 1), ("bc_epoch", 2), ("bc", None)]
 
@@ -192,7 +191,8 @@ def test_a_warm_start_from_another_runs_bc_takes_its_evaluation_where_it_evaluat
     )
     rows = trainer.run()
     played = [e for e in events if e[0] == "evaluate"]
-    assert events[:2] == [("restart",), ("push", 1)] and ("load_checkpoint", "iter_0", ("default",)) in events
+    # the first push is the BC state's: the engines start while the checkpoint loads
+    assert events[:3] == [("restart",), ("load_checkpoint", "iter_0", ("default",)), ("push", 1)]
     assert played == ([] if reused else [("evaluate", 2, False)])
     bc = rows[0]
     assert bc["bc_from_run"] == str(src) and bc["demos"] == 4
