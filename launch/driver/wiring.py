@@ -41,7 +41,7 @@ from launch.driver.sources import IterationSource, SyncRollouts
 from launch.driver.stream import AsyncRollouts
 from launch.driver.updater import Updater
 from launch.evaluation.panel_tasks import Panel
-from launch.evaluation.panels import AUTO, resolve_panel
+from launch.evaluation.panels import resolve_panel
 from launch.evaluation.scoring import EvalScope, Evaluation, scope
 from learners.algorithm import Algorithm
 from learners.group import LearnerGroup
@@ -183,9 +183,10 @@ def task_split(cfg: TrainConfig) -> tuple[Panel | None, list[str], list[str]]:
 
 
 def rl_task_scope(cfg: TrainConfig) -> EvalScope:
-    """What an evaluation of the RL tasks depends on: the run's, with the train split as the panel's split."""
+    """What an evaluation of the RL tasks depends on: the run's, with the RL tasks' panel (``env.train_panel`` of
+    the train split) as its panel."""
     env = replace(cfg.env, eval_split=cfg.env.train_split)
-    return replace(scope(cfg), env=env, eval_panel=AUTO, eval_episodes=cfg.env.train_tasks)
+    return replace(scope(cfg), env=env, eval_panel=cfg.env.train_panel, eval_episodes=cfg.env.train_tasks)
 
 
 def rl_and_bc_tasks(

@@ -86,6 +86,21 @@ def test_rl_tasks_from_a_stored_panel_must_stay_apart_from_the_eval_panel():
         rl_task_panel(test_panel)
 
 
+def test_the_rl_tasks_evaluation_scores_the_tasks_rl_trains_on():
+    """The RL tasks' evaluator scores exactly the tasks RL plays, ``env.train_panel``'s head, not the train split's
+    auto panel (a pilot run scored the auto panel's first 36 tasks while it trained on another panel's)."""
+    from launch.evaluation.scoring import Evaluation
+
+    cfg = resolve_config(
+        "hiper_textcraft_cpu",
+        [f"eval_panel={HELD_OUT}", "env.train_panel=textcraft_depth1_pilot_b", "env.train_tasks=36"],
+    )
+    panel, rl, _ = task_split(cfg)
+    scored = Evaluation(rl_task_scope(cfg), "smollm2").panel(cfg.env.train_tasks)
+    assert [t.task_id for t in scored.tasks] == rl == [t.task_id for t in panel.tasks]
+    assert scored.label == "textcraft_depth1_pilot_b@1"  # all 36: the whole panel
+
+
 def test_a_stratified_draw_takes_turns_between_kinds():
     """6 ids, kinds a a a a b b, k = 4: a, b, a, b (sorted kinds take turns) -> 2 of each; k = 5: b runs out after
     2, a gives the rest -> 3 a + 2 b; the uniform draw is the run's old one."""
