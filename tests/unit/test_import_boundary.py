@@ -30,6 +30,7 @@ def _pure_modules() -> list[str]:
         "launch.config",
         "launch.driver.algos",
         "launch.evaluation.panels",
+        "launch.evaluation.tasks",
         "launch.evaluation.scoring",
         "launch.evaluation.baselines",
         "launch.evaluation.intervals",
