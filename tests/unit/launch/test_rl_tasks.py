@@ -55,7 +55,9 @@ def test_an_eval_panel_of_the_train_split_is_held_out_of_bc_and_rl():
     assert len(held) == 32 and not held & set(rl) and not held & set(bc)
     assert len(rl) == 8 and len(bc) == 104 - 32 - 8 and not set(rl) & set(bc)
     # a held-out panel of the test split takes nothing away (the earlier main job's)
-    _, rl0, bc0 = task_split(resolve_config("hiper_textcraft_cpu", ["eval_panel=auto", "env.train_panel=auto"]))
+    _, rl0, bc0 = task_split(
+        resolve_config("hiper_textcraft_cpu", ["eval_panel=auto", "env.train_panel=auto"])
+    )
     assert len(rl0) == 8 and len(bc0) == 96
 
 
