@@ -207,6 +207,9 @@ def cmd_table(runs: Path, seeds: list[int]) -> dict:
     by_seed = {s: arm_rows(runs, s) for s in seeds}
     by_seed = {s: arms for s, arms in by_seed.items() if arms}
     out: dict = {"runs": str(runs), "seeds": sorted(by_seed), "arms": {}, "contrasts": {}, "random": {}}
+    # each arm's per-task success per seed: what a reader (and tests/unit/test_results_rl_vs_imitation.py)
+    # recomputes every contrast from
+    out["task_rates"] = {}
     for panel, prefix in PANELS.items():
         arms: dict[str, dict[str, float]] = {}
         for s, rows_of in by_seed.items():
@@ -214,6 +217,7 @@ def cmd_table(runs: Path, seeds: list[int]) -> dict:
                 r = rates(row, prefix)
                 if r is not None:
                     arms.setdefault(arm, {})[str(s)] = statistics.fmean(r)
+                    out["task_rates"].setdefault(panel, {}).setdefault(arm, {})[str(s)] = r
             random = next(
                 (
                     row.get(f"{prefix}random")
@@ -225,7 +229,10 @@ def cmd_table(runs: Path, seeds: list[int]) -> dict:
             if random is not None:
                 out["random"].setdefault(panel, random)
         out["arms"][panel] = arms
-        bc_means = {a: statistics.fmean(arms[a].values()) for a in BC_ARMS if a in arms}
+        # the best BC on the seeds every BC arm ran, so an arm run on fewer seeds is not favoured by their draw
+        bc_arms = [a for a in BC_ARMS if a in arms]
+        common = set.intersection(*(set(arms[a]) for a in bc_arms)) if bc_arms else set()
+        bc_means = {a: statistics.fmean(arms[a][s] for s in common) for a in bc_arms} if common else {}
         best = max(bc_means, key=bc_means.get) if bc_means else None
         out.setdefault("best_bc", {})[panel] = best
         for a, b in CONTRASTS:
@@ -264,6 +271,39 @@ def print_table(result: dict) -> None:
             )
 
 
+def markdown(result: dict) -> str:
+    """The page's two tables: every arm's success per seed, and every contrast (what the page's test reads)."""
+    seeds = [str(s) for s in result["seeds"]]
+    lines = [
+        "| panel | arm | " + " | ".join(f"seed {s}" for s in seeds) + " | mean |",
+        "|---|---|" + "---|" * (len(seeds) + 1),
+    ]
+    for panel, arms in result["arms"].items():
+        for arm_name, per in arms.items():
+            cells = " | ".join(f"{per[s]:.3f}" if s in per else "–" for s in seeds)
+            lines.append(f"| {panel} | {arm_name} | {cells} | {statistics.fmean(per.values()):.3f} |")
+    lines += [
+        "",
+        "| panel | contrast | by task, over seeds [95 %] | each seed [95 %] | seed-level t | sign test | seeds lo > 0 "
+        "| smallest detectable |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for panel, contrasts in result["contrasts"].items():
+        for name, c in contrasts.items():
+            g, sl, st = c["over_seeds_by_task"], c["seed_level"], c["sign_test"]
+            each = ", ".join(
+                f"{x['mean']:+.3f} [{x['low']:+.3f}, {x['high']:+.3f}]" for x in c["per_seed"].values()
+            )
+            half = f"± {sl['half']:.3f}" if sl["half"] == sl["half"] else "(one seed)"
+            lines.append(
+                f"| {panel} | {name.replace('best_bc', 'best BC, ' + c['b_arm'])} | {g['mean']:+.3f} [{g['low']:+.3f}, "
+                f"{g['high']:+.3f}] | {each} | {sl['mean']:+.3f} {half} | {st['better']}:{st['worse']}, p "
+                f"{st['p']:.3f} | {c['seeds_with_low_above_0']} of {len(c['per_seed'])} | "
+                f"{c['smallest_detectable']:.3f} |"
+            )
+    return "\n".join(lines).replace("-0.", "−0.").replace("+0.000 [+0.000", "+0.000 [+0.000")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -276,10 +316,11 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--runs", type=Path, required=True)
     t.add_argument("--seeds", default="0,1,2,3,4")
     t.add_argument("--out", type=Path, default=None)
+    t.add_argument("--markdown", action="store_true", help="print the page's tables instead")
     a = ap.parse_args(argv)
     if a.cmd == "table":
         result = cmd_table(a.runs, [int(x) for x in a.seeds.split(",")])
-        print_table(result)
+        print(markdown(result)) if a.markdown else print_table(result)
         if a.out:
             a.out.parent.mkdir(parents=True, exist_ok=True)
             a.out.write_text(json.dumps(result, indent=1))
