@@ -174,10 +174,10 @@ def _learner_arm(
 
     from cluster.ray_cluster import WorkerResources, init_ray
     from launch.config import DEFAULT_PRESET, engine_old_logprobs, resolve_algo_config, resolve_config
-    from launch.driver.algos import get_algo
     from launch.driver.stages import staged_update
     from launch.driver.warm_start import start_rl
     from launch.driver.wiring import learner_spec
+    from learners.algos.registry import get_algo
     from learners.group import LearnerGroup
 
     cfg = _run_config(run, overrides)
@@ -236,7 +236,7 @@ def _arm_passes(
 ) -> list[Any]:
     """The named passes of arm ``name``'s update of iteration k (``iteration_passes.learner_passes``)."""
     from launch.config import resolve_algo_config
-    from launch.driver.algos import get_algo
+    from learners.algos.registry import get_algo
 
     algo = get_algo(cfg.algo)
     return learner_passes(

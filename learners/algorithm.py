@@ -1,6 +1,6 @@
 """The algorithm record: everything the driver and the learner need from one algorithm, as plain values (pure).
 
-Each ``learners/algos/<name>.py`` ends with one ``ALGORITHM = Algorithm(...)``; ``launch.driver.algos`` maps names to these
+Each ``learners/algos/<name>.py`` ends with one ``ALGORITHM = Algorithm(...)``; ``learners.algos.registry`` maps names to these
 records. The driver reads fields (``value_slots``, ``uses_reference(cfg)``, ``uses_old_logprobs``) instead of
 branching on module names or probing configs with ``getattr``; the learner calls ``policy_loss`` and
 ``value_loss``, which are pure functions of tensors (``learners.targets``: ``PolicyInputs``, ``CriticInputs``).

@@ -214,7 +214,7 @@ def _check_sampling(cfg: TrainConfig, algo: Any) -> None:
     Evaluation (``rollout.eval_temperature``) trains nothing and is free."""
     if not algo.uses_old_logprobs:
         return
-    from launch.driver.algos import ALGOS
+    from learners.algos.registry import ALGOS
 
     ratio_free = ", ".join(sorted(n for n, a in ALGOS.items() if not a.uses_old_logprobs))
     for key, value in (
@@ -233,7 +233,7 @@ def _check_algo(cfg: TrainConfig) -> Any:
     """The ``algo.*`` keys against the algorithm's Config (which checks its own ranges and choices), then what the
     algorithm needs of the rest of the run (its agent protocols, the learner's ZeRO stage, an env with an expert,
     groups of the size it needs)."""
-    from launch.driver.algos import get_algo
+    from learners.algos.registry import get_algo
 
     algo = get_algo(cfg.algo)
     # the Config checks its own fields as it is built (``learners.algo_config``): a bad value fails here
@@ -382,7 +382,7 @@ def validate(cfg: TrainConfig) -> Any:
     algorithm config. Pure: reads no files beyond importing the modules that define the allowed names."""
     from actors.protocols import AGENTS
     from envs.base import env_names
-    from launch.driver.algos import ALGOS
+    from learners.algos.registry import ALGOS
 
     if cfg.algo not in ALGOS:
         raise unknown_algo(cfg.algo)

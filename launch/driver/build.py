@@ -35,7 +35,6 @@ from launch.config import (
     resolved_text,
     to_dict,
 )
-from launch.driver.algos import get_algo
 from launch.driver.checkpoints import Checkpointer
 from launch.driver.kept_episodes import EpisodeKeeper
 from launch.driver.parts import RunParts
@@ -55,6 +54,7 @@ from launch.driver.wiring import (
     updater,
 )
 from launch.evaluation.scoring import Evaluation, scope
+from learners.algos.registry import get_algo
 from learners.group import LearnerGroup
 
 

@@ -100,7 +100,7 @@ STAGES: dict[str, StageBuilder] = {"": no_stage, "reward_models": reward_models,
 
 def register_stage(name: str, builder: StageBuilder) -> StageBuilder:
     """Add ``builder`` under ``name`` to this process's table, for records whose ``driver_stage`` is ``name``
-    (registered with ``launch.driver.algos.register_algo``). A taken name is refused; returns the builder."""
+    (registered with ``learners.algos.registry.register_algo``). A taken name is refused; returns the builder."""
     if name in STAGES:
         raise ValueError(f"driver stage {name!r} is already registered")
     STAGES[name] = builder

@@ -12,9 +12,9 @@ from typing import Any
 from actors.lora_weights import read_peft_adapter
 from actors.trajectory import Trajectory
 from common.lora import LoraSpec
-from launch.driver.algos import get_algo
 from launch.driver.run_log import EVAL_PREFIXES
 from launch.driver.updater import Updater
+from learners.algos.registry import get_algo
 from learners.group import LearnerGroup
 
 

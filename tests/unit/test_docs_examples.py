@@ -40,9 +40,9 @@ from actors.trajectory import Trajectory, Turn
 from envs.random_policy import random_policy_wins
 from envs.synthetic import SyntheticHierEnv
 from launch.cli.main import main
-from launch.driver.algos import ALGOS, get_algo
 from launch.driver.stage_builders import STAGES, stage_builder
 from launch.driver.stages import staged_update
+from learners.algos.registry import ALGOS, get_algo
 from learners.batch import build_turn_batch
 from reward.shaping import ShapingConfig, apply_shaping
 from tests.unit.scripted_engine import FakeEngine, run_episodes

@@ -28,7 +28,7 @@ def _pure_modules() -> list[str]:
         "learners.diagnostics",
         "learners.outcomes",
         "launch.config",
-        "launch.driver.algos",
+        "learners.algos.registry",
         "launch.evaluation.panels",
         "launch.evaluation.scoring",
         "launch.evaluation.baselines",

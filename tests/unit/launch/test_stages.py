@@ -15,12 +15,12 @@ import pytest
 from actors.trajectory import Trajectory, Turn, to_jsonl
 from launch.config import resolve_algo_config, resolve_config
 from launch.driver import stage_builders
-from launch.driver.algos import ALGOS, get_algo
 from launch.driver.hisr_rewards import REWARD_MODELS, RewardModels
 from launch.driver.offline_data import OfflineData
 from launch.driver.stage_builders import STAGES, StageInputs, register_stage, stage_builder
 from launch.driver.stages import DriverStage
 from learners.algos import hisr, multi2
+from learners.algos.registry import ALGOS, get_algo
 
 
 def unused(*_: Any, **__: Any) -> Any:

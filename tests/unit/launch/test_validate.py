@@ -93,7 +93,7 @@ def test_hisr_segmentation_is_checked_against_the_agent():
 def test_the_kl_reference_is_checked_before_ray_and_sets_the_learners_frozen_copies():
     """``learner.kl_reference``: start (a frozen copy of each policy adapter, ``ref_<name>``) or base (none); ZeRO-3
     would partition the copy. Algorithms without a KL term keep none."""
-    from launch.driver.algos import get_algo
+    from learners.algos.registry import get_algo
 
     assert _error(["learner.kl_reference=bc"]) == "learner.kl_reference: got 'bc'; allowed: start, base"
     zero3 = ["learner.zero_stage=3", "learner.micro_batch_size=32"]
@@ -462,7 +462,7 @@ RATIO_ALGOS = ["gigpo", "grpo", "hiper", "hipif", "hipif_gigpo", "hisr", "ppo", 
 
 
 def test_the_ratio_algorithms_are_the_ones_that_read_old_logprobs():
-    from launch.driver.algos import ALGOS
+    from learners.algos.registry import ALGOS
 
     assert sorted(n for n, a in ALGOS.items() if a.uses_old_logprobs) == RATIO_ALGOS
 

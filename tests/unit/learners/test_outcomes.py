@@ -5,8 +5,8 @@ import dataclasses
 
 import pytest
 
-from launch.driver.algos import get_algo
 from learners.algos import grpo, hiper, hipif, hisr, ppo, rloo, sft
+from learners.algos.registry import get_algo
 from learners.outcomes import outcome_stats, outcome_varies
 from learners.prepare import learner_batch, shaped_turns, takes_policy_step
 from learners.targets import sequences
@@ -76,11 +76,13 @@ def test_no_step_on_a_batch_without_a_loss_token_whatever_the_rule():
     turns = shaped_turns(trajs, ppo.Config(), success_reward=1.0, max_len=64, pad_id=0)
     seqs = sequences(turns, algo.value_slots)
     lp = turns.old_logprobs.numpy()
-    batch, _ = learner_batch(algo, ppo.Config(), trajs, turns, seqs, lp, lp - 0.1, HIPER_VALUES[:1, :1].repeat(6, 0))
+    batch, _ = learner_batch(
+        algo, ppo.Config(), trajs, turns, seqs, lp, lp - 0.1, HIPER_VALUES[:1, :1].repeat(6, 0)
+    )
     empty = dataclasses.replace(batch, loss_mask=batch.loss_mask & False)
     assert takes_policy_step(sft.Config(), trajs, batch) and not takes_policy_step(sft.Config(), trajs, empty)
 
 
 def test_the_rule_is_a_checked_config_value():
-    with pytest.raises(ValueError, match="algo.no_outcome_batch"):
+    with pytest.raises(ValueError, match=r"algo\.no_outcome_batch"):
         hiper.Config(no_outcome_batch="drop")

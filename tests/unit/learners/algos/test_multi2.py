@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from actors.trajectory import Trajectory
-from launch.driver.algos import get_algo
 from launch.driver.offline_data import anchor_trajectory
 from learners.algos import multi2
+from learners.algos.registry import get_algo
 from learners.batch import build_turn_batch
 from learners.prepare import learner_batch
 from learners.targets import CriticInputs, PolicyInputs, sequences

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from actors.trajectory import Trajectory
-from launch.driver.algos import get_algo
 from learners.algos import step_hrl
+from learners.algos.registry import get_algo
 from learners.batch import build_turn_batch
 from learners.diagnostics import position_advantage
 from learners.prepare import learner_batch
