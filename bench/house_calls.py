@@ -69,13 +69,23 @@ def _class(module: str, node: ast.ClassDef) -> Cls:
             cls.fields[item.target.id] = item.annotation
     for method in cls.methods.values():
         for sub in ast.walk(method):
-            target = sub.target if isinstance(sub, ast.AnnAssign) else None
-            if isinstance(sub, ast.Assign) and len(sub.targets) == 1:
-                target = sub.targets[0]
-            if _is_self_attr(target) and target.attr not in cls.fields:  # type: ignore[union-attr]
-                value = sub.annotation if isinstance(sub, ast.AnnAssign) else sub.value  # type: ignore[union-attr]
-                cls.fields[target.attr] = value  # type: ignore[union-attr]
+            for target, value in _self_assignments(sub):
+                cls.fields.setdefault(target.attr, value)
     return cls
+
+
+def _self_assignments(node: ast.AST) -> list[tuple[ast.Attribute, ast.expr]]:
+    """(``self.<attr>``, its annotation or value) of an assignment, tuples taken apart (``self.a, self.b = a, b``)."""
+    if isinstance(node, ast.AnnAssign):
+        pairs = [(node.target, node.annotation)]
+    elif isinstance(node, ast.Assign) and len(node.targets) == 1:
+        target, value = node.targets[0], node.value
+        pairs = [(target, value)]
+        if isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple):
+            pairs = list(zip(target.elts, value.elts, strict=False))
+    else:
+        return []
+    return [(t, v) for t, v in pairs if _is_self_attr(t)]  # type: ignore[misc]
 
 
 def _is_self_attr(node: ast.AST | None) -> bool:
