@@ -175,6 +175,7 @@ def _learner_arm(
     from cluster.ray_cluster import WorkerResources, init_ray
     from launch.config import DEFAULT_PRESET, engine_old_logprobs, resolve_algo_config, resolve_config
     from launch.driver.stages import staged_update
+    from launch.driver.update_plan import UpdatePlan
     from launch.driver.warm_start import start_rl
     from launch.driver.wiring import learner_spec
     from learners.algos.registry import get_algo
@@ -195,9 +196,7 @@ def _learner_arm(
         policy = list(cfg.model.adapter_names) or ["default"]
         learner.load_checkpoint(str(state), only=policy)
         updater = replay_updater(
-            cfg,
-            algo,
-            algo_cfg,
+            (cfg, algo, algo_cfg),
             learner,
             state,
             start,
@@ -213,9 +212,7 @@ def _learner_arm(
         ref_is_policy = updater.reference_is_policy
         trajs = _trajectories(run, k)
         t0 = time.perf_counter()
-        metrics, timings = staged_update(
-            updater, stage, trajs, algo, algo_cfg, seed=cfg.seed + k, iteration=k, critic_warmup=0
-        )
+        metrics, timings = staged_update(updater, stage, trajs, UpdatePlan(seed=cfg.seed + k), k)
         wall = time.perf_counter() - t0
     finally:
         learner.shutdown()

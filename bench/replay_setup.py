@@ -40,9 +40,7 @@ def _reference_weights(state: Path, start: Path, ref: str) -> dict[str, Any]:
 
 
 def replay_updater(
-    cfg: Any,
-    algo: Any,
-    algo_cfg: Any,
+    variant: tuple[Any, Any, Any],
     learner: Any,
     state: Path,
     start: Path,
@@ -50,14 +48,17 @@ def replay_updater(
     *,
     engine_old_logprobs: bool = False,
 ) -> Any:
-    """The run's ``Updater`` over ``learner`` (``launch.driver.wiring.updater``) at ``state``, the KL references its update
-    read loaded; the rollouts were the state's own, so no behaviour correction, and π_old as ``engine_old_logprobs``
-    says (False: recomputed)."""
-    from launch.driver.wiring import updater
+    """The run's ``Updater`` of ``variant`` (its config, algorithm and algorithm config) over ``learner``
+    (``launch.driver.wiring.updater_settings``) at ``state``, the KL references its update read loaded; the
+    rollouts were the state's own, so no behaviour correction, and π_old as ``engine_old_logprobs`` says (False:
+    recomputed)."""
+    from launch.driver.updater import Updater
+    from launch.driver.wiring import updater_settings
 
-    up = updater(cfg, algo, algo_cfg, learner, pad)
-    up.behaviour_is_cap = 0.0
-    up.engine_old_logprobs = engine_old_logprobs
+    cfg, algo, algo_cfg = variant
+    settings = updater_settings(cfg, algo, algo_cfg, learner.spec.device, pad)
+    settings = replace(settings, behaviour_is_cap=0.0, engine_old_logprobs=engine_old_logprobs)
+    up = Updater(learner, algo, algo_cfg, settings)
     for ref in up.ref_adapters:
         learner.load_adapter_weights(_reference_weights(state, start, ref), adapter=ref)
     return up

@@ -124,8 +124,6 @@ def build_run(cfg: TrainConfig, device: str | None = None) -> RunParts:
     empty = EmptyIterations(cfg.rollout.max_empty_iterations, cfg.rollout.groups_per_iter)
     return RunParts(
         schedule=schedule(cfg, bc_source, bc_eval_reused),
-        algo=algo,
-        algo_cfg=algo_cfg,
         pool=pool,
         updater=upd,
         worker_lost=WORKER_LOST,

@@ -25,6 +25,7 @@ import json
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from actors.inference import GenerationResult
 from actors.trajectory import Trajectory, Turn, read_jsonl, to_jsonl
 from launch.driver.sources import IterationData, IterationSource
 from launch.driver.stages import OFFLINE_STEPS, DriverStage
+from launch.driver.update_plan import UpdatePlan
 from launch.evaluation.episode_stats import trajectory_stats
 
 
@@ -166,9 +168,9 @@ class OfflineData(DriverStage):
         """The stored data replace the rollouts."""
         return self
 
-    def update_args(self, iteration: int) -> dict[str, Any]:
+    def update_plan(self, plan: UpdatePlan, iteration: int) -> UpdatePlan:
         """The KL term's reference only in the online phase; the critic-only steps its warm-up still owes."""
-        return {"reference": self.online(iteration), "warmup_left": self.warmup_left()}
+        return replace(plan, reference=self.online(iteration), warmup_left=self.warmup_left())
 
     def after_update(self, metrics: Mapping[str, Any]) -> None:
         self.critic_steps += int(metrics["optimizer_steps"])

@@ -7,7 +7,8 @@ algorithm and check none of its flags.
                             and after a rebuilt group loaded a checkpoint
     iteration_source(...)   where the RL iterations' trajectories come from (stored data replaces the rollouts)
     annotate                writes model rewards into an update's turns before its targets (None: nothing to write)
-    update_args(k)          ``Updater.update``'s arguments for iteration k (the KL reference read, critic steps owed)
+    update_plan(plan, k)    iteration k's ``UpdatePlan`` with the stage's part (the KL reference read, critic steps owed;
+                            ``staged_update`` has put its ``annotate`` in)
     after_update(metrics)   bookkeeping after each update
     state() / restore(s)    what a checkpoint's ``driver.pt`` keeps of the stage, and reading it back (a resume, a
                             rebuilt learner group)
@@ -22,12 +23,13 @@ is the null stage of an algorithm that names none: every hook does nothing, so t
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from actors.trajectory import Trajectory
 from launch.driver.sources import IterationSource
-from launch.driver.updater import Annotate, Updater
-from learners.algorithm import Algorithm
+from launch.driver.update_plan import Annotate, UpdatePlan, UpdateResult
+from launch.driver.updater import Updater
 
 OFFLINE_STEPS = "offline_steps"
 """``driver.pt``'s count of the optimizer steps a stored-data run took (its critic warm-up reads it)."""
@@ -41,7 +43,7 @@ class DriverStage:
     itself (stored data: at the first online iteration, π_off)."""
     critic_warmup_in_passes: bool = True
     """The first RL update starts with ``learner.critic_warmup_passes`` critic-only passes. False: the stage owes the
-    critic's warm-up in optimizer steps (stored data: ``algo.warmup_steps``, ``update_args``' ``warmup_left``)."""
+    critic's warm-up in optimizer steps (stored data: ``algo.warmup_steps``, the plan's ``warmup_left``)."""
     annotate: Annotate | None = None
     """Writes model rewards into the turns of an update before its targets and returns their statistics (HISR's
     reward models); None: nothing to write, and the update times no annotation."""
@@ -55,10 +57,10 @@ class DriverStage:
         because building them starts work), unless the stage has its own."""
         return rollouts()
 
-    def update_args(self, iteration: int) -> dict[str, Any]:
-        """``Updater.update``'s per-update arguments at ``iteration``; none here: its defaults (the KL reference
-        read where the algorithm has one, no critic step owed)."""
-        return {}
+    def update_plan(self, plan: UpdatePlan, iteration: int) -> UpdatePlan:
+        """The loop's ``plan`` for iteration ``iteration`` (its ``annotate`` already the stage's) with the stage's
+        part; none here (the KL reference read where the algorithm has one, no critic step owed)."""
+        return plan
 
     def after_update(self, metrics: Mapping[str, Any]) -> None:
         """Bookkeeping after each RL update (``metrics``: the update's)."""
@@ -73,26 +75,10 @@ class DriverStage:
 
 
 def staged_update(
-    updater: Updater,
-    stage: DriverStage,
-    trajs: list[Trajectory],
-    algo: Algorithm,
-    algo_cfg: Any,
-    *,
-    seed: int,
-    iteration: int,
-    **kw: Any,
-) -> tuple[dict[str, Any], dict[str, float]]:
-    """``Updater.update`` on iteration ``iteration``'s ``trajs`` with the stage's annotation and arguments, then its
-    bookkeeping: the one update path of the training driver and the update replay. Returns (metrics, timings)."""
-    metrics, timings = updater.update(
-        trajs,
-        algo,
-        algo_cfg,
-        seed=seed,
-        annotate=stage.annotate,
-        **stage.update_args(iteration),
-        **kw,
-    )
-    stage.after_update(metrics)
-    return metrics, timings
+    updater: Updater, stage: DriverStage, trajs: list[Trajectory], plan: UpdatePlan, iteration: int
+) -> UpdateResult:
+    """``Updater.update`` on iteration ``iteration``'s ``trajs`` under ``plan`` with the stage's part, then the
+    stage's bookkeeping: the one update path of the training driver and the update replay."""
+    result = updater.update(trajs, stage.update_plan(replace(plan, annotate=stage.annotate), iteration))
+    stage.after_update(result.metrics)
+    return result

@@ -39,6 +39,7 @@ from launch.driver.parts import Schedule
 from launch.driver.rollout_pool import RolloutPool
 from launch.driver.sources import IterationSource, SyncRollouts
 from launch.driver.stream import AsyncRollouts
+from launch.driver.update_plan import UpdaterSettings
 from launch.driver.updater import Updater
 from launch.evaluation.panel_tasks import Panel
 from launch.evaluation.panels import AUTO, resolve_panel
@@ -82,18 +83,26 @@ def learner_resources(learner: LearnerConfig, device: str) -> WorkerResources:
     return WorkerResources(learner.cpus_per_worker, learner.gpus_per_worker if device == "cuda" else 0.0)
 
 
-def updater(cfg: TrainConfig, algo: Algorithm, algo_cfg: Any, learner: LearnerGroup, pad_id: int) -> Updater:
-    """The update's driver side over ``learner``: shaping in units of the env's success reward, the role adapters,
-    the frozen reference copies, the off-policy weight's cap (for the device the learner's spec names)."""
-    return Updater(
-        learner,
+def updater_settings(
+    cfg: TrainConfig, algo: Algorithm, algo_cfg: Any, device: str, pad_id: int
+) -> UpdaterSettings:
+    """What the run's updates keep: shaping in units of the env's success reward, the role adapters, the frozen
+    reference copies, the off-policy weight's cap and π_old's source (for the learner's ``device``)."""
+    return UpdaterSettings(
         cfg.learner,
         pad_id=pad_id,
         success_reward=success_reward(cfg.env.name, dict(cfg.env.options)),
         role_adapters=cfg.model.role_adapters,
         ref_adapters=reference_adapters(cfg, algo, algo_cfg),
-        behaviour_is_cap=behaviour_is_cap(cfg, learner.spec.device),
-        engine_old_logprobs=engine_old_logprobs(cfg, learner.spec.device),
+        behaviour_is_cap=behaviour_is_cap(cfg, device),
+        engine_old_logprobs=engine_old_logprobs(cfg, device),
+    )
+
+
+def updater(cfg: TrainConfig, algo: Algorithm, algo_cfg: Any, learner: LearnerGroup, pad_id: int) -> Updater:
+    """The run's algorithm's updates over ``learner``, with the settings for the device its spec names."""
+    return Updater(
+        learner, algo, algo_cfg, updater_settings(cfg, algo, algo_cfg, learner.spec.device, pad_id)
     )
 
 

@@ -42,6 +42,7 @@ from envs.synthetic import SyntheticHierEnv
 from launch.cli.main import main
 from launch.driver.stage_builders import STAGES, stage_builder
 from launch.driver.stages import staged_update
+from launch.driver.update_plan import UpdatePlan, UpdateResult
 from learners.algos.registry import ALGOS, get_algo
 from learners.batch import build_turn_batch
 from reward.shaping import ShapingConfig, apply_shaping
@@ -200,12 +201,13 @@ def test_algorithm_page_test_passes(monkeypatch, tmp_path):
 
 
 class AnnotatingUpdater:
-    """Stands in for ``Updater.update``: applies the annotation it is given to the batch, as the real one does
+    """Stands in for ``Updater.update``: applies the annotation its plan carries to the batch, as the real one does
     between the algorithm's shaping and its targets, and takes one optimizer step."""
 
-    def update(self, trajs: list[Trajectory], algo: Any, algo_cfg: Any, *, seed: int, **kw: Any) -> tuple:
-        stats = kw["annotate"](trajs, build_turn_batch(trajs, max_len=32, pad_id=0), None)
-        return {"optimizer_steps": 1.0, **stats}, {}
+    def update(self, trajs: list[Trajectory], plan: UpdatePlan) -> UpdateResult:
+        assert plan.annotate is not None
+        stats = plan.annotate(trajs, build_turn_batch(trajs, max_len=32, pad_id=0), None)
+        return UpdateResult({"optimizer_steps": 1.0, **stats}, {})
 
 
 def _seen(traj_id: str, *observations: str) -> Trajectory:
@@ -222,7 +224,7 @@ def test_algorithm_with_a_driver_stage_scores_through_the_update_path_and_keeps_
     stage = stage_builder(algo)(None)  # the page's builder reads none of the run's inputs
     # observations a, b, a: β/√1, β/√1, then a's second sighting β/√2 (β = 0.1)
     trajs = [_seen("x", "a", "b"), _seen("y", "a")]
-    metrics, _ = staged_update(AnnotatingUpdater(), stage, trajs, algo, algo.Config(), seed=0, iteration=1)
+    metrics, _ = staged_update(AnnotatingUpdater(), stage, trajs, UpdatePlan(seed=0), 1)
     assert [t.shaped["novelty"] for tr in trajs for t in tr.turns] == pytest.approx(
         [0.1, 0.1, 0.1 / np.sqrt(2)]
     )
@@ -234,7 +236,7 @@ def test_algorithm_with_a_driver_stage_scores_through_the_update_path_and_keeps_
     resumed = stage_builder(algo)(None)
     resumed.restore(state)
     again = [_seen("z", "a")]
-    staged_update(AnnotatingUpdater(), resumed, again, algo, algo.Config(), seed=0, iteration=2)
+    staged_update(AnnotatingUpdater(), resumed, again, UpdatePlan(seed=0), 2)
     assert again[0].turns[0].shaped["novelty"] == pytest.approx(0.1 / np.sqrt(3))
 
 

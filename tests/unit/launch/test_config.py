@@ -354,7 +354,7 @@ def test_the_updater_takes_the_cap_for_the_learners_device():
     for device in ("cuda", "cpu"):
         learner = SimpleNamespace(spec=SimpleNamespace(device=device))
         up = updater(cfg, algo, algo.Config(), learner, pad_id=0)  # type: ignore[arg-type]
-        assert up.behaviour_is_cap == behaviour_is_cap(cfg, device)
+        assert up.settings.behaviour_is_cap == behaviour_is_cap(cfg, device)
     assert behaviour_is_cap(cfg, "cuda") == 2.0
 
 

@@ -19,6 +19,7 @@ from launch.driver.hisr_rewards import REWARD_MODELS, RewardModels
 from launch.driver.offline_data import OfflineData
 from launch.driver.stage_builders import STAGES, StageInputs, register_stage, stage_builder
 from launch.driver.stages import DriverStage
+from launch.driver.update_plan import UpdatePlan
 from learners.algos import hisr, multi2
 from learners.algos.registry import ALGOS, get_algo
 
@@ -134,15 +135,16 @@ def test_stored_data_are_their_own_source_with_a_later_reference_and_a_warm_up_i
     assert data.iteration_source(unused) is data and data.annotate is None
     assert not data.reference_at_warm_start and not data.critic_warmup_in_passes
     assert data.state() == {"offline_steps": 0}
-    assert data.update_args(1) == {"reference": False, "warmup_left": 3}
+    plan = UpdatePlan(seed=5, critic_warmup=2)
+    assert data.update_plan(plan, 1) == replace(plan, reference=False, warmup_left=3)
     data.after_update({"optimizer_steps": 2.0, "loss": 0.5})
-    assert data.update_args(2) == {"reference": True, "warmup_left": 1}
+    assert data.update_plan(plan, 2) == replace(plan, reference=True, warmup_left=1)
     assert data.state() == {"offline_steps": 2}
     resumed = offline_data(tmp_path, acfg)
     resumed.restore({"iteration": 1, "version": 2, **data.state()})
-    assert resumed.update_args(2) == data.update_args(2)
+    assert resumed.update_plan(plan, 2) == data.update_plan(plan, 2)
     resumed.restore({"iteration": 1, "version": 2})
-    assert resumed.update_args(2)["warmup_left"] == 3
+    assert resumed.update_plan(plan, 2).warmup_left == 3
 
 
 def test_stored_data_are_prepared_once_a_rebuilt_learner_leaves_them(tmp_path):
@@ -201,6 +203,7 @@ def test_reward_models_load_from_the_stage_cache_unless_the_learner_holds_an_rl_
     assert learner.loaded == []
     models.prepare(0)
     assert learner.loaded == [("models", REWARD_MODELS)]
-    assert models.annotate is not None and models.update_args(1) == {}
+    plan = UpdatePlan(seed=0)
+    assert models.annotate is not None and models.update_plan(plan, 1) == plan
     assert models.reference_at_warm_start and models.critic_warmup_in_passes
     assert models.state() == {"offline_steps": 0}
