@@ -206,7 +206,7 @@ def _learner_arm(
         if k == 1:
             start_rl(learner, cfg.learner, policy)
             updater.reference_is_policy = not filing  # the driver's freeze_reference just ran
-        stage = _driver_stage(cfg, algo, algo_cfg, tok, pad, updater, run)
+        stage = _driver_stage((cfg, algo, algo_cfg), tok, pad, updater, run)
         stage.restore(torch.load(state / "driver.pt", weights_only=False))
         stage.prepare(k - 1)
         ref_is_policy = updater.reference_is_policy

@@ -264,7 +264,7 @@ def replay_update(
         models = [n for n, _ in spec.adapters if n not in policy] + [c.name for c in spec.extra_critics]
         if models:
             learner.load_checkpoint(str(state), only=models)
-        stage = _driver_stage(cfg, algo, algo_cfg, shared.tok, pad, updater, run)
+        stage = _driver_stage(variant, shared.tok, pad, updater, run)
         stage.restore(torch.load(state / "driver.pt", weights_only=False))
         stage.prepare(k - 1)
         plan = UpdatePlan(seed=cfg.seed + k + 1000 * repeat, critic_warmup=warmup)

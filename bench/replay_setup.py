@@ -64,18 +64,24 @@ def replay_updater(
     return up
 
 
-def _driver_stage(cfg: Any, algo: Any, algo_cfg: Any, tok: Any, pad: int, updater: Any, run: Path) -> Any:
-    """The variant's driver stage over the run's folder (``launch.driver.stage_builders.STAGES``, as ``build_run`` builds it), with
-    no rollouts: what it would collect (HISR's π_ref episodes, the stored data) must be there already."""
-    from launch.driver.stage_builders import StageInputs, stage_builder
+def _driver_stage(variant: tuple[Any, Any, Any], tok: Any, pad: int, updater: Any, run: Path) -> Any:
+    """The variant's driver stage over the run's folder (its kind in ``launch.driver.stage_kinds``, built as
+    ``build_run`` builds it), with no rollouts: what it would collect (HISR's π_ref episodes, the stored data) must
+    be there already."""
+    from launch.driver.stage_kinds import stage_kind
+    from launch.driver.stages import StageInputs
 
     def no_rollouts(*_: Any, **__: Any) -> list[Any]:
         raise RuntimeError("bench_replay: the driver stage's data and models are read back, never collected")
 
+    cfg, algo, algo_cfg = variant
+    kind = stage_kind(algo)
     inputs = StageInputs(
-        cfg=replace(cfg, run_dir=str(run)),
         algo=algo,
         algo_cfg=algo_cfg,
+        run_dir=run,
+        seed=cfg.seed,
+        sections=kind.sections_of(cfg),
         tokenizer=tok,
         pad_id=pad,
         train_ids=(),
@@ -86,7 +92,7 @@ def _driver_stage(cfg: Any, algo: Any, algo_cfg: Any, tok: Any, pad: int, update
         log=lambda _row: None,
         freeze_reference=updater.freeze_reference,
     )
-    return stage_builder(algo)(inputs)
+    return kind.build(inputs)
 
 
 @dataclass

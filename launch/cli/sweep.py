@@ -37,7 +37,7 @@ from typing import Any
 
 import yaml
 
-from launch.config import ConfigError, TrainConfig, one_line, parse_cli_overrides, resolve_config, validate
+from launch.config import ConfigError, TrainConfig, one_line, parse_cli_overrides, resolve_config
 from launch.evaluation.intervals import seed_mean
 from launch.evaluation.panels import run_panel
 
@@ -95,7 +95,9 @@ def _cell_name(values: dict[str, Any]) -> str:
 
 
 def cells(spec: SweepSpec) -> list[Cell]:
-    """Every combination of the grid, resolved and validated (before anything starts)."""
+    """Every combination of the grid, resolved and checked as ``hierarl train`` checks it (before anything starts)."""
+    from launch.driver.stage_kinds import check_run
+
     axes = list(spec.grid)
     out = []
     panels: set[str] = set()  # eval panels checked already (one env build each)
@@ -107,7 +109,7 @@ def cells(spec: SweepSpec) -> list[Cell]:
         parse_cli_overrides(overrides)  # key=value syntax
         try:
             cfg = resolve_config(preset, [*overrides, f"run_dir={Path(spec.out) / name}"])
-            validate(cfg)
+            check_run(cfg)
             key = repr((cfg.env.name, cfg.env.options, cfg.env.eval_split, cfg.eval_panel, cfg.eval_episodes))
             if key not in panels:
                 run_panel(cfg)  # an unknown panel, or one the installed data does not match, fails here

@@ -1,6 +1,6 @@
 """HISR's reward models on the live pipeline: the stages before RL and the per-iteration annotation (driver side).
 
-``algo=hisr`` (``Algorithm.reward_models``) gives the policy's learner group two more models on the policy's own
+``algo=hisr`` (its stage kind, ``KIND``) gives the policy's learner group two more models on the policy's own
 base (``reward_model_learners``): the hindsight model, a second trained LoRA adapter (``hindsight``), and the segment
 process reward model (SPRM), a second value model (adapter ``sprm`` with HISR Eq. 2's MLP head). One copy of the base
 serves policy, KL reference, critic, SPRM and hindsight model; the hindsight model's and the policy's log-probs of
@@ -28,7 +28,7 @@ import shutil
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -36,11 +36,12 @@ from actors.agents.parsing import render_prompt
 from actors.protocols import AGENTS
 from actors.trajectory import Trajectory, read_jsonl, to_jsonl
 from common.errors import RunStopped
-from launch.driver.stages import DriverStage
+from launch.config import ConfigError, TrainConfig
+from launch.driver.stages import DriverStage, StageInputs, StageKind, StageModels
+from learners.algorithm import Algorithm
 from learners.algos import hisr, sft
 from learners.batch import LearnerBatch, TurnBatch, build_turn_batch
 from learners.diagnostics import ranking_auc
-from learners.group import LearnerGroup
 from learners.learner_spec import CriticSpec
 from learners.prepare import learner_batch
 from learners.reward_models import (
@@ -60,6 +61,9 @@ from reward.segments import (
     turn_segments,
 )
 
+if TYPE_CHECKING:  # annotations only: the module stays importable without Ray (``hierarl train --dry-run``)
+    from learners.group import LearnerGroup
+
 SEGMENTS_KEY = "hisr_segments"
 
 
@@ -78,13 +82,13 @@ def resolve_segmentation(segmentation: str, agent: str) -> str:
     return "subgoal" if AGENTS[agent].states_subgoals else "entropy"
 
 
-def reward_model_learners(acfg: hisr.Config, model_path: str) -> tuple[tuple[str, float], CriticSpec]:
+def reward_model_learners(acfg: hisr.Config, model_path: str) -> StageModels:
     """The learner's extra trained adapter (the hindsight model, at ``hindsight_lr``) and extra value model (the
     SPRM: one output, Eq. 2's W₂·SiLU(W₁h) with W₁ as wide as the base's hidden state, at ``sprm_lr``)."""
     from transformers import AutoConfig
 
     hidden = AutoConfig.from_pretrained(model_path).hidden_size
-    return (HINDSIGHT, acfg.hindsight_lr), CriticSpec(SPRM, 1, hidden, acfg.sprm_lr)
+    return StageModels(((HINDSIGHT, acfg.hindsight_lr),), (CriticSpec(SPRM, 1, hidden, acfg.sprm_lr),))
 
 
 Collect = Callable[..., list[Trajectory]]
@@ -335,3 +339,45 @@ class RewardModels(DriverStage):
             }
         )
         print(f"[hierarl] HISR: hindsight model trained on {len(rows)} cloze rows: nll {nll:.3f}", flush=True)
+
+
+def build(inputs: StageInputs) -> RewardModels:
+    """HISR's reward models on the run's learner group, playing π_ref through ``collect``."""
+    rollout, learner = inputs.section("rollout"), inputs.section("learner")
+    return RewardModels(
+        inputs.algo_cfg,
+        inputs.run_dir / "hisr",
+        inputs.tokenizer,
+        agent=rollout.agent,
+        env_name=inputs.section("env").name,
+        max_seq_len=learner.max_seq_len,
+        pad_id=inputs.pad_id,
+        seed=inputs.seed,
+        learner=inputs.learner,
+        collect=inputs.collect,
+        train_ids=inputs.train_ids,
+        log=inputs.log,
+    )
+
+
+def check(cfg: TrainConfig, algo: Algorithm, algo_cfg: hisr.Config) -> None:
+    """Subgoal segmentation needs a protocol that states subgoals; ZeRO-3 would partition the base the SPRM shares
+    with the policy."""
+    stating = [name for name, spec in AGENTS.items() if spec.states_subgoals]
+    if algo_cfg.segmentation == "subgoal" and cfg.rollout.agent not in stating:
+        raise ConfigError(
+            f"algo.segmentation: 'subgoal' needs a protocol that states subgoals, not rollout.agent="
+            f"{cfg.rollout.agent!r}; allowed: rollout.agent in {', '.join(stating)}, or segmentation "
+            "entropy / turn / auto"
+        )
+    if cfg.learner.zero_stage == 3:
+        raise ConfigError(
+            f"learner.zero_stage: algo={cfg.algo}'s SPRM shares the policy's base, which ZeRO-3 would partition per "
+            "engine; allowed: 0, 1, 2"
+        )
+
+
+KIND = StageKind(
+    build=build, sections=("env", "rollout", "learner"), models=reward_model_learners, check=check
+)
+"""``driver_stage="reward_models"`` (HISR)."""

@@ -33,10 +33,16 @@ import numpy as np
 
 from actors.inference import GenerationResult
 from actors.trajectory import Trajectory, Turn, read_jsonl, to_jsonl
+from launch.config import ConfigError, TrainConfig
+from launch.config.validate import env_factory, expert_envs
 from launch.driver.sources import IterationData, IterationSource
-from launch.driver.stages import OFFLINE_STEPS, DriverStage
+from launch.driver.stages import DriverStage, StageInputs, StageKind
 from launch.driver.update_plan import UpdatePlan
 from launch.evaluation.episode_stats import trajectory_stats
+from learners.algorithm import Algorithm
+
+OFFLINE_STEPS = "offline_steps"
+"""``driver.pt``'s count of the optimizer steps a stored-data run took (its critic warm-up reads it)."""
 
 
 def _write(trajs: Sequence[Trajectory], path: Any) -> None:
@@ -269,3 +275,51 @@ def _flat_counts(counts: dict[str, Any]) -> dict[str, float]:
     flat = {k: v for k, v in counts.items() if isinstance(v, int | float)}
     flat.update({f"transitions_{r}": v for r, v in counts["transitions"].items()})
     return flat
+
+
+def build(inputs: StageInputs) -> OfflineData:
+    """The stored data of an offline algorithm: BC's demonstrations and the pool's rollouts; the online phase's KL
+    reference frozen where the algorithm has a KL term."""
+    env, rollout, algo = inputs.section("env"), inputs.section("rollout"), inputs.algo
+    return OfflineData(
+        inputs.algo_cfg,
+        inputs.run_dir / "offline",
+        anchor_role=algo.anchor_role,
+        seed=inputs.seed,
+        env_name=env.name,
+        train_split=env.train_split,
+        group_size=rollout.group_size,
+        temperature=rollout.temperature,
+        train_ids=inputs.train_ids,
+        demonstrations=inputs.demonstrations,
+        collect=inputs.collect,
+        sample=inputs.sample,
+        log=inputs.log,
+        freeze_reference=inputs.freeze_reference if algo.uses_reference(inputs.algo_cfg) else None,
+    )
+
+
+def check(cfg: TrainConfig, algo: Algorithm, algo_cfg: Any) -> None:
+    """A stored-data run's rules: its KL term is to π_off (never the base model), there are no rollouts to
+    overlap, and its dataset starts from the env expert's demonstrations."""
+    if algo.uses_reference(algo_cfg) and cfg.learner.kl_reference == "base":
+        raise ConfigError(
+            f"learner.kl_reference: algo={cfg.algo}'s KL term is to π_off, the policy its offline phase ended "
+            "with; allowed: start"
+        )
+    for key, value in (("one_step_off", cfg.one_step_off), ("max_staleness", cfg.max_staleness)):
+        if value:
+            raise ConfigError(
+                f"{key}: algo={cfg.algo} trains on a stored dataset, there are no rollouts to overlap; "
+                f"allowed: {key}={'false' if key == 'one_step_off' else 0}"
+            )
+    factory = env_factory(cfg.env.name)
+    if factory is not None and not hasattr(factory, "expert_plan"):
+        raise ConfigError(
+            f"env.name: algo={cfg.algo}'s dataset starts from expert demonstrations and env {cfg.env.name!r} has "
+            f"no expert plan (actors/demos.py); allowed: an env with one: {', '.join(expert_envs())}"
+        )
+
+
+KIND = StageKind(build=build, sections=("env", "rollout"), check=check)
+"""``driver_stage="offline_data"`` (STEP-HRL, Multi2)."""

@@ -1,7 +1,9 @@
 """Driver stages: what an algorithm needs from the driver around its updates (HISR's reward models,
-``launch/driver/hisr_rewards.py``; STEP-HRL's and Multi2's stored data, ``launch/driver/offline_data.py``) behind one interface, so that
-``Trainer`` (``launch/driver/train.py``) and the update replay (``bench/bench_replay.py``) call the same hooks for every
-algorithm and check none of its flags.
+``launch/driver/hisr_rewards.py``; STEP-HRL's and Multi2's stored data, ``launch/driver/offline_data.py``) behind one
+interface, so that ``Trainer`` (``launch/driver/train.py``) and the update replay (``bench/bench_replay.py``) call the
+same hooks for every algorithm and check none of its flags.
+
+At run time, the hooks of ``DriverStage``:
 
     prepare(k)              the learner group holds checkpoint k's state (0: the warm start's): at the start of RL
                             and after a rebuilt group loaded a checkpoint
@@ -16,23 +18,29 @@ algorithm and check none of its flags.
                             whether the warm start freezes the KL reference and the first update warms the critic
                             up in passes (stored data: neither; it does both its own way)
 
-``Algorithm.driver_stage`` names a run's stage in ``launch.driver.stage_builders.STAGES``, which builds it. ``DriverStage`` itself
-is the null stage of an algorithm that names none: every hook does nothing, so the loop has no special case for it.
+At build time, a ``StageKind``: the run-config sections its builder reads (``StageInputs.section``), the models it
+needs in the learner group beside the policy (``StageModels``), its own checks of the run config, and the builder.
+``Algorithm.driver_stage`` names a run's kind in ``launch.driver.stage_kinds.STAGE_KINDS``. ``DriverStage`` itself is
+the null stage of an algorithm that names none: every hook does nothing and it keeps nothing in checkpoints, so the
+loop has no special case for it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import replace
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from actors.trajectory import Trajectory
 from launch.driver.sources import IterationSource
 from launch.driver.update_plan import Annotate, UpdatePlan, UpdateResult
-from launch.driver.updater import Updater
+from learners.algorithm import Algorithm
+from learners.learner_spec import CriticSpec
 
-OFFLINE_STEPS = "offline_steps"
-"""``driver.pt``'s count of the optimizer steps a stored-data run took (its critic warm-up reads it)."""
+if TYPE_CHECKING:  # annotations only: the module stays importable without Ray (``hierarl train --dry-run``)
+    from launch.driver.updater import Updater
+    from learners.group import LearnerGroup
 
 
 class DriverStage:
@@ -66,12 +74,86 @@ class DriverStage:
         """Bookkeeping after each RL update (``metrics``: the update's)."""
 
     def state(self) -> dict[str, Any]:
-        """What a checkpoint keeps of the stage (``driver.pt``), read back by ``restore``. Every run's holds the
-        stored-data step count (0 here), so the driver state has the same keys whatever the algorithm."""
-        return {OFFLINE_STEPS: 0}
+        """What a checkpoint keeps of the stage (``driver.pt``), read back by ``restore``; nothing here."""
+        return {}
 
     def restore(self, state: Mapping[str, Any]) -> None:
         """Read back ``state()`` from a checkpoint's driver state (a resume, a rebuilt learner group)."""
+
+
+@dataclass(frozen=True)
+class StageInputs:
+    """What a stage kind's builder reads: the algorithm, the run folder and seed, the run-config sections the kind
+    declares (``section``), and the run's parts as the few calls a stage makes of them."""
+
+    algo: Algorithm
+    algo_cfg: Any
+    run_dir: Path
+    seed: int
+    sections: Mapping[str, Any]
+    """Section name → the run config's section (``env``, ``rollout``, ``learner``, ...): the kind's, no other."""
+    tokenizer: Any
+    pad_id: int
+    train_ids: Sequence[str]
+    """The tasks RL plays."""
+    learner: LearnerGroup
+    """The run's learner group (it rebuilds itself when a worker dies)."""
+    collect: Callable[..., list[Trajectory]]
+    """Rollouts of the current policy (``RolloutPool.collect``)."""
+    sample: Callable[..., list[Any]]
+    """One response of the current policy per prompt (``RolloutPool.sample``)."""
+    demonstrations: Callable[[], list[Trajectory]]
+    """BC's expert episodes."""
+    log: Callable[[dict[str, Any]], None]
+    """Writes a metrics row (``RunLog.log``)."""
+    freeze_reference: Callable[[], None]
+    """Copies the policy as the KL term's reference (``Updater.freeze_reference``)."""
+
+    def section(self, name: str) -> Any:
+        """The run config's section ``name``, which the kind must have declared (``StageKind.sections``)."""
+        if name not in self.sections:
+            raise KeyError(
+                f"run-config section {name!r} is not among the stage kind's ({', '.join(self.sections)})"
+            )
+        return self.sections[name]
+
+
+@dataclass(frozen=True)
+class StageModels:
+    """The models a stage needs in the learner group beside the policy and its critic: trained LoRA adapters (name,
+    learning rate) and value models (HISR: the hindsight model's adapter and the SPRM)."""
+
+    adapters: tuple[tuple[str, float], ...] = ()
+    critics: tuple[CriticSpec, ...] = ()
+
+
+def no_models(algo_cfg: Any, model_path: str) -> StageModels:
+    return StageModels()
+
+
+def no_check(cfg: Any, algo: Algorithm, algo_cfg: Any) -> None:
+    """A kind without rules of its own."""
+
+
+def null_stage(inputs: StageInputs) -> DriverStage:
+    """An algorithm without driver work: the null stage."""
+    return DriverStage()
+
+
+@dataclass(frozen=True)
+class StageKind:
+    """A driver stage as it is built: the sections of the run config its builder reads (nothing else of the run
+    config reaches it), the learner's extra models (from the algorithm config and the model folder), its checks of
+    the run config (``check(cfg, algo, algo_cfg)``: a ``ConfigError`` before Ray starts), and the builder."""
+
+    build: Callable[[StageInputs], DriverStage] = null_stage
+    sections: tuple[str, ...] = ()
+    models: Callable[[Any, str], StageModels] = no_models
+    check: Callable[[Any, Algorithm, Any], None] = no_check
+
+    def sections_of(self, cfg: Any) -> dict[str, Any]:
+        """The declared sections of run config ``cfg``."""
+        return {name: getattr(cfg, name) for name in self.sections}
 
 
 def staged_update(

@@ -1,6 +1,6 @@
-"""The run config turned into each part's spec. This module, ``build_run`` (``launch/driver/build.py``) and the
-driver stages' builders (``launch/driver/stage_builders.py``) are the only readers of the whole ``TrainConfig``, so
-that every part of the driver gets only its own section and the records built here.
+"""The run config turned into each part's spec. This module and ``build_run`` (``launch/driver/build.py``) are the only
+readers of the whole ``TrainConfig``, so that every part of the driver, the driver stage included (its kind's
+sections, ``StageInputs``), gets only its own sections and the records built here.
 
 ``learner_spec`` (the learner workers: LoRA, optimizer settings, the algorithm's critic and adapters),
 ``rollout_worker_config`` (the rollout workers: engine, protocol, env, sampling), ``expert_demonstrations`` (what
@@ -34,10 +34,10 @@ from launch.config import (
 )
 from launch.driver.checkpoints import behaviour_adapter
 from launch.driver.evaluator import PanelEvaluator
-from launch.driver.hisr_rewards import reward_model_learners
 from launch.driver.parts import Schedule
 from launch.driver.rollout_pool import RolloutPool
 from launch.driver.sources import IterationSource, SyncRollouts
+from launch.driver.stage_kinds import stage_kind
 from launch.driver.stream import AsyncRollouts
 from launch.driver.update_plan import UpdaterSettings
 from launch.driver.updater import Updater
@@ -114,14 +114,14 @@ def learner_adapters(cfg: TrainConfig) -> tuple[tuple[str, float], ...]:
 def learner_spec(
     cfg: TrainConfig, algo: Algorithm, algo_cfg: Any, model_path: str, device: str
 ) -> LearnerSpec:
-    """The learner workers' spec for a run: its LoRA, optimizer settings, the algorithm's critic and adapters (HISR:
-    the hindsight model's adapter and the SPRM beside the policy's)."""
-    adapters, extra_critics = learner_adapters(cfg), ()
+    """The learner workers' spec for a run: its LoRA, optimizer settings, the algorithm's critic and adapters, and
+    the models its driver stage's kind needs beside the policy's (``StageKind.models``)."""
+    adapters = learner_adapters(cfg)
     threads = torch_threads(cfg, cfg.learner.num_workers, node_cores(), device)
     frozen = reference_adapters(cfg, algo, algo_cfg)
-    if algo.reward_models:
-        hindsight, sprm = reward_model_learners(algo_cfg, model_path)
-        adapters, extra_critics = (*(adapters or (("default", cfg.learner.actor_lr),)), hindsight), (sprm,)
+    extra = stage_kind(algo).models(algo_cfg, model_path)
+    if extra.adapters:  # beside the policy's adapters (its one adapter named)
+        adapters = (*(adapters or (("default", cfg.learner.actor_lr),)), *extra.adapters)
     return LearnerSpec(
         model_path=model_path,
         lora=lora_spec(cfg),
@@ -140,7 +140,7 @@ def learner_spec(
         critic_trunk=cfg.learner.critic_trunk,
         target_critic=algo.target_critic,
         adapters=adapters,
-        extra_critics=extra_critics,
+        extra_critics=extra.critics,
         frozen_adapters=frozen,
         seed=cfg.seed,
         torch_threads=threads,
