@@ -12,9 +12,9 @@ from typing import Any
 from actors.lora_weights import read_peft_adapter
 from actors.trajectory import Trajectory
 from common.lora import LoraSpec
-from launch.driver.run_log import EVAL_PREFIXES
 from launch.driver.update_plan import UpdatePlan
 from launch.driver.updater import Updater
+from launch.evaluation.metrics import EVAL_PREFIXES
 from learners.algos.registry import get_algo
 from learners.group import LearnerGroup
 

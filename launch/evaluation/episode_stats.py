@@ -96,3 +96,9 @@ def trajectory_stats(trajs: Sequence[Trajectory]) -> dict[str, float]:
         },
         **({"subgoal_completion": subgoal_rate(counts)} if any(i for i, _ in counts) else {}),
     }
+
+
+def evaluation_stats(trajs: Sequence[Trajectory]) -> dict[str, float]:
+    """What an evaluation measures of its episodes (``PanelEvaluator``): ``trajectory_stats``, which the schema's
+    ``from_episodes`` metrics (``launch.evaluation.metrics``) are copied from into the evaluation's result."""
+    return trajectory_stats(trajs)

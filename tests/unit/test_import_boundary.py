@@ -34,6 +34,7 @@ def _pure_modules() -> list[str]:
         "launch.evaluation.intervals",
         "launch.evaluation.report",
         "launch.evaluation.episode_stats",
+        "launch.evaluation.metrics",
         "launch.driver.weights",
         "launch.driver.update_plan",
         "launch.view.run_data",
