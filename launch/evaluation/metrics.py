@@ -59,6 +59,9 @@ METRICS: tuple[Metric, ...] = (
     Metric("base", ".3f", "base model", column="eval_base", optional=True),
     Metric("valid_format", ".2f", "valid format", column="eval_valid", from_episodes=True),
     Metric("subgoal_completion", ".2f", "subgoals completed", from_episodes=True),
+    Metric(
+        "won_turns", ".1f", "turns of a win", column="eval_won_turns", figure="policy", from_episodes=True
+    ),
     Metric("dropped", "d", "tasks dropped"),
     Metric("samples", "d", "episodes a task"),
     Metric("temperature", "g", "sampling temperature"),
