@@ -26,7 +26,7 @@ import json
 import random
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -62,7 +62,7 @@ from reward.segments import (
 )
 
 if TYPE_CHECKING:  # annotations only: the module stays importable without Ray (``hierarl train --dry-run``)
-    from learners.group import LearnerGroup
+    pass
 
 SEGMENTS_KEY = "hisr_segments"
 
@@ -91,38 +91,24 @@ def reward_model_learners(acfg: hisr.Config, model_path: str) -> StageModels:
     return StageModels(((HINDSIGHT, acfg.hindsight_lr),), (CriticSpec(SPRM, 1, hidden, acfg.sprm_lr),))
 
 
-Collect = Callable[..., list[Trajectory]]
-"""``collect(task_ids, group_size, seed, *, temperature)``: rollouts of the current policy (``RolloutPool.collect``)."""
-
-
 class RewardModels(DriverStage):
     """The stages and the per-iteration scoring of HISR (``acfg``: its algorithm config), cached under ``root``,
     through the run's learner group (``learner``, which rebuilds itself when a worker dies). ``collect``
     plays π_ref on ``train_ids``; ``log`` writes the stages' metrics row. The run's driver stage: ``prepare`` and
     ``annotate`` are its hooks; the others do nothing (the models live in the learner's checkpoints)."""
 
-    def __init__(
-        self,
-        acfg: hisr.Config,
-        root: Path,
-        tokenizer: Any,
-        *,
-        agent: str,
-        env_name: str,
-        max_seq_len: int,
-        pad_id: int,
-        seed: int,
-        learner: LearnerGroup,
-        collect: Collect,
-        train_ids: Sequence[str],
-        log: Callable[[dict[str, Any]], None],
-    ) -> None:
-        self.acfg, self.root = acfg, root
+    def __init__(self, inputs: StageInputs) -> None:
+        """Built from its kind's inputs (``KIND``): the algorithm config, the run folder's ``hisr/``, the tokenizer,
+        the env, rollout and learner sections, and the run's learner group, rollouts and log."""
+        rollout, learner = inputs.section("rollout"), inputs.section("learner")
+        self.acfg, self.root = inputs.algo_cfg, inputs.run_dir / "hisr"
         self.root.mkdir(parents=True, exist_ok=True)
-        self.max_seq_len, self.pad_id, self.seed = max_seq_len, pad_id, seed
-        self.learner, self.collect_fn, self.train_ids, self.log = learner, collect, list(train_ids), log
-        self.segmentation = resolve_segmentation(acfg.segmentation, agent)
-        self.intro = hindsight_intro(env_name)
+        self.max_seq_len, self.pad_id, self.seed = learner.max_seq_len, inputs.pad_id, inputs.seed
+        self.learner, self.collect_fn, self.log = inputs.learner, inputs.collect, inputs.log
+        self.train_ids = list(inputs.train_ids)
+        self.segmentation = resolve_segmentation(self.acfg.segmentation, rollout.agent)
+        self.intro = hindsight_intro(inputs.section("env").name)
+        tokenizer = inputs.tokenizer
         self.encode = lambda text: tokenizer(text, add_special_tokens=False)["input_ids"]
         self.render = lambda text: render_prompt(tokenizer, [{"role": "user", "content": text}])
 
@@ -341,25 +327,6 @@ class RewardModels(DriverStage):
         print(f"[hierarl] HISR: hindsight model trained on {len(rows)} cloze rows: nll {nll:.3f}", flush=True)
 
 
-def build(inputs: StageInputs) -> RewardModels:
-    """HISR's reward models on the run's learner group, playing π_ref through ``collect``."""
-    rollout, learner = inputs.section("rollout"), inputs.section("learner")
-    return RewardModels(
-        inputs.algo_cfg,
-        inputs.run_dir / "hisr",
-        inputs.tokenizer,
-        agent=rollout.agent,
-        env_name=inputs.section("env").name,
-        max_seq_len=learner.max_seq_len,
-        pad_id=inputs.pad_id,
-        seed=inputs.seed,
-        learner=inputs.learner,
-        collect=inputs.collect,
-        train_ids=inputs.train_ids,
-        log=inputs.log,
-    )
-
-
 def check(cfg: TrainConfig, algo: Algorithm, algo_cfg: hisr.Config) -> None:
     """Subgoal segmentation needs a protocol that states subgoals; ZeRO-3 would partition the base the SPRM shares
     with the policy."""
@@ -378,6 +345,6 @@ def check(cfg: TrainConfig, algo: Algorithm, algo_cfg: hisr.Config) -> None:
 
 
 KIND = StageKind(
-    build=build, sections=("env", "rollout", "learner"), models=reward_model_learners, check=check
+    build=RewardModels, sections=("env", "rollout", "learner"), models=reward_model_learners, check=check
 )
 """``driver_stage="reward_models"`` (HISR)."""

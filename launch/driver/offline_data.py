@@ -26,7 +26,6 @@ import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -73,30 +72,17 @@ class OfflineData(DriverStage):
     reference_at_warm_start = False  # the online phase's reference is the policy it starts from (``take``)
     critic_warmup_in_passes = False  # the target critic's warm-up counts optimizer steps (``warmup_left``)
 
-    def __init__(
-        self,
-        acfg: Any,
-        root: Path,
-        *,
-        anchor_role: str,
-        seed: int,
-        env_name: str,
-        train_split: str,
-        group_size: int,
-        temperature: float,
-        train_ids: Sequence[str],
-        demonstrations: Callable[[], list[Trajectory]],
-        collect: Callable[..., list[Trajectory]],
-        sample: Callable[..., list[Any]],
-        log: Callable[[dict[str, Any]], None],
-        freeze_reference: Callable[[], None] | None,
-    ) -> None:
-        self.acfg, self.root, self.anchor_role = acfg, root, anchor_role
+    def __init__(self, inputs: StageInputs) -> None:
+        """Built from its kind's inputs (``KIND``): the algorithm and its config, the run folder's ``offline/``, the
+        env and rollout sections, and the run's rollouts, demonstrations, log and the reference's freeze."""
+        env, rollout, algo = inputs.section("env"), inputs.section("rollout"), inputs.algo
+        self.acfg, self.root, self.anchor_role = inputs.algo_cfg, inputs.run_dir / "offline", algo.anchor_role
         self.root.mkdir(parents=True, exist_ok=True)
-        self.seed, self.env_name, self.train_split = seed, env_name, train_split
-        self.group_size, self.temperature, self.train_ids = group_size, temperature, list(train_ids)
-        self.demonstrations, self.collect, self.sample, self.log = demonstrations, collect, sample, log
-        self.freeze_reference = freeze_reference
+        self.seed, self.env_name, self.train_split = inputs.seed, env.name, env.train_split
+        self.group_size, self.temperature = rollout.group_size, rollout.temperature
+        self.train_ids, self.demonstrations = list(inputs.train_ids), inputs.demonstrations
+        self.collect, self.sample, self.log = inputs.collect, inputs.sample, inputs.log
+        self.freeze_reference = inputs.freeze_reference if algo.uses_reference(self.acfg) else None
         self.dataset: list[Trajectory] = []
         self.critic_steps = 0
         """Optimizer steps taken so far (the critic warm-up counts them); saved with every checkpoint."""
@@ -277,28 +263,6 @@ def _flat_counts(counts: dict[str, Any]) -> dict[str, float]:
     return flat
 
 
-def build(inputs: StageInputs) -> OfflineData:
-    """The stored data of an offline algorithm: BC's demonstrations and the pool's rollouts; the online phase's KL
-    reference frozen where the algorithm has a KL term."""
-    env, rollout, algo = inputs.section("env"), inputs.section("rollout"), inputs.algo
-    return OfflineData(
-        inputs.algo_cfg,
-        inputs.run_dir / "offline",
-        anchor_role=algo.anchor_role,
-        seed=inputs.seed,
-        env_name=env.name,
-        train_split=env.train_split,
-        group_size=rollout.group_size,
-        temperature=rollout.temperature,
-        train_ids=inputs.train_ids,
-        demonstrations=inputs.demonstrations,
-        collect=inputs.collect,
-        sample=inputs.sample,
-        log=inputs.log,
-        freeze_reference=inputs.freeze_reference if algo.uses_reference(inputs.algo_cfg) else None,
-    )
-
-
 def check(cfg: TrainConfig, algo: Algorithm, algo_cfg: Any) -> None:
     """A stored-data run's rules: its KL term is to π_off (never the base model), there are no rollouts to
     overlap, and its dataset starts from the env expert's demonstrations."""
@@ -321,5 +285,5 @@ def check(cfg: TrainConfig, algo: Algorithm, algo_cfg: Any) -> None:
         )
 
 
-KIND = StageKind(build=build, sections=("env", "rollout"), check=check)
+KIND = StageKind(build=OfflineData, sections=("env", "rollout"), check=check)
 """``driver_stage="offline_data"`` (STEP-HRL, Multi2)."""

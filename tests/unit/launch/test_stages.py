@@ -20,16 +20,13 @@ from launch.driver import stage_kinds
 from launch.driver.hisr_rewards import REWARD_MODELS, RewardModels
 from launch.driver.offline_data import OfflineData
 from launch.driver.stage_kinds import STAGE_KINDS, check_run, register_stage, stage_kind
-from launch.driver.stages import DriverStage, StageInputs, StageKind
+from launch.driver.stages import DriverStage, StageKind
 from launch.driver.update_plan import UpdatePlan
 from launch.driver.wiring import learner_spec
 from learners.algos import hisr, multi2
 from learners.algos.registry import ALGOS, get_algo
 from learners.learner_spec import CriticSpec
-
-
-def unused(*_: Any, **__: Any) -> Any:
-    raise AssertionError("not expected in this test")
+from tests.unit.stage_inputs import stage_inputs, unused
 
 
 def test_each_record_names_a_registered_stage_hisr_and_the_offline_methods_their_own():
@@ -68,24 +65,11 @@ KINDS = [
 """A preset of every stage kind in the tree: (preset, overrides, the stage it builds, the folder it makes)."""
 
 
-def stage_inputs(cfg: Any, sections: dict[str, Any], run_dir: Path) -> StageInputs:
+def kind_inputs(cfg: Any, sections: dict[str, Any], run_dir: Path) -> Any:
+    """The inputs ``build_run`` gives a stage of ``cfg``'s algorithm, with ``sections`` of its config."""
     algo = get_algo(cfg.algo)
-    return StageInputs(
-        algo=algo,
-        algo_cfg=resolve_algo_config(algo.Config, cfg.algo_overrides),
-        run_dir=run_dir,
-        seed=cfg.seed,
-        sections=sections,
-        tokenizer=None,
-        pad_id=0,
-        train_ids=["t"],
-        learner=unused,
-        collect=unused,
-        sample=unused,
-        demonstrations=unused,
-        log=unused,
-        freeze_reference=unused,
-    )
+    algo_cfg = resolve_algo_config(algo.Config, cfg.algo_overrides)
+    return stage_inputs(algo, algo_cfg, run_dir, seed=cfg.seed, sections=sections, train_ids=["t"])
 
 
 def test_the_presets_cover_every_stage_kind():
@@ -99,7 +83,7 @@ def test_every_stage_kind_builds_from_its_config_sections_alone(tmp_path, preset
     harmless, but each declared one is read here)."""
     cfg = resolve_config(preset, overrides)
     kind = stage_kind(get_algo(cfg.algo))
-    inputs = stage_inputs(cfg, kind.sections_of(cfg), tmp_path)
+    inputs = kind_inputs(cfg, kind.sections_of(cfg), tmp_path)
     stage = kind.build(inputs)
     assert type(stage) is built
     assert [p.name for p in tmp_path.iterdir()] == ([folder] if folder else [])
@@ -112,7 +96,7 @@ def test_every_stage_kind_builds_from_its_config_sections_alone(tmp_path, preset
     for name in kind.sections:
         fewer = {k: v for k, v in kind.sections_of(cfg).items() if k != name}
         with pytest.raises(KeyError, match=f"section '{name}' is not among the stage kind's"):
-            kind.build(stage_inputs(cfg, fewer, tmp_path / "fewer"))
+            kind.build(kind_inputs(cfg, fewer, tmp_path / "fewer"))
 
 
 def test_the_stage_kind_brings_its_learner_models(monkeypatch):
@@ -186,22 +170,9 @@ def won(traj_id: str = "w") -> Trajectory:
     )
 
 
-def offline_data(root: Path, acfg: multi2.Config) -> OfflineData:
+def offline_data(run_dir: Path, acfg: multi2.Config) -> OfflineData:
     return OfflineData(
-        acfg,
-        root,
-        anchor_role="",
-        seed=0,
-        env_name="synthetic",
-        train_split="train",
-        group_size=2,
-        temperature=1.0,
-        train_ids=["t"],
-        demonstrations=unused,
-        collect=unused,
-        sample=unused,
-        log=unused,
-        freeze_reference=None,
+        stage_inputs(replace(get_algo("multi2"), anchor_role=""), acfg, run_dir, train_ids=["t"])
     )
 
 
@@ -229,12 +200,12 @@ def test_stored_data_are_their_own_source_with_a_later_reference_and_a_warm_up_i
 def test_stored_data_are_prepared_once_a_rebuilt_learner_leaves_them(tmp_path):
     """``prepare`` reads the cached dataset; a later call (a rebuilt learner group) neither reads nor builds it
     again (its expert demonstrations and collection would raise here)."""
-    to_jsonl([won("a"), won("b")], tmp_path / "dataset.jsonl")
-    (tmp_path / "manifest.json").write_text(json.dumps({"expert": 2}))
     data = offline_data(tmp_path, multi2.Config())
+    to_jsonl([won("a"), won("b")], tmp_path / "offline" / "dataset.jsonl")
+    (tmp_path / "offline" / "manifest.json").write_text(json.dumps({"expert": 2}))
     data.prepare(0)
     assert [t.traj_id for t in data.dataset] == ["a", "b"]
-    (tmp_path / "dataset.jsonl").unlink()
+    (tmp_path / "offline" / "dataset.jsonl").unlink()
     data.prepare(3)
     assert [t.traj_id for t in data.dataset] == ["a", "b"]
 
@@ -254,20 +225,9 @@ class Learner:
         self.loaded.append((Path(path).name, tuple(only)))
 
 
-def reward_models(root: Path, learner: Learner) -> RewardModels:
+def reward_models(run_dir: Path, learner: Learner) -> RewardModels:
     return RewardModels(
-        hisr.Config(segmentation="turn"),
-        root,
-        None,
-        agent="react",
-        env_name="synthetic",
-        max_seq_len=64,
-        pad_id=0,
-        seed=0,
-        learner=learner,
-        collect=unused,
-        train_ids=[],
-        log=unused,
+        stage_inputs(get_algo("hisr"), hisr.Config(segmentation="turn"), run_dir, learner=learner)
     )
 
 
@@ -277,7 +237,7 @@ def test_reward_models_load_from_the_stage_cache_unless_the_learner_holds_an_rl_
     the null stage's: it scores each update with ``annotate``."""
     learner = Learner()
     models = reward_models(tmp_path, learner)
-    (tmp_path / "stages.json").write_text(json.dumps({"sprm": {}, "hindsight": {}}))
+    (tmp_path / "hisr" / "stages.json").write_text(json.dumps({"sprm": {}, "hindsight": {}}))
     models.prepare(2)
     assert learner.loaded == []
     models.prepare(0)
