@@ -20,7 +20,8 @@ from the same state and trains on the same rollouts:
   checkpoint's driver state and prepared on the learner (HISR's reward models: the checkpoint's, or the stage cache's
   for ``k`` = 1; the stored data's phase and critic steps owed); nothing is collected again;
 * one update: the driver's code (``launch.driver.stages.staged_update`` of an ``UpdatePlan`` over the run's
-  ``Updater``), seed ``seed + k`` for the mini-batch order; the first variant is repeated with other seeds (``--repeats``) to measure the noise floor.
+  ``Updater``), seed ``seed + k`` for the mini-batch order; the first variant is repeated with other seeds
+  (``--repeats``) to measure the noise floor.
   Replaying iteration 1, RL starts as the driver starts it (``launch.driver.warm_start.start_rl``: the variant's
   ``learner.rl_optimizer`` and warm-up), so a run written before RL's optimizer was reset replays under today's
   default unless the variant says ``learner.rl_optimizer=continue``;
