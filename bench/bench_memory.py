@@ -75,7 +75,8 @@ def build_rows(preset: str, model: str, episodes: int, out: Path) -> dict[str, A
     from actors.models import resolve_model_path
     from envs import success_reward
     from launch.config import resolve_algo_config, resolve_config
-    from launch.driver.wiring import env_task_ids, expert_demonstrations
+    from launch.driver.wiring import expert_demonstrations
+    from launch.evaluation.tasks import env_task_ids
     from learners.algos.registry import get_algo
     from learners.prepare import shaped_turns
     from learners.targets import sequences

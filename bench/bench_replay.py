@@ -136,7 +136,7 @@ def replay(args: argparse.Namespace) -> int:
     from actors.trajectory import read_jsonl
     from cluster.ray_cluster import init_ray
     from launch.config import resolve_algo_config
-    from launch.driver.wiring import env_task_ids
+    from launch.evaluation.tasks import env_task_ids
     from learners.algos.registry import get_algo
     from learners.diagnostics import probe_deltas
 

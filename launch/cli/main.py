@@ -93,7 +93,7 @@ def cmd_train(args: Sequence[str]) -> int:
 
         panel = run_panel(cfg)  # builds the env: an unknown or mismatched panel fails here, before Ray
         if cfg.eval_panel != "auto" or cfg.env.train_panel != "auto":
-            from launch.driver.wiring import task_split
+            from launch.evaluation.tasks import task_split
 
             task_split(cfg)  # RL tasks apart from the eval panel: refused here, before Ray
         if not dry_run:

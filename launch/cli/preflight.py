@@ -32,7 +32,8 @@ def check_demonstrations(cfg: TrainConfig) -> None:
 
     from actors.demos import check_demos_fit
     from actors.models import resolve_model_path
-    from launch.driver.wiring import expert_demonstrations, task_split
+    from launch.driver.wiring import expert_demonstrations
+    from launch.evaluation.tasks import task_split
 
     tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(cfg.model.path, cfg.model.cache_dir))
     panel, rl_ids, bc_ids = task_split(cfg)

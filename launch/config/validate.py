@@ -245,12 +245,12 @@ def _check_algo(cfg: TrainConfig) -> Any:
             f"ablation on another agent: a baseline algorithm with algo.reward_terms); allowed: "
             f"{', '.join(algo.agents)}"
         )
+    # an algorithm without a critic ignores where a critic would read (a preset's choice survives algo=grpo)
     for refused, why in (
-        (not algo.value_heads, f"algo={cfg.algo} has no critic"),
         (bool(cfg.model.role_adapters), "model.role_adapters gives the policy several trunks"),
         (cfg.learner.zero_stage == 3, "learner.zero_stage 3 partitions the trunk per engine"),
     ):
-        if refused and cfg.learner.critic_trunk == "policy":
+        if refused and algo.value_heads and cfg.learner.critic_trunk == "policy":
             raise ConfigError(f"learner.critic_trunk: 'policy' refused, {why}; allowed: own")
     if algo.target_critic and cfg.learner.zero_stage == 3:
         raise ConfigError(
@@ -372,14 +372,14 @@ def validate(cfg: TrainConfig) -> Any:
         _options("env.options", cfg.env.options, allowed_options, cfg.env.name)
     _check_ranges(cfg)
     _check_role_adapters(cfg, AGENTS[cfg.rollout.agent].roles)
-    if cfg.bc.stratify and factory is not None and not hasattr(factory, "task_stratum"):
-        raise ConfigError(
-            f"bc.stratify: env {cfg.env.name!r} has no kinds of task to stratify by (task_stratum, envs/base.py); "
-            "allowed: bc.stratify=false"
-        )
     if cfg.bc.enabled and factory is not None and not hasattr(factory, "expert_plan"):
         raise ConfigError(
             f"bc.enabled: env {cfg.env.name!r} has no expert plan to clone (actors/demos.py); allowed: "
             f"bc.enabled=false, or an env with one: {', '.join(expert_envs())}"
+        )
+    if cfg.bc.enabled and cfg.bc.stratify and factory is not None and not hasattr(factory, "task_stratum"):
+        raise ConfigError(
+            f"bc.stratify: env {cfg.env.name!r} has no kinds of task to stratify by (task_stratum, envs/base.py); "
+            "allowed: bc.stratify=false"
         )
     return _check_algo(cfg)

@@ -51,10 +51,10 @@ from launch.driver.wiring import (
     rl_task_scope,
     rollout_pool,
     schedule,
-    task_split,
     updater,
 )
 from launch.evaluation.scoring import Evaluation, scope
+from launch.evaluation.tasks import task_split
 from learners.algos.registry import get_algo
 from learners.group import LearnerGroup
 

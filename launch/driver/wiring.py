@@ -4,7 +4,7 @@ sections, ``StageInputs``), gets only its own sections and the records built her
 
 ``learner_spec`` (the learner workers: LoRA, optimizer settings, the algorithm's critic and adapters),
 ``rollout_worker_config`` (the rollout workers: engine, protocol, env, sampling), ``expert_demonstrations`` (what
-BC and the offline datasets start from), ``env_task_ids``, the evaluators, the loop's ``Schedule`` and its
+BC and the offline datasets start from), the evaluators, the loop's ``Schedule`` and its
 iteration source.
 """
 
@@ -25,7 +25,6 @@ from common.errors import RunStopped
 from common.lora import LoraSpec
 from envs import success_reward
 from launch.config import (
-    ConfigError,
     LearnerConfig,
     TrainConfig,
     behaviour_is_cap,
@@ -41,9 +40,8 @@ from launch.driver.stage_kinds import stage_kind
 from launch.driver.stream import AsyncRollouts
 from launch.driver.update_plan import UpdaterSettings
 from launch.driver.updater import Updater
-from launch.evaluation.panel_tasks import Panel
-from launch.evaluation.panels import AUTO, resolve_panel
 from launch.evaluation.scoring import EvalScope, Evaluation, scope
+from launch.evaluation.tasks import stratified_draw
 from learners.algorithm import Algorithm
 from learners.group import LearnerGroup
 from learners.learner_spec import LearnerSpec
@@ -147,80 +145,11 @@ def learner_spec(
     )
 
 
-def env_task_ids(cfg: TrainConfig, split: str) -> list[str]:
-    """The run's env's task ids of ``split`` (one env built and closed)."""
-    import envs
-
-    env = envs.make(cfg.env.name, **dict(cfg.env.options))
-    try:
-        return list(env.task_ids(split))
-    finally:
-        env.close()
-
-
-def rl_task_panel(cfg: TrainConfig) -> Panel | None:
-    """``env.train_tasks`` > 0: the fixed tasks RL plays, the first N of ``env.train_panel`` (the same for every
-    seed); None: RL draws from every train task."""
-    if not cfg.env.train_tasks:
-        return None
-    e = cfg.env
-    panel = resolve_panel(e.name, dict(e.options), e.train_split, e.train_panel, e.train_tasks)
-    if panel.split != e.train_split:
-        raise ConfigError(
-            f"env.train_panel: panel {panel.label} is of split {panel.split!r}, RL plays env.train_split "
-            f"{e.train_split!r}; allowed: a panel of {e.train_split!r} or auto"
-        )
-    return panel
-
-
-def held_out_ids(cfg: TrainConfig) -> frozenset[str]:
-    """The eval panel's tasks where it is a panel of the train split (all of it, whatever ``eval_episodes``
-    scores): no run trains on them, neither behaviour cloning nor RL."""
-    e = cfg.env
-    panel = resolve_panel(e.name, dict(e.options), e.eval_split, cfg.eval_panel, 0)
-    return frozenset(t.task_id for t in panel.tasks) if panel.split == e.train_split else frozenset()
-
-
-def task_split(cfg: TrainConfig) -> tuple[Panel | None, list[str], list[str]]:
-    """(the fixed RL task panel or None, the tasks RL plays, the tasks behaviour cloning may demonstrate): builds
-    the env, so the CLI runs it before Ray starts and a task set that overlaps the eval panel fails in one line."""
-    panel = rl_task_panel(cfg)
-    rl, bc = rl_and_bc_tasks(
-        env_task_ids(cfg, cfg.env.train_split), panel, cfg.bc.episodes, held_out_ids(cfg)
-    )
-    return panel, rl, bc
-
-
 def rl_task_scope(cfg: TrainConfig) -> EvalScope:
-    """What an evaluation of the RL tasks depends on: the run's, with the train split as the panel's split."""
+    """What an evaluation of the RL tasks depends on: the run's, with the RL tasks' panel (``env.train_panel`` of
+    the train split) as its panel."""
     env = replace(cfg.env, eval_split=cfg.env.train_split)
-    return replace(scope(cfg), env=env, eval_panel=AUTO, eval_episodes=cfg.env.train_tasks)
-
-
-def rl_and_bc_tasks(
-    train_ids: Sequence[str], panel: Panel | None, bc_episodes: int, held_out: frozenset[str] = frozenset()
-) -> tuple[list[str], list[str]]:
-    """(the tasks RL plays, the tasks behaviour cloning may demonstrate): with a fixed RL task set (``panel``), BC
-    demonstrates the other train tasks, so the RL tasks start as unseen as the held-out ones; neither holds a task
-    of ``held_out`` (an eval panel of the train split: ``held_out_ids``)."""
-    train_ids = [i for i in train_ids if i not in held_out]
-    if panel is None:
-        return list(train_ids), list(train_ids)
-    rl = [t.task_id for t in panel.tasks]
-    overlap = sorted(set(rl) & held_out)
-    if overlap:
-        raise ConfigError(
-            f"env.train_panel: RL would train on {len(overlap)} task(s) of the eval panel (first {overlap[0]!r}); "
-            "allowed: an RL task set apart from the eval panel"
-        )
-    chosen = set(rl)
-    bc = [i for i in train_ids if i not in chosen]
-    if len(bc) < bc_episodes:
-        raise ValueError(
-            f"env.train_tasks {len(rl)} leaves {len(bc)} of the {len(train_ids)} train tasks for bc.episodes "
-            f"{bc_episodes}; allowed: at most {len(train_ids) - bc_episodes}"
-        )
-    return rl, bc
+    return replace(scope(cfg), env=env, eval_panel=cfg.env.train_panel, eval_episodes=cfg.env.train_tasks)
 
 
 def expert_demonstrations(
@@ -240,20 +169,6 @@ def expert_demonstrations(
         finally:
             env.close()
     return demonstrations_on(cfg, tokenizer, [*ids, *(rl_ids if cfg.bc.rl_tasks else ())])
-
-
-def stratified_draw(ids: Sequence[str], kinds: Sequence[str], k: int, rng: random.Random) -> list[str]:
-    """``k`` of ``ids`` drawn evenly across their ``kinds`` (pure): the kinds take turns in sorted order, each
-    giving one of its ids at random; a kind that runs out leaves its turns to the others."""
-    pools = {kind: [i for i, c in zip(ids, kinds, strict=True) if c == kind] for kind in sorted(set(kinds))}
-    for pool in pools.values():
-        rng.shuffle(pool)
-    out: list[str] = []
-    while len(out) < min(k, len(ids)):
-        for pool in pools.values():
-            if pool and len(out) < k:
-                out.append(pool.pop())
-    return out
 
 
 def demonstrations_on(cfg: TrainConfig, tokenizer: Any, task_ids: Sequence[str]) -> list[Trajectory]:

@@ -8,7 +8,8 @@ import pytest
 
 from actors.demos import check_demos_fit
 from launch.config import PRESET_DIR, resolve_config
-from launch.driver.wiring import demonstrations_on, env_task_ids
+from launch.driver.wiring import demonstrations_on
+from launch.evaluation.tasks import env_task_ids
 
 IN_PROCESS = ("synthetic", "textcraft")
 PRESETS = [p.stem for p in sorted(PRESET_DIR.glob("*.yaml")) if resolve_config(p.stem).env.name in IN_PROCESS]

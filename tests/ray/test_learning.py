@@ -218,3 +218,35 @@ def test_after_bc_an_update_without_advantages_moves_the_policy_only_on_bcs_mome
         assert metrics["kl_update"] < 1e-9
     else:
         assert metrics["kl_update"] > 1e-7
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("algo", "rule"), [("hiper", "skip"), ("ppo", "skip"), ("hiper", "train")])
+def test_a_batch_without_outcome_signal_leaves_the_policy_where_it_was(ray_local, tmp_path, algo, rule):
+    """Every episode lost (each task played with another task's plan): the returns differ only by shaping, which
+    batch whitening would turn into unit-strength advantages. With ``algo.no_outcome_batch=skip`` (the default of
+    HiPER and PPO) the policy's adapter is bit-identical after the update and ``policy_step`` is 0, while the critic
+    still learns that these states lose (a value loss is reported); with "train" the same batch moves the policy."""
+    cfg = resolve_config(
+        None, [*SETTING, f"algo={algo}", f"algo.no_outcome_batch={rule}", f"run_dir={tmp_path}"]
+    )
+    trainer = Trainer(build_run(cfg))
+    try:
+        ids = trainer.parts.train_ids[:TASKS]
+        lost = play(cfg, trainer, ids, expert_plans(cfg, ids)[1:] + expert_plans(cfg, ids)[:1], "lost")
+        assert not any(t.won for t in lost)
+        before = trainer.learner.adapter_weights()
+        metrics, _ = trainer.parts.updater.update(lost, UpdatePlan(seed=0))
+        after = trainer.learner.adapter_weights()
+    finally:
+        trainer.close()
+    moved = max(float(abs(after[k] - before[k]).max()) for k in before)
+    print(
+        f"{algo} no_outcome_batch={rule}: largest adapter change {moved:.3g}, policy_step {metrics['policy_step']}"
+    )
+    assert metrics["groups_mixed_outcome"] == 0.0 and metrics["batch_outcome_varies"] == 0.0
+    assert "value_loss" in metrics
+    if rule == "skip":
+        assert metrics["policy_step"] == 0.0 and moved == 0.0
+    else:
+        assert metrics["policy_step"] == 1.0 and moved > 1e-6

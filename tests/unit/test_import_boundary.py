@@ -29,6 +29,7 @@ def _pure_modules() -> list[str]:
         "learners.outcomes",
         "launch.config",
         "launch.evaluation.panels",
+        "launch.evaluation.tasks",
         "launch.evaluation.scoring",
         "launch.evaluation.baselines",
         "launch.evaluation.intervals",

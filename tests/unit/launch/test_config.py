@@ -127,23 +127,27 @@ def test_the_run_config_holds_no_algorithm_defaults():
 MAIN_JOB = {
     "env.max_steps": 5,
     "env.options": {"depths": [1], "distractors": 4},
+    "env.train_panel": "textcraft_depth1_rl8",
     "env.train_tasks": 8,
-    "rollout.groups_per_iter": 4,
+    "rollout.groups_per_iter": 8,
     "rollout.eval_temperature": 1.0,
     "rollout.engine": "vllm",
     "rollout.weight_sync": "merged",
-    "bc.epochs": 2,
+    "bc.episodes": 24,
+    "bc.stratify": True,
     "learner.actor_lr": 1e-4,
+    "learner.critic_trunk": "policy",
     "learner.measure_rows": 16,
     "learner.micro_batch_size": 2,
     "iterations": 3,
     "eval_every": 3,
-    "eval_episodes": 16,
+    "eval_panel": "textcraft_depth1_heldout32",
+    "eval_episodes": 0,
     "eval_samples": 2,
-    "eval_train_samples": 2,
+    "eval_greedy": True,
     "eval_base_model": False,
 }
-"""What the main job's preset sets beside the dataclass defaults (docs/results/main_job_learns.md: why each)."""
+"""What the main job's preset sets beside the dataclass defaults (docs/results/rl_vs_imitation.md: why each)."""
 
 
 def test_the_cpu_main_job_preset_is_the_defaults_and_the_settings_it_declares():

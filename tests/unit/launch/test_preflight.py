@@ -62,7 +62,9 @@ def test_demonstrations_longer_than_max_new_tokens_stop_before_ray(tmp_path, cap
     """Before: Ray started, the dashboard line printed, then BC died with actors/demos.py's ValueError traceback.
     The synthetic env's expert writes responses of up to 28 tokens in PPO's agent format."""
     run = tmp_path / "run"
-    args = ["algo=ppo", "env.name=synthetic", "rollout.max_new_tokens=24", f"run_dir={run}"]
+    # the main job's TextCraft panels and goal kinds set aside: the synthetic env has neither
+    textcraft = ["eval_panel=auto", "env.train_panel=auto", "bc.stratify=false"]
+    args = ["algo=ppo", "env.name=synthetic", *textcraft, "rollout.max_new_tokens=24", f"run_dir={run}"]
     with pytest.raises(
         ValueError, match=r"^rollout\.max_new_tokens 24 cuts \d+ of \d+ demonstration responses"
     ):

@@ -1,5 +1,5 @@
 """The pieces of a run that decide what RL trains on and how its update is measured, without Ray: the fixed RL
-task set apart from BC's demonstrations (``launch.driver.wiring``), π_old's source (``launch.config``), the rows the update's
+task set apart from BC's demonstrations (``launch.evaluation.tasks``), π_old's source (``launch.config``), the rows the update's
 KL is measured on (``launch.driver.update_plan``), and demonstrations that must fit the response budget (``actors.demos``)."""
 
 from __future__ import annotations
@@ -11,15 +11,9 @@ from actors.demos import check_demos_fit
 from actors.trajectory import Trajectory
 from launch.config import engine_old_logprobs, resolve_config
 from launch.driver.update_plan import measure_sample, restrict_rows
-from launch.driver.wiring import (
-    expert_demonstrations,
-    rl_and_bc_tasks,
-    rl_task_panel,
-    rl_task_scope,
-    stratified_draw,
-    task_split,
-)
+from launch.driver.wiring import expert_demonstrations, rl_task_scope
 from launch.evaluation.panels import resolve_panel
+from launch.evaluation.tasks import rl_and_bc_tasks, rl_task_panel, stratified_draw, task_split
 from tests.unit.glue_turns import glue_turn
 
 
@@ -60,8 +54,10 @@ def test_an_eval_panel_of_the_train_split_is_held_out_of_bc_and_rl():
     _, rl, bc = task_split(cfg)
     assert len(held) == 32 and not held & set(rl) and not held & set(bc)
     assert len(rl) == 8 and len(bc) == 104 - 32 - 8 and not set(rl) & set(bc)
-    # the held-out panel is not a panel of the train split: nothing is taken away (today's main job)
-    _, rl0, bc0 = task_split(resolve_config("hiper_textcraft_cpu", []))
+    # a held-out panel of the test split takes nothing away (the earlier main job's)
+    _, rl0, bc0 = task_split(
+        resolve_config("hiper_textcraft_cpu", ["eval_panel=auto", "env.train_panel=auto"])
+    )
     assert len(rl0) == 8 and len(bc0) == 96
 
 
@@ -86,6 +82,21 @@ def test_rl_tasks_from_a_stored_panel_must_stay_apart_from_the_eval_panel():
         rl_task_panel(test_panel)
 
 
+def test_the_rl_tasks_evaluation_scores_the_tasks_rl_trains_on():
+    """The RL tasks' evaluator scores exactly the tasks RL plays, ``env.train_panel``'s head, not the train split's
+    auto panel (a pilot run scored the auto panel's first 36 tasks while it trained on another panel's)."""
+    from launch.evaluation.scoring import Evaluation
+
+    cfg = resolve_config(
+        "hiper_textcraft_cpu",
+        [f"eval_panel={HELD_OUT}", "env.train_panel=textcraft_depth1_pilot_b", "env.train_tasks=36"],
+    )
+    panel, rl, _ = task_split(cfg)
+    scored = Evaluation(rl_task_scope(cfg), "smollm2").panel(cfg.env.train_tasks)
+    assert [t.task_id for t in scored.tasks] == rl == [t.task_id for t in panel.tasks]
+    assert scored.label == "textcraft_depth1_pilot_b@1"  # all 36: the whole panel
+
+
 def test_a_stratified_draw_takes_turns_between_kinds():
     """6 ids, kinds a a a a b b, k = 4: a, b, a, b (sorted kinds take turns) -> 2 of each; k = 5: b runs out after
     2, a gives the rest -> 3 a + 2 b; the uniform draw is the run's old one."""
@@ -102,25 +113,21 @@ def test_a_stratified_draw_takes_turns_between_kinds():
     )
 
 
-def test_bc_stratify_draws_several_ingredient_goals_for_a_third_of_the_demonstrations(tok):
-    """bc.stratify on TextCraft depth 1 with 24 demonstrations: the pool (104 − 32 held out − 8 RL tasks) holds 8
-    several-ingredient goals (18 in the split − 6 in the panel − 4 among the 8 RL tasks), so all 8 are drawn and
-    16 one-ingredient ones: a third."""
+def test_the_main_jobs_demonstrations_take_turns_between_one_and_several_ingredient_goals(tok):
+    """The main job: 24 demonstrations drawn evenly across kinds from the pool (104 − 32 held out − 8 RL tasks =
+    64 goals, 12 of them several-ingredient: 18 in the split − 6 in the panel − none among the RL tasks), so 12 of
+    each kind (a uniform draw of 24 from that pool holds 4.5 several-ingredient goals on average)."""
     import envs
 
-    cfg = resolve_config(
-        "hiper_textcraft_cpu", [f"eval_panel={HELD_OUT}", "bc.stratify=true", "bc.episodes=24"]
-    )
-    _, _, bc = task_split(cfg)
+    cfg = resolve_config("hiper_textcraft_cpu")
+    _, rl, bc = task_split(cfg)
     demos = expert_demonstrations(cfg, tok, bc)
     env = envs.make("textcraft", **dict(cfg.env.options))
+    assert sum(env.task_stratum(i) == "several ingredients" for i in bc) == 12 and len(bc) == 64
     kinds = [env.task_stratum(d.task_id) for d in demos]
-    assert len(demos) == 24 and kinds.count("several ingredients") == 8
+    assert len(demos) == 24 and kinds.count("several ingredients") == 12
     # bc.rl_tasks: the same 24 and every RL task's own demonstration (the baseline that sees all the run has)
-    every = resolve_config(
-        "hiper_textcraft_cpu",
-        [f"eval_panel={HELD_OUT}", "bc.stratify=true", "bc.episodes=24", "bc.rl_tasks=true"],
-    )
+    every = resolve_config("hiper_textcraft_cpu", ["bc.rl_tasks=true"])
     _, rl, bc_ids = task_split(every)
     with_rl = expert_demonstrations(every, tok, bc_ids, rl)
     assert [d.task_id for d in with_rl] == [*(d.task_id for d in demos), *rl] and len(rl) == 8
