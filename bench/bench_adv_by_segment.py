@@ -43,7 +43,7 @@ def segment_of(traj, j: int) -> str:
 def main(argv: list[str] | None = None) -> int:
     from actors.trajectory import read_jsonl
     from launch.config import resolve_algo_config
-    from launch.driver.algos import get_algo
+    from learners.algos.registry import get_algo
     from learners.diagnostics import token_groups
     from learners.prepare import learner_batch, shaped_turns
     from learners.targets import sequences

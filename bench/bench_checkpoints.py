@@ -132,9 +132,9 @@ def measure(preset: str, model: str, repeats: int, rows: int, width: int) -> dic
 
     from actors.models import resolve_model_path
     from launch.config import resolve_algo_config, resolve_config
-    from launch.driver.algos import get_algo
     from launch.driver.wiring import learner_spec
     from learners.algos import grpo, ppo
+    from learners.algos.registry import get_algo
     from learners.worker import LearnerWorker
 
     cfg = resolve_config(preset, [f"model.path={model}"])

@@ -174,10 +174,11 @@ def _learner_arm(
 
     from cluster.ray_cluster import WorkerResources, init_ray
     from launch.config import DEFAULT_PRESET, engine_old_logprobs, resolve_algo_config, resolve_config
-    from launch.driver.algos import get_algo
     from launch.driver.stages import staged_update
+    from launch.driver.update_plan import UpdatePlan
     from launch.driver.warm_start import start_rl
     from launch.driver.wiring import learner_spec
+    from learners.algos.registry import get_algo
     from learners.group import LearnerGroup
 
     cfg = _run_config(run, overrides)
@@ -195,9 +196,7 @@ def _learner_arm(
         policy = list(cfg.model.adapter_names) or ["default"]
         learner.load_checkpoint(str(state), only=policy)
         updater = replay_updater(
-            cfg,
-            algo,
-            algo_cfg,
+            (cfg, algo, algo_cfg),
             learner,
             state,
             start,
@@ -207,15 +206,13 @@ def _learner_arm(
         if k == 1:
             start_rl(learner, cfg.learner, policy)
             updater.reference_is_policy = not filing  # the driver's freeze_reference just ran
-        stage = _driver_stage(cfg, algo, algo_cfg, tok, pad, updater, run)
+        stage = _driver_stage((cfg, algo, algo_cfg), tok, pad, updater, run)
         stage.restore(torch.load(state / "driver.pt", weights_only=False))
         stage.prepare(k - 1)
         ref_is_policy = updater.reference_is_policy
         trajs = _trajectories(run, k)
         t0 = time.perf_counter()
-        metrics, timings = staged_update(
-            updater, stage, trajs, algo, algo_cfg, seed=cfg.seed + k, iteration=k, critic_warmup=0
-        )
+        metrics, timings = staged_update(updater, stage, trajs, UpdatePlan(seed=cfg.seed + k), k)
         wall = time.perf_counter() - t0
     finally:
         learner.shutdown()
@@ -236,7 +233,7 @@ def _arm_passes(
 ) -> list[Any]:
     """The named passes of arm ``name``'s update of iteration k (``iteration_passes.learner_passes``)."""
     from launch.config import resolve_algo_config
-    from launch.driver.algos import get_algo
+    from learners.algos.registry import get_algo
 
     algo = get_algo(cfg.algo)
     return learner_passes(

@@ -32,8 +32,8 @@ def main(argv: list[str] | None = None) -> int:
     from actors.models import resolve_model_path
     from actors.trajectory import read_jsonl
     from launch.config import resolve_algo_config
-    from launch.driver.algos import get_algo
     from launch.driver.kept_episodes import EpisodeKeeper
+    from learners.algos.registry import get_algo
     from learners.prepare import learner_batch, shaped_turns
     from learners.targets import sequences
 

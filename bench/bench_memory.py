@@ -75,9 +75,9 @@ def build_rows(preset: str, model: str, episodes: int, out: Path) -> dict[str, A
     from actors.models import resolve_model_path
     from envs import success_reward
     from launch.config import resolve_algo_config, resolve_config
-    from launch.driver.algos import get_algo
     from launch.driver.wiring import expert_demonstrations
     from launch.evaluation.tasks import env_task_ids
+    from learners.algos.registry import get_algo
     from learners.prepare import shaped_turns
     from learners.targets import sequences
 
@@ -111,8 +111,8 @@ def child(preset: str, model: str, overrides: list[str], rows_file: Path) -> dic
 
     from actors.models import resolve_model_path
     from launch.config import resolve_algo_config, resolve_config
-    from launch.driver.algos import get_algo
     from launch.driver.wiring import learner_spec
+    from learners.algos.registry import get_algo
     from learners.batch import Sequences
     from learners.prepare import minibatch
     from learners.worker import LearnerWorker

@@ -19,8 +19,9 @@ from the same state and trains on the same rollouts:
 * the variant's driver stage (``launch.driver.stages``) as a resume from ``iter_<k-1>`` has it: restored from the
   checkpoint's driver state and prepared on the learner (HISR's reward models: the checkpoint's, or the stage cache's
   for ``k`` = 1; the stored data's phase and critic steps owed); nothing is collected again;
-* one update: the driver's code (``launch.driver.stages.staged_update`` over the run's ``Updater``), seed ``seed + k`` for
-  the mini-batch order; the first variant is repeated with other seeds (``--repeats``) to measure the noise floor.
+* one update: the driver's code (``launch.driver.stages.staged_update`` of an ``UpdatePlan`` over the run's
+  ``Updater``), seed ``seed + k`` for the mini-batch order; the first variant is repeated with other seeds
+  (``--repeats``) to measure the noise floor.
   Replaying iteration 1, RL starts as the driver starts it (``launch.driver.warm_start.start_rl``: the variant's
   ``learner.rl_optimizer`` and warm-up), so a run written before RL's optimizer was reset replays under today's
   default unless the variant says ``learner.rl_optimizer=continue``;
@@ -135,8 +136,8 @@ def replay(args: argparse.Namespace) -> int:
     from actors.trajectory import read_jsonl
     from cluster.ray_cluster import init_ray
     from launch.config import resolve_algo_config
-    from launch.driver.algos import get_algo
     from launch.evaluation.tasks import env_task_ids
+    from learners.algos.registry import get_algo
     from learners.diagnostics import probe_deltas
 
     run, k = args.run, args.iteration
@@ -230,6 +231,7 @@ def replay_update(
     from actors.trajectory import read_jsonl
     from cluster.ray_cluster import WorkerResources
     from launch.driver.stages import staged_update
+    from launch.driver.update_plan import UpdatePlan
     from launch.driver.warm_start import start_rl
     from launch.driver.wiring import learner_spec
     from learners.group import LearnerGroup
@@ -244,7 +246,7 @@ def replay_update(
         own_critic = args.critic_from_run and cfg.algo == shared.base.algo and algo.value_slots
         policy = list(cfg.model.adapter_names) or ["default"]
         learner.load_checkpoint(str(state), only=[*policy, *([CRITIC_ADAPTER] if own_critic else [])])
-        updater = replay_updater(cfg, algo, algo_cfg, learner, state, start, pad)
+        updater = replay_updater(variant, learner, state, start, pad)
         if k == 1:  # RL starts here, as the driver starts it
             start_rl(learner, cfg.learner, policy)
         lp_before = {key: p.logprobs(updater) for key, p in probes.items()}
@@ -263,19 +265,11 @@ def replay_update(
         models = [n for n, _ in spec.adapters if n not in policy] + [c.name for c in spec.extra_critics]
         if models:
             learner.load_checkpoint(str(state), only=models)
-        stage = _driver_stage(cfg, algo, algo_cfg, shared.tok, pad, updater, run)
+        stage = _driver_stage(variant, shared.tok, pad, updater, run)
         stage.restore(torch.load(state / "driver.pt", weights_only=False))
         stage.prepare(k - 1)
-        metrics, timings = staged_update(
-            updater,
-            stage,
-            trajs,
-            algo,
-            algo_cfg,
-            seed=cfg.seed + k + 1000 * repeat,
-            iteration=k,
-            critic_warmup=warmup,
-        )
+        plan = UpdatePlan(seed=cfg.seed + k + 1000 * repeat, critic_warmup=warmup)
+        metrics, timings = staged_update(updater, stage, trajs, plan, k)
         lp_after = {key: p.logprobs(updater) for key, p in probes.items()}
     finally:
         learner.shutdown()

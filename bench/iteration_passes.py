@@ -64,7 +64,8 @@ def learner_passes(
     stays). ``learner.pack=tree``: every pass is costed as the packs the learner computes."""
     from envs import success_reward
     from launch.config import engine_old_logprobs
-    from launch.driver.updater import ENGINE_CHECK_ROWS, measure_sample
+    from launch.driver.update_plan import measure_sample
+    from launch.driver.updater import ENGINE_CHECK_ROWS
     from learners.batch import row_lengths, value_reach
     from learners.packing import lexicographic_order
     from learners.prepare import shaped_turns

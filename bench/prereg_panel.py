@@ -9,7 +9,7 @@ tuned on). Stratified like the split by how many different items the goal needs 
 6 of the 18 several-ingredient goals and 26 of the 86 one-ingredient goals. Within each kind the goals are taken
 in the order of a salted hash of their id (the salt names the study and the day the panel was frozen), so the
 selection is fixed by the rule, not by looking at any run. Runs that evaluate on it exclude every one of its tasks
-from behaviour cloning's draw and from RL (``launch.driver.wiring.task_split``).
+from behaviour cloning's draw and from RL (``launch.evaluation.tasks.task_split``).
 """
 
 from __future__ import annotations

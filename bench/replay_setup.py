@@ -40,9 +40,7 @@ def _reference_weights(state: Path, start: Path, ref: str) -> dict[str, Any]:
 
 
 def replay_updater(
-    cfg: Any,
-    algo: Any,
-    algo_cfg: Any,
+    variant: tuple[Any, Any, Any],
     learner: Any,
     state: Path,
     start: Path,
@@ -50,31 +48,40 @@ def replay_updater(
     *,
     engine_old_logprobs: bool = False,
 ) -> Any:
-    """The run's ``Updater`` over ``learner`` (``launch.driver.wiring.updater``) at ``state``, the KL references its update
-    read loaded; the rollouts were the state's own, so no behaviour correction, and π_old as ``engine_old_logprobs``
-    says (False: recomputed)."""
-    from launch.driver.wiring import updater
+    """The run's ``Updater`` of ``variant`` (its config, algorithm and algorithm config) over ``learner``
+    (``launch.driver.wiring.updater_settings``) at ``state``, the KL references its update read loaded; the
+    rollouts were the state's own, so no behaviour correction, and π_old as ``engine_old_logprobs`` says (False:
+    recomputed)."""
+    from launch.driver.updater import Updater
+    from launch.driver.wiring import updater_settings
 
-    up = updater(cfg, algo, algo_cfg, learner, pad)
-    up.behaviour_is_cap = 0.0
-    up.engine_old_logprobs = engine_old_logprobs
+    cfg, algo, algo_cfg = variant
+    settings = updater_settings(cfg, algo, algo_cfg, learner.spec.device, pad)
+    settings = replace(settings, behaviour_is_cap=0.0, engine_old_logprobs=engine_old_logprobs)
+    up = Updater(learner, algo, algo_cfg, settings)
     for ref in up.ref_adapters:
         learner.load_adapter_weights(_reference_weights(state, start, ref), adapter=ref)
     return up
 
 
-def _driver_stage(cfg: Any, algo: Any, algo_cfg: Any, tok: Any, pad: int, updater: Any, run: Path) -> Any:
-    """The variant's driver stage over the run's folder (``launch.driver.stage_builders.STAGES``, as ``build_run`` builds it), with
-    no rollouts: what it would collect (HISR's π_ref episodes, the stored data) must be there already."""
-    from launch.driver.stage_builders import StageInputs, stage_builder
+def _driver_stage(variant: tuple[Any, Any, Any], tok: Any, pad: int, updater: Any, run: Path) -> Any:
+    """The variant's driver stage over the run's folder (its kind in ``launch.driver.stage_kinds``, built as
+    ``build_run`` builds it), with no rollouts: what it would collect (HISR's π_ref episodes, the stored data) must
+    be there already."""
+    from launch.driver.stage_kinds import stage_kind
+    from launch.driver.stages import StageInputs
 
     def no_rollouts(*_: Any, **__: Any) -> list[Any]:
         raise RuntimeError("bench_replay: the driver stage's data and models are read back, never collected")
 
+    cfg, algo, algo_cfg = variant
+    kind = stage_kind(algo)
     inputs = StageInputs(
-        cfg=replace(cfg, run_dir=str(run)),
         algo=algo,
         algo_cfg=algo_cfg,
+        run_dir=run,
+        seed=cfg.seed,
+        sections=kind.sections_of(cfg),
         tokenizer=tok,
         pad_id=pad,
         train_ids=(),
@@ -85,7 +92,7 @@ def _driver_stage(cfg: Any, algo: Any, algo_cfg: Any, tok: Any, pad: int, update
         log=lambda _row: None,
         freeze_reference=updater.freeze_reference,
     )
-    return stage_builder(algo)(inputs)
+    return kind.build(inputs)
 
 
 @dataclass

@@ -11,6 +11,7 @@ export port plots a run live and tells runs of a sweep apart. JSONL and TensorBo
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from ray.util.metrics import Gauge
@@ -27,8 +28,10 @@ def metric_name(key: str) -> str:
 class RunMetrics:
     """One run's gauges, created on first use (a metric name is declared once per process)."""
 
-    def __init__(self, run: str, algo: str, env: str) -> None:
+    def __init__(self, run: str, algo: str, env: str, descriptions: Mapping[str, str] | None = None) -> None:
+        """``descriptions``: field → what its gauge shows (the driver's metric schema); others say their field."""
         self.tags = {"run": run, "algo": algo, "env": env}
+        self.descriptions = dict(descriptions or {})
         self._gauges: dict[str, Gauge] = {}
 
     def record(self, row: dict[str, Any]) -> None:
@@ -40,7 +43,8 @@ class RunMetrics:
                 continue
             name = metric_name(key)
             if name not in self._gauges:
+                what = f": {self.descriptions[key]}" if key in self.descriptions else ""
                 self._gauges[name] = Gauge(
-                    name, description=f"hierarl {key} (metrics.jsonl)", tag_keys=TAG_KEYS
+                    name, description=f"hierarl {key}{what} (metrics.jsonl)", tag_keys=TAG_KEYS
                 )
             self._gauges[name].set(float(value), tags=tags)

@@ -1,6 +1,6 @@
 """The algorithm record: everything the driver and the learner need from one algorithm, as plain values (pure).
 
-Each ``learners/algos/<name>.py`` ends with one ``ALGORITHM = Algorithm(...)``; ``launch.driver.algos`` maps names to these
+Each ``learners/algos/<name>.py`` ends with one ``ALGORITHM = Algorithm(...)``; ``learners.algos.registry`` maps names to these
 records. The driver reads fields (``value_slots``, ``uses_reference(cfg)``, ``uses_old_logprobs``) instead of
 branching on module names or probing configs with ``getattr``; the learner calls ``policy_loss`` and
 ``value_loss``, which are pure functions of tensors (``learners.targets``: ``PolicyInputs``, ``CriticInputs``).
@@ -58,10 +58,7 @@ class Algorithm:
     ``min_group_size``: smallest ``rollout.group_size`` it works with (group-relative baselines need 2).
     ``agents``: the agent protocols (``rollout.agent``) the method is defined with; empty: any. HIPIF is its
     folded-history protocol as much as its advantage, so ``algo=hipif`` with another agent is refused at start.
-    ``reward_models`` (read from ``driver_stage``): the learner holds HISR's segment reward model and hindsight
-    model beside the policy, which its driver stage trains before RL and scores every iteration's trajectories with
-    before ``compute_targets``.
-    ``offline`` (read from ``driver_stage``): the RL iterations train on a stored dataset (expert demonstrations + BC-policy rollouts, its driver
+    ``offline``: the RL iterations train on a stored dataset (expert demonstrations + BC-policy rollouts, its driver
     stage ``launch.driver.offline_data``), not on fresh rollouts; rollouts only build the data and evaluate.
     With ``offline`` and ``uses_reference(cfg)``, the KL reference is the policy as the online phase found it: a
     frozen copy of each policy adapter (``offline_<name>`` on the learner), taken at the first online iteration;
@@ -71,9 +68,10 @@ class Algorithm:
     policy-anchored term; ``launch.driver.offline_data``).
     ``target_critic``: the learner keeps a soft-updated copy of the critic (``cfg.target_tau`` per critic step) that
     value slots with ``target=True`` read, and the first ``cfg.warmup_steps`` optimizer steps train the critic alone.
-    ``driver_stage``: the driver's own work for this algorithm around its updates, by name in ``launch.driver.stage_builders.STAGES``
-    (a name, since the learner side imports nothing of the driver): "reward_models" (HISR, ``launch.driver.hisr_rewards``),
-    "offline_data" (STEP-HRL, Multi2: ``launch.driver.offline_data``); "": none.
+    ``driver_stage``: the driver's own work for this algorithm around its updates, by name in
+    ``launch.driver.stage_kinds.STAGE_KINDS`` (a name, since the learner side imports nothing of the driver), whose
+    kind also brings the learner's extra models and its config rules: "reward_models" (HISR,
+    ``launch.driver.hisr_rewards``), "offline_data" (STEP-HRL, Multi2: ``launch.driver.offline_data``); "": none.
     """
 
     name: str
@@ -88,21 +86,12 @@ class Algorithm:
     agents: tuple[str, ...] = ()
     target_critic: bool = False
     anchor_role: str = ""
+    offline: bool = False
     driver_stage: str = ""
 
     def __post_init__(self) -> None:
         if bool(self.value_slots) != (self.value_loss is not None):
             raise ValueError(f"algorithm {self.name!r}: value slots and a value loss come together")
-
-    @property
-    def reward_models(self) -> bool:
-        """The learner holds HISR's reward models (its driver stage trains them): read from ``driver_stage``."""
-        return self.driver_stage == "reward_models"
-
-    @property
-    def offline(self) -> bool:
-        """The RL iterations train on stored data (its driver stage holds it): read from ``driver_stage``."""
-        return self.driver_stage == "offline_data"
 
     def reference_adapters(self, cfg: Any, kl_reference: str, adapters: Sequence[str]) -> tuple[str, ...]:
         """The frozen copies (``ref_<adapter>``; ``adapters`` empty: the one adapter ``default``) the learner keeps as

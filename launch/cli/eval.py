@@ -151,8 +151,10 @@ class CheckpointEval:
 
 
 def _report(run: Path, played: CheckpointEval, panel: Any, ev: dict[str, Any], seconds: float) -> list[Any]:
-    """One panel's table printed and written to ``<run>/eval_<panel>.md``, ``.csv`` and ``.json`` (the per-task
-    outcomes paired comparisons read); returns its rows."""
+    """One panel's table printed and written to ``<run>/eval_<panel>.md``, ``.csv`` and ``.json`` (every figure of
+    the metric schema the evaluation has, the per-task outcomes paired comparisons read among them); returns its
+    rows."""
+    from launch.evaluation.metrics import eval_metrics
     from launch.evaluation.report import eval_markdown, eval_rows, write_eval
 
     cfg = played.cfg
@@ -164,8 +166,10 @@ def _report(run: Path, played: CheckpointEval, panel: Any, ev: dict[str, Any], s
     text = eval_markdown(rows, title)
     stem = run / f"eval_{panel.name}"
     write_eval(rows, text, stem)
-    keys = ("panel", "outcomes", "success", "ci_low", "ci_high", "samples", "temperature", "task_rates")
-    record = {**{k: ev[k] for k in keys}, "checkpoint": str(played.adapter.parent), "rows": rows}
+    figures = {
+        m.key: ev[m.key] for m in eval_metrics() if m.key in ev
+    }  # the metric schema's, as a run logs them
+    record = {**figures, "checkpoint": str(played.adapter.parent), "rows": rows}
     stem.with_suffix(".json").write_text(json.dumps(record, indent=1, default=str))
     print(text, flush=True)
     return rows

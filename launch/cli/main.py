@@ -80,10 +80,10 @@ def cmd_train(args: Sequence[str]) -> int:
     named = preset is not None
     preset = preset or DEFAULT_PRESET
     try:
-        from launch.config import validate
+        from launch.driver.stage_kinds import check_run
 
         cfg = resolve_config(preset, overrides)
-        algo_cfg = validate(cfg)
+        algo_cfg = check_run(cfg)
         if cfg.bc.enabled and cfg.bc.from_run:
             check_bc_source(cfg)
         if not dry_run:

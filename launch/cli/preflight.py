@@ -15,7 +15,7 @@ from launch.config import TrainConfig
 def clones_demonstrations(cfg: TrainConfig) -> bool:
     """Whether the run will play the env expert's demonstrations: its own BC (not another run's, ``bc.from_run``) or
     an offline algorithm's data. A resume of a run past its warm start plays none."""
-    from launch.driver.algos import get_algo
+    from learners.algos.registry import get_algo
 
     resumed = cfg.resume and (Path(cfg.run_dir).expanduser() / "checkpoints").is_dir()
     own_bc = cfg.bc.enabled and not cfg.bc.from_run

@@ -37,8 +37,9 @@ from typing import Any
 
 import yaml
 
-from launch.config import ConfigError, TrainConfig, one_line, parse_cli_overrides, resolve_config, validate
+from launch.config import ConfigError, TrainConfig, one_line, parse_cli_overrides, resolve_config
 from launch.evaluation.intervals import seed_mean
+from launch.evaluation.metrics import Metric, scalar_eval_metrics
 from launch.evaluation.panels import run_panel
 
 
@@ -95,7 +96,9 @@ def _cell_name(values: dict[str, Any]) -> str:
 
 
 def cells(spec: SweepSpec) -> list[Cell]:
-    """Every combination of the grid, resolved and validated (before anything starts)."""
+    """Every combination of the grid, resolved and checked as ``hierarl train`` checks it (before anything starts)."""
+    from launch.driver.stage_kinds import check_run
+
     axes = list(spec.grid)
     out = []
     panels: set[str] = set()  # eval panels checked already (one env build each)
@@ -107,7 +110,7 @@ def cells(spec: SweepSpec) -> list[Cell]:
         parse_cli_overrides(overrides)  # key=value syntax
         try:
             cfg = resolve_config(preset, [*overrides, f"run_dir={Path(spec.out) / name}"])
-            validate(cfg)
+            check_run(cfg)
             key = repr((cfg.env.name, cfg.env.options, cfg.env.eval_split, cfg.eval_panel, cfg.eval_episodes))
             if key not in panels:
                 run_panel(cfg)  # an unknown panel, or one the installed data does not match, fails here
@@ -163,7 +166,8 @@ def _wall(row: dict[str, Any]) -> float:
 
 def curve(history: Sequence[dict[str, Any]], cfg: TrainConfig) -> list[dict[str, Any]]:
     """The eval points of one run: RL samples (episodes) and wall seconds so far, eval success with its Wilson
-    interval, the random policy's and the base model's success, and the panel."""
+    interval, the figures reported beside it (``_beside``: the random policy's and the base model's success, ...),
+    and the panel."""
     per_iter = cfg.rollout.group_size * cfg.rollout.groups_per_iter
     wall = 0.0
     nan = float("nan")
@@ -179,12 +183,17 @@ def curve(history: Sequence[dict[str, Any]], cfg: TrainConfig) -> list[dict[str,
                     "eval": float(r["eval_success"]),
                     "ci_low": float(r.get("eval_ci_low", nan)),
                     "ci_high": float(r.get("eval_ci_high", nan)),
-                    "random": float(r.get("eval_random", nan)),
-                    "base": float(r.get("eval_base", nan)),
+                    **{m.key: float(r.get(m.row_key(), nan)) for m in _beside()},
                     "panel": r.get("eval_panel", ""),
                 }
             )
     return points
+
+
+def _beside() -> tuple[Metric, ...]:
+    """The final eval's figures a sweep reports beside its success (the metric schema's table columns: the random
+    policy, the base model, valid format, ...), each the mean over the seeds."""
+    return tuple(m for m in scalar_eval_metrics() if not m.interval)
 
 
 def interval(points: Sequence[dict[str, Any]], key: str = "eval") -> tuple[float, float, float, str]:
@@ -235,8 +244,7 @@ def summarize(results: Sequence[tuple[Cell, list[dict[str, Any]]]]) -> list[dict
                 "best_eval": best,
                 "best_eval_low": best_lo,
                 "best_eval_high": best_hi,
-                "random": seed_mean([p["random"] for p in finals]).mean,
-                "base": seed_mean([p["base"] for p in finals]).mean,
+                **{m.key: seed_mean([p[m.key] for p in finals]).mean for m in _beside()},
                 "wall_s": seed_mean(walls).mean,
                 "samples": seed_mean(samples).mean,
             }
@@ -257,18 +265,21 @@ def write_table(rows: Sequence[dict[str, Any]], out: Path) -> str:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["cell"])
         writer.writeheader()
         writer.writerows(rows)
+    beside = _beside()
     lines = [
-        "| cell | seeds (finished) | eval panel | final eval [95 %] | best eval [95 %] | random policy | base model "
-        "| wall time | RL samples |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| cell | seeds (finished) | eval panel | final eval [95 %] | best eval [95 %] | "
+        + "".join(f"{m.label} | " for m in beside)
+        + "wall time | RL samples |",
+        "|---|---|---|---|---|" + "---|" * len(beside) + "---|---|",
     ]
     for r in rows:
         how = f" ({r['interval']})" if r["interval"] else ""
         lines.append(
             f"| {r['cell']} | {r['seeds']} ({r['finished']}) | {r['panel']} | "
             f"{_cell(r['final_eval'], r['final_eval_low'], r['final_eval_high'])}{how} | "
-            f"{_cell(r['best_eval'], r['best_eval_low'], r['best_eval_high'])} | {r['random']:.3f} | "
-            f"{r['base']:.3f} | {r['wall_s']:.0f} s | {r['samples']:.0f} |"
+            f"{_cell(r['best_eval'], r['best_eval_low'], r['best_eval_high'])} | "
+            + "".join(f"{format(r[m.key], m.fmt)} | " for m in beside)
+            + f"{r['wall_s']:.0f} s | {r['samples']:.0f} |"
         )
     lines += [
         "",

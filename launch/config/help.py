@@ -65,7 +65,7 @@ def _key_lines(rows: list[tuple[str, Any, str]], indent: str = "  ") -> list[str
 def config_help() -> str:
     """``hierarl train --help``: usage, then every run-config key, every algorithm's ``algo.*`` keys and the
     shaping constants, with defaults and the first line of each docstring."""
-    from launch.driver.algos import ALGOS, get_algo
+    from learners.algos.registry import ALGOS, get_algo
     from reward.shaping import ShapingConstants
 
     lines = [

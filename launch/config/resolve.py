@@ -243,7 +243,7 @@ def load_preset(name_or_path: str) -> dict[str, Any]:
 
 
 def unknown_algo(name: Any) -> ConfigError:
-    from launch.driver.algos import ALGOS
+    from learners.algos.registry import ALGOS
 
     return ConfigError(f"algo: unknown algorithm {name!r}; allowed: {', '.join(sorted(ALGOS))}")
 
@@ -252,7 +252,7 @@ def _carried_algo_overrides(overrides: dict[str, Any], new_algo: Any) -> dict[st
     """The ``algo.*`` keys an earlier layer set that the newly chosen algorithm also has (a shaping constant
     such as ``shaping.format_penalty`` scales with the env, not with the algorithm, so it stays); the rest (e.g.
     HiPER's ``lam_low`` when switching to PPO) are dropped."""
-    from launch.driver.algos import ALGOS, get_algo
+    from learners.algos.registry import ALGOS, get_algo
 
     if str(new_algo) not in ALGOS:
         raise unknown_algo(new_algo)

@@ -316,7 +316,7 @@ class TrainConfig:
     """Everything one ``hierarl train`` run needs."""
 
     algo: str = "hiper"
-    """The algorithm: a name of ``launch.driver.algos.ALGOS`` (``hierarl train --help`` lists them all)."""
+    """The algorithm: a name of ``learners.algos.registry.ALGOS`` (``hierarl train --help`` lists them all)."""
     algo_overrides: dict[str, Any] = field(default_factory=dict)
     """The ``algo.<field>`` keys, applied to the algorithm's own ``Config``; empty by default.
     The defaults live in ``learners/algos/<name>.py``; env-specific scaling (e.g. TextCraft's) in the presets."""

@@ -214,7 +214,7 @@ def _check_sampling(cfg: TrainConfig, algo: Any) -> None:
     Evaluation (``rollout.eval_temperature``) trains nothing and is free."""
     if not algo.uses_old_logprobs:
         return
-    from launch.driver.algos import ALGOS
+    from learners.algos.registry import ALGOS
 
     ratio_free = ", ".join(sorted(n for n, a in ALGOS.items() if not a.uses_old_logprobs))
     for key, value in (
@@ -231,9 +231,9 @@ def _check_sampling(cfg: TrainConfig, algo: Any) -> None:
 
 def _check_algo(cfg: TrainConfig) -> Any:
     """The ``algo.*`` keys against the algorithm's Config (which checks its own ranges and choices), then what the
-    algorithm needs of the rest of the run (its agent protocols, the learner's ZeRO stage, an env with an expert,
-    groups of the size it needs)."""
-    from launch.driver.algos import get_algo
+    algorithm's record needs of the rest of the run (its agent protocols, the learner's ZeRO stage, groups of the
+    size it needs). Its driver stage's own rules are the stage kind's (``launch.driver.stage_kinds.check_run``)."""
+    from learners.algos.registry import get_algo
 
     algo = get_algo(cfg.algo)
     # the Config checks its own fields as it is built (``learners.algo_config``): a bad value fails here
@@ -244,21 +244,6 @@ def _check_algo(cfg: TrainConfig) -> Any:
             f"rollout.agent: {cfg.rollout.agent!r} is not a protocol algo={cfg.algo} is defined with (an "
             f"ablation on another agent: a baseline algorithm with algo.reward_terms); allowed: "
             f"{', '.join(algo.agents)}"
-        )
-    if hasattr(algo_cfg, "segmentation"):
-        from actors.protocols import AGENTS
-
-        stating = [name for name, spec in AGENTS.items() if spec.states_subgoals]
-        if algo_cfg.segmentation == "subgoal" and cfg.rollout.agent not in stating:
-            raise ConfigError(
-                f"algo.segmentation: 'subgoal' needs a protocol that states subgoals, not rollout.agent="
-                f"{cfg.rollout.agent!r}; allowed: rollout.agent in {', '.join(stating)}, or segmentation "
-                "entropy / turn / auto"
-            )
-    if algo.reward_models and cfg.learner.zero_stage == 3:
-        raise ConfigError(
-            f"learner.zero_stage: algo={cfg.algo}'s SPRM shares the policy's base, which ZeRO-3 would partition per "
-            "engine; allowed: 0, 1, 2"
         )
     # an algorithm without a critic ignores where a critic would read (a preset's choice survives algo=grpo)
     for refused, why in (
@@ -272,33 +257,12 @@ def _check_algo(cfg: TrainConfig) -> Any:
             f"learner.zero_stage: algo={cfg.algo} keeps a target copy of the critic, which ZeRO-3 would partition; "
             "allowed: 0, 1, 2"
         )
-    if algo.uses_reference(algo_cfg):
-        if algo.offline and cfg.learner.kl_reference == "base":
-            raise ConfigError(
-                f"learner.kl_reference: algo={cfg.algo}'s KL term is to π_off, the policy its offline phase ended "
-                "with; allowed: start"
-            )
-        if cfg.learner.zero_stage == 3 and algo.reference_adapters(
-            algo_cfg, cfg.learner.kl_reference, cfg.model.adapter_names
-        ):
-            raise ConfigError(
-                f"learner.zero_stage: 3 partitions the frozen copy of the policy that algo={cfg.algo}'s KL term reads; "
-                "allowed: zero_stage 0, 1, 2, or learner.kl_reference=base"
-            )
-    for key, value in (("one_step_off", cfg.one_step_off), ("max_staleness", cfg.max_staleness)):
-        if algo.offline and value:
-            raise ConfigError(
-                f"{key}: algo={cfg.algo} trains on a stored dataset, there are no rollouts to overlap; "
-                f"allowed: {key}={'false' if key == 'one_step_off' else 0}"
-            )
-    if (
-        algo.offline
-        and (factory := _env_factory(cfg.env.name)) is not None
-        and not hasattr(factory, "expert_plan")
+    if cfg.learner.zero_stage == 3 and algo.reference_adapters(
+        algo_cfg, cfg.learner.kl_reference, cfg.model.adapter_names
     ):
         raise ConfigError(
-            f"env.name: algo={cfg.algo}'s dataset starts from expert demonstrations and env {cfg.env.name!r} has "
-            f"no expert plan (actors/demos.py); allowed: an env with one: {', '.join(_expert_envs())}"
+            f"learner.zero_stage: 3 partitions the frozen copy of the policy that algo={cfg.algo}'s KL term reads; "
+            "allowed: zero_stage 0, 1, 2, or learner.kl_reference=base"
         )
     need = algo.min_group_size
     if cfg.rollout.group_size < need:
@@ -358,7 +322,7 @@ def _options_allowed(factory: Any) -> list[str] | None:
     return [p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
 
 
-def _env_factory(name: str) -> Any:
+def env_factory(name: str) -> Any:
     """The env class without building it (its module imports no benchmark package); None if it cannot load."""
     from envs.base import resolve
 
@@ -368,10 +332,10 @@ def _env_factory(name: str) -> Any:
         return None
 
 
-def _expert_envs() -> list[str]:
+def expert_envs() -> list[str]:
     from envs.base import env_names
 
-    return [n for n in env_names() if hasattr(_env_factory(n), "expert_plan")]
+    return [n for n in env_names() if hasattr(env_factory(n), "expert_plan")]
 
 
 def validate(cfg: TrainConfig) -> Any:
@@ -382,7 +346,7 @@ def validate(cfg: TrainConfig) -> Any:
     algorithm config. Pure: reads no files beyond importing the modules that define the allowed names."""
     from actors.protocols import AGENTS
     from envs.base import env_names
-    from launch.driver.algos import ALGOS
+    from learners.algos.registry import ALGOS
 
     if cfg.algo not in ALGOS:
         raise unknown_algo(cfg.algo)
@@ -402,7 +366,7 @@ def validate(cfg: TrainConfig) -> Any:
         AGENTS[cfg.rollout.agent].options,
         cfg.rollout.agent,
     )
-    factory = _env_factory(cfg.env.name)
+    factory = env_factory(cfg.env.name)
     allowed_options = _options_allowed(factory) if factory is not None else None
     if allowed_options is not None:
         _options("env.options", cfg.env.options, allowed_options, cfg.env.name)
@@ -411,7 +375,7 @@ def validate(cfg: TrainConfig) -> Any:
     if cfg.bc.enabled and factory is not None and not hasattr(factory, "expert_plan"):
         raise ConfigError(
             f"bc.enabled: env {cfg.env.name!r} has no expert plan to clone (actors/demos.py); allowed: "
-            f"bc.enabled=false, or an env with one: {', '.join(_expert_envs())}"
+            f"bc.enabled=false, or an env with one: {', '.join(expert_envs())}"
         )
     if cfg.bc.enabled and cfg.bc.stratify and factory is not None and not hasattr(factory, "task_stratum"):
         raise ConfigError(

@@ -35,13 +35,13 @@ from launch.config import (
     resolved_text,
     to_dict,
 )
-from launch.driver.algos import get_algo
 from launch.driver.checkpoints import Checkpointer
 from launch.driver.kept_episodes import EpisodeKeeper
 from launch.driver.parts import RunParts
 from launch.driver.run_log import RunLog
 from launch.driver.sources import EmptyIterations
-from launch.driver.stage_builders import StageInputs, stage_builder
+from launch.driver.stage_kinds import stage_kind
+from launch.driver.stages import StageInputs
 from launch.driver.wiring import (
     demonstrations,
     iteration_source,
@@ -55,6 +55,7 @@ from launch.driver.wiring import (
 )
 from launch.evaluation.scoring import Evaluation, scope
 from launch.evaluation.tasks import task_split
+from learners.algos.registry import get_algo
 from learners.group import LearnerGroup
 
 
@@ -67,7 +68,7 @@ def build_run(cfg: TrainConfig, device: str | None = None) -> RunParts:
     run_dir.mkdir(parents=True, exist_ok=True)
     algo = get_algo(cfg.algo)
     algo_cfg = resolve_algo_config(algo.Config, cfg.algo_overrides)
-    build_stage = stage_builder(algo)
+    kind = stage_kind(algo)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     text = resolved_text(cfg, algo_cfg, device=device)
     print("[hierarl] resolved config:\n" + text, flush=True)
@@ -102,11 +103,13 @@ def build_run(cfg: TrainConfig, device: str | None = None) -> RunParts:
     )
     upd = updater(cfg, algo, algo_cfg, learner, pad_id)
     log = RunLog(run_dir, cfg.log, algo=cfg.algo, env=cfg.env.name, config=to_dict(cfg))
-    stage = build_stage(
+    stage = kind.build(
         StageInputs(
-            cfg=cfg,
             algo=algo,
             algo_cfg=algo_cfg,
+            run_dir=run_dir,
+            seed=cfg.seed,
+            sections=kind.sections_of(cfg),
             tokenizer=tokenizer,
             pad_id=pad_id,
             train_ids=train_ids,
@@ -124,8 +127,6 @@ def build_run(cfg: TrainConfig, device: str | None = None) -> RunParts:
     empty = EmptyIterations(cfg.rollout.max_empty_iterations, cfg.rollout.groups_per_iter)
     return RunParts(
         schedule=schedule(cfg, bc_source, bc_eval_reused),
-        algo=algo,
-        algo_cfg=algo_cfg,
         pool=pool,
         updater=upd,
         worker_lost=WORKER_LOST,

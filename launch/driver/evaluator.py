@@ -9,7 +9,7 @@ from typing import Any
 from actors.trajectory import Trajectory
 from launch.driver.rollout_pool import RolloutPool
 from launch.evaluation.baselines import BASE_SEED
-from launch.evaluation.episode_stats import trajectory_stats
+from launch.evaluation.episode_stats import evaluation_stats
 from launch.evaluation.panel_tasks import Panel, PanelTask
 from launch.evaluation.scoring import Evaluation
 
@@ -44,11 +44,11 @@ class PanelEvaluator:
             panel.tasks, self.sample_seed, temperature=self.temperature, samples=self.samples
         )
         out = self.evaluation.result(
-            panel, trajs, trajectory_stats(trajs), is_base=is_base, samples=self.samples
+            panel, trajs, evaluation_stats(trajs), is_base=is_base, samples=self.samples
         )
         if self.greedy:
             greedy = self.pool.play(panel.tasks, self.sample_seed, temperature=0.0, samples=1)
-            g = self.evaluation.result(panel, greedy, trajectory_stats(greedy), is_base=is_base, samples=1)
+            g = self.evaluation.result(panel, greedy, evaluation_stats(greedy), is_base=is_base, samples=1)
             out["greedy"] = {**g, "temperature": 0.0}
         return {**out, "temperature": self.temperature, "episodes": trajs}
 

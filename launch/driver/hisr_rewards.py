@@ -1,6 +1,6 @@
 """HISR's reward models on the live pipeline: the stages before RL and the per-iteration annotation (driver side).
 
-``algo=hisr`` (``Algorithm.reward_models``) gives the policy's learner group two more models on the policy's own
+``algo=hisr`` (its stage kind, ``KIND``) gives the policy's learner group two more models on the policy's own
 base (``reward_model_learners``): the hindsight model, a second trained LoRA adapter (``hindsight``), and the segment
 process reward model (SPRM), a second value model (adapter ``sprm`` with HISR Eq. 2's MLP head). One copy of the base
 serves policy, KL reference, critic, SPRM and hindsight model; the hindsight model's and the policy's log-probs of
@@ -26,9 +26,9 @@ import json
 import random
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -36,11 +36,12 @@ from actors.agents.parsing import render_prompt
 from actors.protocols import AGENTS
 from actors.trajectory import Trajectory, read_jsonl, to_jsonl
 from common.errors import RunStopped
-from launch.driver.stages import DriverStage
+from launch.config import ConfigError, TrainConfig
+from launch.driver.stages import DriverStage, StageInputs, StageKind, StageModels
+from learners.algorithm import Algorithm
 from learners.algos import hisr, sft
 from learners.batch import LearnerBatch, TurnBatch, build_turn_batch
 from learners.diagnostics import ranking_auc
-from learners.group import LearnerGroup
 from learners.learner_spec import CriticSpec
 from learners.prepare import learner_batch
 from learners.reward_models import (
@@ -60,6 +61,9 @@ from reward.segments import (
     turn_segments,
 )
 
+if TYPE_CHECKING:  # annotations only: the module stays importable without Ray (``hierarl train --dry-run``)
+    pass
+
 SEGMENTS_KEY = "hisr_segments"
 
 
@@ -78,17 +82,13 @@ def resolve_segmentation(segmentation: str, agent: str) -> str:
     return "subgoal" if AGENTS[agent].states_subgoals else "entropy"
 
 
-def reward_model_learners(acfg: hisr.Config, model_path: str) -> tuple[tuple[str, float], CriticSpec]:
+def reward_model_learners(acfg: hisr.Config, model_path: str) -> StageModels:
     """The learner's extra trained adapter (the hindsight model, at ``hindsight_lr``) and extra value model (the
     SPRM: one output, Eq. 2's W₂·SiLU(W₁h) with W₁ as wide as the base's hidden state, at ``sprm_lr``)."""
     from transformers import AutoConfig
 
     hidden = AutoConfig.from_pretrained(model_path).hidden_size
-    return (HINDSIGHT, acfg.hindsight_lr), CriticSpec(SPRM, 1, hidden, acfg.sprm_lr)
-
-
-Collect = Callable[..., list[Trajectory]]
-"""``collect(task_ids, group_size, seed, *, temperature)``: rollouts of the current policy (``RolloutPool.collect``)."""
+    return StageModels(((HINDSIGHT, acfg.hindsight_lr),), (CriticSpec(SPRM, 1, hidden, acfg.sprm_lr),))
 
 
 class RewardModels(DriverStage):
@@ -97,28 +97,18 @@ class RewardModels(DriverStage):
     plays π_ref on ``train_ids``; ``log`` writes the stages' metrics row. The run's driver stage: ``prepare`` and
     ``annotate`` are its hooks; the others do nothing (the models live in the learner's checkpoints)."""
 
-    def __init__(
-        self,
-        acfg: hisr.Config,
-        root: Path,
-        tokenizer: Any,
-        *,
-        agent: str,
-        env_name: str,
-        max_seq_len: int,
-        pad_id: int,
-        seed: int,
-        learner: LearnerGroup,
-        collect: Collect,
-        train_ids: Sequence[str],
-        log: Callable[[dict[str, Any]], None],
-    ) -> None:
-        self.acfg, self.root = acfg, root
+    def __init__(self, inputs: StageInputs) -> None:
+        """Built from its kind's inputs (``KIND``): the algorithm config, the run folder's ``hisr/``, the tokenizer,
+        the env, rollout and learner sections, and the run's learner group, rollouts and log."""
+        rollout, learner = inputs.section("rollout"), inputs.section("learner")
+        self.acfg, self.root = inputs.algo_cfg, inputs.run_dir / "hisr"
         self.root.mkdir(parents=True, exist_ok=True)
-        self.max_seq_len, self.pad_id, self.seed = max_seq_len, pad_id, seed
-        self.learner, self.collect_fn, self.train_ids, self.log = learner, collect, list(train_ids), log
-        self.segmentation = resolve_segmentation(acfg.segmentation, agent)
-        self.intro = hindsight_intro(env_name)
+        self.max_seq_len, self.pad_id, self.seed = learner.max_seq_len, inputs.pad_id, inputs.seed
+        self.learner, self.collect_fn, self.log = inputs.learner, inputs.collect, inputs.log
+        self.train_ids = list(inputs.train_ids)
+        self.segmentation = resolve_segmentation(self.acfg.segmentation, rollout.agent)
+        self.intro = hindsight_intro(inputs.section("env").name)
+        tokenizer = inputs.tokenizer
         self.encode = lambda text: tokenizer(text, add_special_tokens=False)["input_ids"]
         self.render = lambda text: render_prompt(tokenizer, [{"role": "user", "content": text}])
 
@@ -335,3 +325,26 @@ class RewardModels(DriverStage):
             }
         )
         print(f"[hierarl] HISR: hindsight model trained on {len(rows)} cloze rows: nll {nll:.3f}", flush=True)
+
+
+def check(cfg: TrainConfig, algo: Algorithm, algo_cfg: hisr.Config) -> None:
+    """Subgoal segmentation needs a protocol that states subgoals; ZeRO-3 would partition the base the SPRM shares
+    with the policy."""
+    stating = [name for name, spec in AGENTS.items() if spec.states_subgoals]
+    if algo_cfg.segmentation == "subgoal" and cfg.rollout.agent not in stating:
+        raise ConfigError(
+            f"algo.segmentation: 'subgoal' needs a protocol that states subgoals, not rollout.agent="
+            f"{cfg.rollout.agent!r}; allowed: rollout.agent in {', '.join(stating)}, or segmentation "
+            "entropy / turn / auto"
+        )
+    if cfg.learner.zero_stage == 3:
+        raise ConfigError(
+            f"learner.zero_stage: algo={cfg.algo}'s SPRM shares the policy's base, which ZeRO-3 would partition per "
+            "engine; allowed: 0, 1, 2"
+        )
+
+
+KIND = StageKind(
+    build=RewardModels, sections=("env", "rollout", "learner"), models=reward_model_learners, check=check
+)
+"""``driver_stage="reward_models"`` (HISR)."""

@@ -25,16 +25,23 @@ import json
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from actors.inference import GenerationResult
 from actors.trajectory import Trajectory, Turn, read_jsonl, to_jsonl
+from launch.config import ConfigError, TrainConfig
+from launch.config.validate import env_factory, expert_envs
 from launch.driver.sources import IterationData, IterationSource
-from launch.driver.stages import OFFLINE_STEPS, DriverStage
+from launch.driver.stages import DriverStage, StageInputs, StageKind
+from launch.driver.update_plan import UpdatePlan
 from launch.evaluation.episode_stats import trajectory_stats
+from learners.algorithm import Algorithm
+
+OFFLINE_STEPS = "offline_steps"
+"""``driver.pt``'s count of the optimizer steps a stored-data run took (its critic warm-up reads it)."""
 
 
 def _write(trajs: Sequence[Trajectory], path: Any) -> None:
@@ -65,30 +72,17 @@ class OfflineData(DriverStage):
     reference_at_warm_start = False  # the online phase's reference is the policy it starts from (``take``)
     critic_warmup_in_passes = False  # the target critic's warm-up counts optimizer steps (``warmup_left``)
 
-    def __init__(
-        self,
-        acfg: Any,
-        root: Path,
-        *,
-        anchor_role: str,
-        seed: int,
-        env_name: str,
-        train_split: str,
-        group_size: int,
-        temperature: float,
-        train_ids: Sequence[str],
-        demonstrations: Callable[[], list[Trajectory]],
-        collect: Callable[..., list[Trajectory]],
-        sample: Callable[..., list[Any]],
-        log: Callable[[dict[str, Any]], None],
-        freeze_reference: Callable[[], None] | None,
-    ) -> None:
-        self.acfg, self.root, self.anchor_role = acfg, root, anchor_role
+    def __init__(self, inputs: StageInputs) -> None:
+        """Built from its kind's inputs (``KIND``): the algorithm and its config, the run folder's ``offline/``, the
+        env and rollout sections, and the run's rollouts, demonstrations, log and the reference's freeze."""
+        env, rollout, algo = inputs.section("env"), inputs.section("rollout"), inputs.algo
+        self.acfg, self.root, self.anchor_role = inputs.algo_cfg, inputs.run_dir / "offline", algo.anchor_role
         self.root.mkdir(parents=True, exist_ok=True)
-        self.seed, self.env_name, self.train_split = seed, env_name, train_split
-        self.group_size, self.temperature, self.train_ids = group_size, temperature, list(train_ids)
-        self.demonstrations, self.collect, self.sample, self.log = demonstrations, collect, sample, log
-        self.freeze_reference = freeze_reference
+        self.seed, self.env_name, self.train_split = inputs.seed, env.name, env.train_split
+        self.group_size, self.temperature = rollout.group_size, rollout.temperature
+        self.train_ids, self.demonstrations = list(inputs.train_ids), inputs.demonstrations
+        self.collect, self.sample, self.log = inputs.collect, inputs.sample, inputs.log
+        self.freeze_reference = inputs.freeze_reference if algo.uses_reference(self.acfg) else None
         self.dataset: list[Trajectory] = []
         self.critic_steps = 0
         """Optimizer steps taken so far (the critic warm-up counts them); saved with every checkpoint."""
@@ -166,9 +160,9 @@ class OfflineData(DriverStage):
         """The stored data replace the rollouts."""
         return self
 
-    def update_args(self, iteration: int) -> dict[str, Any]:
+    def update_plan(self, plan: UpdatePlan, iteration: int) -> UpdatePlan:
         """The KL term's reference only in the online phase; the critic-only steps its warm-up still owes."""
-        return {"reference": self.online(iteration), "warmup_left": self.warmup_left()}
+        return replace(plan, reference=self.online(iteration), warmup_left=self.warmup_left())
 
     def after_update(self, metrics: Mapping[str, Any]) -> None:
         self.critic_steps += int(metrics["optimizer_steps"])
@@ -267,3 +261,29 @@ def _flat_counts(counts: dict[str, Any]) -> dict[str, float]:
     flat = {k: v for k, v in counts.items() if isinstance(v, int | float)}
     flat.update({f"transitions_{r}": v for r, v in counts["transitions"].items()})
     return flat
+
+
+def check(cfg: TrainConfig, algo: Algorithm, algo_cfg: Any) -> None:
+    """A stored-data run's rules: its KL term is to π_off (never the base model), there are no rollouts to
+    overlap, and its dataset starts from the env expert's demonstrations."""
+    if algo.uses_reference(algo_cfg) and cfg.learner.kl_reference == "base":
+        raise ConfigError(
+            f"learner.kl_reference: algo={cfg.algo}'s KL term is to π_off, the policy its offline phase ended "
+            "with; allowed: start"
+        )
+    for key, value in (("one_step_off", cfg.one_step_off), ("max_staleness", cfg.max_staleness)):
+        if value:
+            raise ConfigError(
+                f"{key}: algo={cfg.algo} trains on a stored dataset, there are no rollouts to overlap; "
+                f"allowed: {key}={'false' if key == 'one_step_off' else 0}"
+            )
+    factory = env_factory(cfg.env.name)
+    if factory is not None and not hasattr(factory, "expert_plan"):
+        raise ConfigError(
+            f"env.name: algo={cfg.algo}'s dataset starts from expert demonstrations and env {cfg.env.name!r} has "
+            f"no expert plan (actors/demos.py); allowed: an env with one: {', '.join(expert_envs())}"
+        )
+
+
+KIND = StageKind(build=OfflineData, sections=("env", "rollout"), check=check)
+"""``driver_stage="offline_data"`` (STEP-HRL, Multi2)."""

@@ -21,7 +21,6 @@ from launch.driver.sources import EmptyIterations, IterationSource
 from launch.driver.stages import DriverStage
 from launch.driver.updater import Updater
 from launch.evaluation.panel_tasks import Panel
-from learners.algorithm import Algorithm
 
 
 @dataclass(frozen=True)
@@ -63,11 +62,10 @@ class RunParts:
     later (the iteration source, BC's demonstrations) is a factory."""
 
     schedule: Schedule
-    algo: Algorithm
-    algo_cfg: Any
     pool: RolloutPool
     updater: Updater
-    """The update's driver side; ``updater.learner`` is the run's learner group (``LearnerGroup.rebuild``)."""
+    """The run's algorithm's updates (``updater.algo``); ``updater.learner`` is the run's learner group
+    (``LearnerGroup.rebuild``)."""
     worker_lost: tuple[type[BaseException], ...]
     """The errors that mean a learner worker died (the group is rebuilt, not the run ended)."""
     checkpoints: Checkpointer

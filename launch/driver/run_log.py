@@ -14,13 +14,14 @@ from __future__ import annotations
 import json
 import math
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from cluster.metrics import RunMetrics
 from common.progress import small_text
 from launch.evaluation.intervals import paired_gain
+from launch.evaluation.metrics import EVAL_PREFIXES, columns, eval_metrics, gauge_descriptions
 
 BACKENDS = ("tensorboard", "wandb")
 
@@ -34,7 +35,7 @@ class RunLog:
         self.run_dir, self.cfg = run_dir, cfg
         self.path = run_dir / "metrics.jsonl"
         self.history: list[dict[str, Any]] = []
-        self.gauges = RunMetrics(run=run_dir.name, algo=algo, env=env)
+        self.gauges = RunMetrics(run=run_dir.name, algo=algo, env=env, descriptions=gauge_descriptions())
         self._tb: Any = None
         self._wandb: Any = None
         if "wandb" in cfg.backends:
@@ -115,34 +116,14 @@ class RunLog:
 # -- what is printed -------------------------------------------------------------------------------------------
 
 
-EVAL_PREFIXES = ("eval_", "train_eval_")
-"""The metric-key prefixes of the held-out panel's evaluation and the RL tasks' (``eval_fields``)."""
-
-
 def eval_fields(ev: dict[str, Any], prefix: str = "eval_") -> dict[str, Any]:
-    """An eval result as metric keys: eval_success with its Wilson 95 % interval (eval_ci_low, eval_ci_high, over
-    eval_n tasks × eval_samples episodes), eval_random, eval_base (the zero-shot base model), eval_valid_format,
-    eval_<task type>..., the panel's label and per-task outcomes (``eval_panel``, ``eval_outcomes``: one character
-    per task, in panel order, the first sample's), which paired comparisons of two runs read, each task's
-    success rate over its samples (``eval_task_rates``), which the RL gain reads, and the tasks' ids
-    (``eval_task_ids``), which ``hierarl view``'s eval grid names. ``prefix``: ``train_eval_`` for
-    the evaluation of the RL tasks (``env.train_tasks``)."""
-    keys = (
-        "success",
-        "ci_low",
-        "ci_high",
-        "n",
-        "random",
-        "base",
-        "valid_format",
-        "subgoal_completion",
-        "dropped",
-        "samples",
-        "temperature",
-    )
-    out: dict[str, Any] = {
-        f"{prefix}{k}": ev[k] for k in (*keys, "panel", "outcomes", "task_rates", "task_ids") if k in ev
-    }
+    """An eval result as metric keys: every evaluation metric of the schema (``launch.evaluation.metrics``) the
+    result holds, under ``prefix`` (eval_success with its Wilson 95 % interval over eval_n tasks × eval_samples
+    episodes, eval_random, eval_base, the panel's label and per-task outcomes that paired comparisons of two runs
+    read, each task's success rate over its samples that the RL gain reads, the tasks' ids that ``hierarl view``'s
+    eval grid names, ...), then each role's valid-format rate and the success per task type. ``prefix``:
+    ``train_eval_`` for the evaluation of the RL tasks (``env.train_tasks``)."""
+    out: dict[str, Any] = {m.row_key(prefix): ev[m.key] for m in eval_metrics() if m.key in ev}
     out.update({f"{prefix}valid_format_{role}": v for role, v in ev.get("valid_roles", {}).items()})
     out.update({f"{prefix}{k}": v for k, v in ev.get("per_type", {}).items()})
     if "greedy" in ev:  # eval_greedy: the same panel played once a task at temperature 0
@@ -226,32 +207,51 @@ def eval_short(r: dict[str, Any]) -> str:
 def _cell(value: Any, spec: str, width: int) -> str:
     """``value`` formatted right-aligned in ``width``; ``-`` where the row has none (no eval on a train row, the
     base model off): a missing figure reads as missing, not as ``nan``."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+    if not _present(value):
         return f"{'-':>{width}}"
     return f"{format(value, spec):>{width}}"
 
 
-def final_table(history: Sequence[dict[str, Any]]) -> str:
-    """The run's rows: train success, eval success with its Wilson 95 % interval beside the random policy and (where
-    it played, ``eval_base_model``) the zero-shot base model on the same panel pairs, eval format validity, return,
-    iteration time."""
-    base = any(not math.isnan(r.get("eval_base", math.nan)) for r in history)
-    rows = [
-        "",
-        "phase      iter  train_success  eval_success  [95% Wilson]   eval_random"
-        + ("  eval_base" if base else "")
-        + "  eval_valid  return   iter_time_s",
-    ]
-    for r in history:
-        ci = f"[{r['eval_ci_low']:.3f}, {r['eval_ci_high']:.3f}]" if "eval_ci_low" in r else ""
-        rows.append(
-            f"{r.get('phase', ''):<10} {r.get('iteration', ''):>4}  "
-            f"{_cell(r.get('success'), '.3f', 13)}  {_cell(r.get('eval_success'), '.3f', 12)}  {ci:<14} "
-            f"{_cell(r.get('eval_random'), '.3f', 11)}  "
-            + (f"{_cell(r.get('eval_base'), '.3f', 9)}  " if base else "")
-            + f"{_cell(r.get('eval_valid_format'), '.2f', 10)}  "
-            f"{_cell(r.get('return'), '+.2f', 7)}  {_cell(r.get('time_iteration'), '.1f', 11)}"
+def _present(value: Any) -> bool:
+    return value is not None and not (isinstance(value, float) and math.isnan(value))
+
+
+INTERVAL = ("[95% Wilson]", 14)
+"""The header and width of the column beside a metric printed with its interval (``Metric.interval``)."""
+
+
+def _interval(row: dict[str, Any]) -> str:
+    """The held-out panel's Wilson 95 % interval of a row ("" where the row has no evaluation)."""
+    return f"[{row['eval_ci_low']:.3f}, {row['eval_ci_high']:.3f}]" if "eval_ci_low" in row else ""
+
+
+def _table_columns(history: Sequence[dict[str, Any]]) -> list[tuple[str, Callable[[dict[str, Any]], str]]]:
+    """(header, cell of a row) of each final-table column, its separator included: the schema's columns, a column
+    left out where it is optional and no row has a value."""
+    out: list[tuple[str, Callable[[dict[str, Any]], str]]] = []
+    for m in columns():
+        if m.optional and not any(_present(r.get(m.row_key())) for r in history):
+            continue
+        width = m.width or len(m.column)
+        out.append(
+            (f"{m.column:<{width}}  ", lambda r, m=m, w=width: f"{_cell(r.get(m.row_key()), m.fmt, w)}  ")
         )
+        if m.interval:
+            head, w = INTERVAL
+            out.append((f"{head:<{w}} ", lambda r, w=w: f"{_interval(r):<{w}} "))
+    return out
+
+
+def final_table(history: Sequence[dict[str, Any]]) -> str:
+    """The run's rows in the schema's columns (``launch.evaluation.metrics``): train success, eval success with its
+    Wilson 95 % interval beside the random policy and (where it played, ``eval_base_model``) the zero-shot base
+    model on the same panel pairs, eval format validity, return, iteration time."""
+    table = _table_columns(history)
+    rows = ["", ("phase      iter  " + "".join(head for head, _ in table)).rstrip()]
+    for r in history:
+        cells = "".join(cell(r) for _, cell in table)
+        rows.append(f"{r.get('phase', ''):<10} {r.get('iteration', ''):>4}  {cells}".rstrip())
+    base = any(_present(r.get("eval_base")) for r in history)
     panels = sorted({f"{r['eval_panel']} ({r['eval_n']} tasks)" for r in history if "eval_n" in r})
     if panels:
         who = (

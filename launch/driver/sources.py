@@ -13,12 +13,14 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from actors.trajectory import Trajectory
 from common.errors import RunStopped
-from launch.driver.rollout_pool import Collection, RolloutPool
 from launch.evaluation.episode_stats import trajectory_stats
+
+if TYPE_CHECKING:  # annotations only: the module stays importable without Ray (``hierarl train --dry-run``)
+    from launch.driver.rollout_pool import Collection, RolloutPool
 
 
 @dataclass

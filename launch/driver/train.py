@@ -1,6 +1,6 @@
 """The training driver's loop (single controller, as in verl), over the parts ``launch/driver/build.py`` builds:
 
-    source.take(k) → updater.update → pool.push → evaluate every k → checkpoint → log
+    source.take(k) → staged_update (updater.update) → pool.push → evaluate every k → checkpoint → log
 
 ``Trainer`` reads the run's ``RunParts`` and its ``Schedule``, never the run config, so a unit test drives the loop
 with fakes of the parts (``tests/unit/launch/test_loop.py``); ``train`` builds a run and runs it. What an algorithm
@@ -23,6 +23,7 @@ from launch.driver.build import build_run
 from launch.driver.parts import RunParts
 from launch.driver.run_log import eval_fields, eval_text, final_table, iteration_line, logged_eval_text
 from launch.driver.stages import staged_update
+from launch.driver.update_plan import UpdatePlan, UpdateResult
 from launch.driver.updater import timed
 from launch.driver.warm_start import bc_from_run, behaviour_cloning, load_init_adapter, start_rl
 from launch.driver.weights import Weights
@@ -186,26 +187,17 @@ class Trainer:
             weights = {n: self.learner.adapter_weights(n) for n in names}
         return self.parts.pool.push(weights)
 
-    def update(
-        self, trajs: list[Trajectory], *, seed: int, iteration: int = 0, **kw: Any
-    ) -> tuple[dict[str, Any], dict[str, float]]:
-        """The run's algorithm updated on iteration ``iteration``'s ``trajs`` through its driver stage
-        (``staged_update``), the updated turns kept for ``hierarl view``; returns (metrics, timings)."""
-        p = self.parts
-        kw["observe"] = p.keeper.observer(iteration)
-        return staged_update(
-            p.updater, p.stage, trajs, p.algo, p.algo_cfg, seed=seed, iteration=iteration, **kw
-        )
-
-    def update_recovering(self, trajs: list[Trajectory], it: int) -> tuple[dict[str, Any], dict[str, float]]:
-        """``update`` on iteration ``it``'s rollouts (the first RL iteration's critic warmed up first,
-        ``learner.critic_warmup_passes``, unless the driver stage warms it up its own way); if a learner worker dies,
-        the group is rebuilt from the newest readable checkpoint and the update redone on the same rollouts."""
+    def update_recovering(self, trajs: list[Trajectory], it: int) -> UpdateResult:
+        """Iteration ``it``'s update through its driver stage (``staged_update``) on its rollouts, the updated turns
+        kept for ``hierarl view``, the first RL iteration's critic warmed up first (``learner.critic_warmup_passes``,
+        unless the driver stage warms it up its own way); if a learner worker dies, the group is rebuilt from the
+        newest readable checkpoint and the update redone on the same rollouts."""
         p, s = self.parts, self.parts.schedule
         warmup = s.learner.critic_warmup_passes if it == 1 and p.stage.critic_warmup_in_passes else 0
+        plan = UpdatePlan(seed=s.seed + it, critic_warmup=warmup, observe=p.keeper.observer(it))
         while True:
             try:
-                return self.update(trajs, seed=s.seed + it, iteration=it, critic_warmup=warmup)
+                return staged_update(p.updater, p.stage, trajs, plan, it)
             except p.worker_lost as e:
                 self.rebuild_learner(e)
 

@@ -12,9 +12,10 @@ from typing import Any
 from actors.lora_weights import read_peft_adapter
 from actors.trajectory import Trajectory
 from common.lora import LoraSpec
-from launch.driver.algos import get_algo
-from launch.driver.run_log import EVAL_PREFIXES
+from launch.driver.update_plan import UpdatePlan
 from launch.driver.updater import Updater
+from launch.evaluation.metrics import EVAL_PREFIXES
+from learners.algos.registry import get_algo
 from learners.group import LearnerGroup
 
 
@@ -32,23 +33,19 @@ def behaviour_cloning(
     seed: int,
     after_epoch: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:
-    """``bc_cfg.epochs`` SFT epochs on ``demos`` (``bc``: the run's BC section) through the run's learner group, at
-    the BC learning rate and mini-batch; NLL aggregated by ``bc.agg``; ``after_epoch(k)`` after the k-th pass of
-    each k in ``bc.eval_epochs`` (the trainer's evaluation of the BC curve). Returns the BC row's fields."""
+    """``bc_cfg.epochs`` SFT epochs on ``demos`` (``bc``: the run's BC section) through the run's learner group (an
+    ``Updater`` of SFT beside the run's ``updater``), at the BC learning rate and mini-batch; NLL aggregated by
+    ``bc.agg``; ``after_epoch(k)`` after the k-th pass of each k in ``bc.eval_epochs`` (the trainer's evaluation of
+    the BC curve). Returns the BC row's fields."""
     t0 = time.perf_counter()
-    sft = get_algo("sft")
+    bc = updater.with_algorithm(get_algo("sft"), bc_loss_config(bc_cfg))
     out: dict[str, Any] = {"demos": len(demos), "turns": sum(len(d.turns) for d in demos)}
     for epoch in range(bc_cfg.epochs):
-        m, _ = updater.update(
-            list(demos),
-            sft,
-            bc_loss_config(bc_cfg),
-            seed=seed + epoch,
-            lr=bc_cfg.lr,
-            mini_batch_size=bc_cfg.mini_batch_size,
-            measure=False,
-            epochs=1,  # one pass per BC epoch, whatever the RL updates' ppo_epochs
+        # one pass per BC epoch, whatever the RL updates' ppo_epochs
+        plan = UpdatePlan(
+            seed=seed + epoch, lr=bc_cfg.lr, mini_batch_size=bc_cfg.mini_batch_size, measure=False, epochs=1
         )
+        m = bc.update(list(demos), plan).metrics
         out[f"nll_epoch{epoch}"] = m.get("nll", float("nan"))
         # several adapters (Multi2's planner and executor): each one's NLL too, since their row counts differ
         per_adapter = {k.removesuffix("/nll"): v for k, v in sorted(m.items()) if k.endswith("/nll")}

@@ -1,6 +1,6 @@
-"""The run config turned into each part's spec. This module, ``build_run`` (``launch/driver/build.py``) and the
-driver stages' builders (``launch/driver/stage_builders.py``) are the only readers of the whole ``TrainConfig``, so
-that every part of the driver gets only its own section and the records built here.
+"""The run config turned into each part's spec. This module and ``build_run`` (``launch/driver/build.py``) are the only
+readers of the whole ``TrainConfig``, so that every part of the driver, the driver stage included (its kind's
+sections, ``StageInputs``), gets only its own sections and the records built here.
 
 ``learner_spec`` (the learner workers: LoRA, optimizer settings, the algorithm's critic and adapters),
 ``rollout_worker_config`` (the rollout workers: engine, protocol, env, sampling), ``expert_demonstrations`` (what
@@ -33,11 +33,12 @@ from launch.config import (
 )
 from launch.driver.checkpoints import behaviour_adapter
 from launch.driver.evaluator import PanelEvaluator
-from launch.driver.hisr_rewards import reward_model_learners
 from launch.driver.parts import Schedule
 from launch.driver.rollout_pool import RolloutPool
 from launch.driver.sources import IterationSource, SyncRollouts
+from launch.driver.stage_kinds import stage_kind
 from launch.driver.stream import AsyncRollouts
+from launch.driver.update_plan import UpdaterSettings
 from launch.driver.updater import Updater
 from launch.evaluation.scoring import EvalScope, Evaluation, scope
 from launch.evaluation.tasks import stratified_draw
@@ -80,18 +81,26 @@ def learner_resources(learner: LearnerConfig, device: str) -> WorkerResources:
     return WorkerResources(learner.cpus_per_worker, learner.gpus_per_worker if device == "cuda" else 0.0)
 
 
-def updater(cfg: TrainConfig, algo: Algorithm, algo_cfg: Any, learner: LearnerGroup, pad_id: int) -> Updater:
-    """The update's driver side over ``learner``: shaping in units of the env's success reward, the role adapters,
-    the frozen reference copies, the off-policy weight's cap (for the device the learner's spec names)."""
-    return Updater(
-        learner,
+def updater_settings(
+    cfg: TrainConfig, algo: Algorithm, algo_cfg: Any, device: str, pad_id: int
+) -> UpdaterSettings:
+    """What the run's updates keep: shaping in units of the env's success reward, the role adapters, the frozen
+    reference copies, the off-policy weight's cap and π_old's source (for the learner's ``device``)."""
+    return UpdaterSettings(
         cfg.learner,
         pad_id=pad_id,
         success_reward=success_reward(cfg.env.name, dict(cfg.env.options)),
         role_adapters=cfg.model.role_adapters,
         ref_adapters=reference_adapters(cfg, algo, algo_cfg),
-        behaviour_is_cap=behaviour_is_cap(cfg, learner.spec.device),
-        engine_old_logprobs=engine_old_logprobs(cfg, learner.spec.device),
+        behaviour_is_cap=behaviour_is_cap(cfg, device),
+        engine_old_logprobs=engine_old_logprobs(cfg, device),
+    )
+
+
+def updater(cfg: TrainConfig, algo: Algorithm, algo_cfg: Any, learner: LearnerGroup, pad_id: int) -> Updater:
+    """The run's algorithm's updates over ``learner``, with the settings for the device its spec names."""
+    return Updater(
+        learner, algo, algo_cfg, updater_settings(cfg, algo, algo_cfg, learner.spec.device, pad_id)
     )
 
 
@@ -103,14 +112,14 @@ def learner_adapters(cfg: TrainConfig) -> tuple[tuple[str, float], ...]:
 def learner_spec(
     cfg: TrainConfig, algo: Algorithm, algo_cfg: Any, model_path: str, device: str
 ) -> LearnerSpec:
-    """The learner workers' spec for a run: its LoRA, optimizer settings, the algorithm's critic and adapters (HISR:
-    the hindsight model's adapter and the SPRM beside the policy's)."""
-    adapters, extra_critics = learner_adapters(cfg), ()
+    """The learner workers' spec for a run: its LoRA, optimizer settings, the algorithm's critic and adapters, and
+    the models its driver stage's kind needs beside the policy's (``StageKind.models``)."""
+    adapters = learner_adapters(cfg)
     threads = torch_threads(cfg, cfg.learner.num_workers, node_cores(), device)
     frozen = reference_adapters(cfg, algo, algo_cfg)
-    if algo.reward_models:
-        hindsight, sprm = reward_model_learners(algo_cfg, model_path)
-        adapters, extra_critics = (*(adapters or (("default", cfg.learner.actor_lr),)), hindsight), (sprm,)
+    extra = stage_kind(algo).models(algo_cfg, model_path)
+    if extra.adapters:  # beside the policy's adapters (its one adapter named)
+        adapters = (*(adapters or (("default", cfg.learner.actor_lr),)), *extra.adapters)
     return LearnerSpec(
         model_path=model_path,
         lora=lora_spec(cfg),
@@ -129,7 +138,7 @@ def learner_spec(
         critic_trunk=cfg.learner.critic_trunk,
         target_critic=algo.target_critic,
         adapters=adapters,
-        extra_critics=extra_critics,
+        extra_critics=extra.critics,
         frozen_adapters=frozen,
         seed=cfg.seed,
         torch_threads=threads,

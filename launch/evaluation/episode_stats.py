@@ -96,3 +96,12 @@ def trajectory_stats(trajs: Sequence[Trajectory]) -> dict[str, float]:
         },
         **({"subgoal_completion": subgoal_rate(counts)} if any(i for i, _ in counts) else {}),
     }
+
+
+def evaluation_stats(trajs: Sequence[Trajectory]) -> dict[str, float]:
+    """What an evaluation measures of its episodes (``PanelEvaluator``): ``trajectory_stats``, and the mean turns of
+    its won episodes (``won_turns``, NaN without a win: how directly the policy wins, which success alone does not
+    tell), which the schema's ``from_episodes`` metrics (``launch.evaluation.metrics``) are copied from into the
+    evaluation's result."""
+    won = [len(t.turns) for t in trajs if t.won]
+    return {**trajectory_stats(trajs), "won_turns": float(np.mean(won)) if won else float("nan")}

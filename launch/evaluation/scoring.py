@@ -3,8 +3,8 @@
 Every evaluation of a run scores the same (task id, env seed) pairs: the panel's first ``eval_episodes`` tasks
 (all of them for 0). The pairs are dealt over the rollout workers with each task's own env seed, so neither the
 number of workers nor the order of the tasks changes what is played; outcomes are matched back to the panel by
-(task id, seed), never by position. The driver plays the pairs (``Trainer.play_panel``); this module holds no
-Ray.
+(task id, seed), never by position. The driver plays the pairs (``launch.driver.evaluator.PanelEvaluator``); this
+module holds no Ray.
 
 A result carries its success with the Wilson 95 % interval (``launch.evaluation.intervals``), beside the random policy and the
 zero-shot base model on the same pairs (``launch.evaluation.baselines``, cached on disk), per task type too, and the per-task
@@ -23,6 +23,7 @@ from actors.trajectory import Trajectory
 from launch.config import EnvConfig, ModelConfig, RolloutConfig, TrainConfig
 from launch.evaluation.baselines import base_cache, random_rates
 from launch.evaluation.intervals import wilson
+from launch.evaluation.metrics import eval_metrics
 from launch.evaluation.panel_tasks import Panel, PanelTask
 from launch.evaluation.panels import run_panel
 
@@ -171,8 +172,9 @@ class Evaluation:
         is_base: bool = False,
         samples: int = 1,
     ) -> dict[str, Any]:
-        """``summary`` of the policy's episodes on ``panel`` with its valid-format rates (``stats``:
-        ``trajectory_stats`` of ``trajs``). ``is_base``: the policy is the base model (a zero adapter), whose
+        """``summary`` of the policy's episodes on ``panel`` with the schema's figures of its episodes
+        (``launch.evaluation.metrics``: ``from_episodes``; ``stats``: ``evaluation_stats`` of ``trajs``) and each
+        role's valid-format rate. ``is_base``: the policy is the base model (a zero adapter), whose
         outcomes are cached as the base model's. ``samples``: episodes played per task."""
         if is_base and self._with_base:
             self.store_base(panel, trajs)
@@ -180,18 +182,9 @@ class Evaluation:
         out = summary(
             panel, outcome_string(panel, trajs), self.chance(panel), base, task_wins(panel, trajs), samples
         )
-        out.update(
-            {
-                "valid_format": stats["valid_format"],
-                "valid_roles": {
-                    k[len("valid_format_") :]: v for k, v in stats.items() if k.startswith("valid_format_")
-                },
-                "episodes": len(trajs),
-                **(
-                    {"subgoal_completion": stats["subgoal_completion"]}
-                    if "subgoal_completion" in stats
-                    else {}
-                ),
-            }
-        )
+        out.update({m.key: stats[m.key] for m in eval_metrics() if m.from_episodes and m.key in stats})
+        out["valid_roles"] = {
+            k[len("valid_format_") :]: v for k, v in stats.items() if k.startswith("valid_format_")
+        }
+        out["episodes"] = len(trajs)
         return out

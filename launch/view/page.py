@@ -10,6 +10,7 @@ from dataclasses import asdict
 from importlib import resources
 from typing import Any
 
+from launch.evaluation.metrics import in_figure
 from launch.view.run_data import EpisodeView, PanelGrid, RunView, compare_grids, keys_with, series
 
 PHASES = ("rollout", "logprobs", "values", "advantage", "update", "measure", "push", "eval", "checkpoint")
@@ -43,27 +44,41 @@ def _line(run: RunView, key: str, name: str, dash: str, **extra: Any) -> dict[st
 
 
 def success_figure(runs: list[RunView]) -> dict:
-    """Train success per iteration, eval success with its Wilson interval on each panel, the random policy."""
+    """The metric schema's ``success`` figure (``launch.evaluation.metrics``): the training rows' metrics as lines,
+    an evaluation metric with its interval on each panel with error bars, the others (the random policy) dotted on
+    the held-out panel."""
     traces = []
     for run, dash in zip(runs, DASH, strict=False):
-        traces.append(_line(run, "success", f"{run.name} train", dash))
-        for prefix, label in (("eval_", "eval held-out"), ("train_eval_", "eval RL tasks")):
-            rows = [r for r in run.history if f"{prefix}success" in r and "iteration" in r]
-            if rows:
-                ys = [r[f"{prefix}success"] for r in rows]
-                err = {
-                    "type": "data",
-                    "symmetric": False,
-                    "array": [r.get(f"{prefix}ci_high", y) - y for r, y in zip(rows, ys, strict=True)],
-                    "arrayminus": [y - r.get(f"{prefix}ci_low", y) for r, y in zip(rows, ys, strict=True)],
-                }
-                x = [r["iteration"] for r in rows]
-                traces.append(
-                    {"x": x, "y": ys, "name": f"{run.name} {label}", "mode": "lines+markers", "error_y": err}
-                    | {"line": {"dash": dash}}
-                )
-        traces.append(_line(run, "eval_random", f"{run.name} random policy (held-out)", "dot"))
+        for m in in_figure("success"):
+            if not m.evaluation:
+                traces.append(_line(run, m.key, f"{run.name} train", dash))
+            elif m.interval:
+                traces += [_interval_trace(run, prefix, label, dash) for prefix, label in PANELS]
+            else:
+                traces.append(_line(run, m.row_key(), f"{run.name} {m.label} (held-out)", "dot"))
     return _figure([t for t in traces if t], "Success (eval: Wilson 95 % interval)", "success rate")
+
+
+PANELS = (("eval_", "eval held-out"), ("train_eval_", "eval RL tasks"))
+"""The evaluations a run logs (metric prefix, legend): the held-out panel's and the RL tasks'."""
+
+
+def _interval_trace(run: RunView, prefix: str, label: str, dash: str) -> dict[str, Any] | None:
+    """A panel's eval success per iteration with its Wilson interval as error bars (None: never evaluated)."""
+    rows = [r for r in run.history if f"{prefix}success" in r and "iteration" in r]
+    if not rows:
+        return None
+    ys = [r[f"{prefix}success"] for r in rows]
+    err = {
+        "type": "data",
+        "symmetric": False,
+        "array": [r.get(f"{prefix}ci_high", y) - y for r, y in zip(rows, ys, strict=True)],
+        "arrayminus": [y - r.get(f"{prefix}ci_low", y) for r, y in zip(rows, ys, strict=True)],
+    }
+    x = [r["iteration"] for r in rows]
+    return {"x": x, "y": ys, "name": f"{run.name} {label}", "mode": "lines+markers", "error_y": err} | {
+        "line": {"dash": dash}
+    }
 
 
 def group_figure(runs: list[RunView], prefix: str, title: str, *, log: bool = False) -> dict | None:
@@ -77,9 +92,11 @@ def group_figure(runs: list[RunView], prefix: str, title: str, *, log: bool = Fa
 
 
 def policy_figure(runs: list[RunView]) -> dict | None:
-    keys = ("switch_rate", "switch_agreement", "expert_switch_rate", "valid_format", "entropy", "segment_len")
+    """The metric schema's ``policy`` figure: each metric as a line (an evaluation's: the held-out panel's)."""
     traces = [
-        _line(run, k, f"{run.name} {k}", dash) for run, dash in zip(runs, DASH, strict=False) for k in keys
+        _line(run, m.row_key(), f"{run.name} {m.row_key()}", dash)
+        for run, dash in zip(runs, DASH, strict=False)
+        for m in in_figure("policy")
     ]
     traces = [t for t in traces if t]
     title = "Switches (rate, agreement with the expert's), valid format, entropy, segment length"

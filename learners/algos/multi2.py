@@ -230,5 +230,6 @@ ALGORITHM = Algorithm(
     agents=("multi2",),
     target_critic=True,
     anchor_role="executor",
+    offline=True,
     driver_stage="offline_data",
 )

@@ -183,5 +183,6 @@ ALGORITHM = Algorithm(
     uses_old_logprobs=False,  # AWR reads no π_old; expert demonstrations carry no sampling log-probs
     agents=("step_hrl",),
     target_critic=True,
+    offline=True,
     driver_stage="offline_data",
 )

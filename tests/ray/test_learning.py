@@ -7,7 +7,7 @@ Setting: the synthetic env's multi-action-segment tasks ("collect X, then craft 
 them, ``envs.random_policy``). On the same four tasks the rollout loop plays two kinds of well-formed episodes with
 stand-in engines: the expert's plan (all won, reward 1) and another task's plan (all lost: wrong items, reward 0).
 Both are grouped by task, so GRPO's group baseline sees one won and one lost episode per task. Each algorithm then
-runs a few updates of ``Trainer.update`` on the mixed batch, exactly as an RL iteration does.
+runs a few updates of the run's ``Updater`` on the mixed batch, exactly as an RL iteration does.
 
 Measured: the mean log-probability of a won episode's response minus that of a lost one's (the "gap"); it must
 grow by ``MIN_GAP_GAIN`` after ``UPDATES`` updates, and shrink by as much when the rewards are swapped (GRPO: an
@@ -35,6 +35,7 @@ from actors.protocols import AgentFactory
 from launch.config import TrainConfig, resolve_config
 from launch.driver.build import build_run
 from launch.driver.train import Trainer
+from launch.driver.update_plan import UpdatePlan
 from learners.batch import build_turn_batch
 from learners.targets import sequences
 
@@ -111,7 +112,9 @@ def expert_plans(cfg: TrainConfig, task_ids: list[str]) -> list[list]:
 def gap(cfg: TrainConfig, trainer: Trainer, won: list, lost: list) -> float:
     """Mean log π(response | prompt) of a won episode's turn minus a lost one's, under the learner's policy."""
     trajs = [*won, *lost]
-    batch = build_turn_batch(trajs, max_len=cfg.learner.max_seq_len, pad_id=trainer.parts.updater.pad_id)
+    batch = build_turn_batch(
+        trajs, max_len=cfg.learner.max_seq_len, pad_id=trainer.parts.updater.settings.pad_id
+    )
     seqs = sequences(batch, ())
     per_turn = (trainer.learner.logprobs(seqs) * seqs.response_mask).sum(axis=1)
     is_won = [ti < len(won) for ti, _ in batch.index]
@@ -157,7 +160,7 @@ def test_updates_move_probability_to_the_rewarded_episodes(ray_local, tmp_path, 
                 )
         before = gap(cfg, trainer, won, lost)
         for k in range(UPDATES):
-            trainer.update([*won, *lost], seed=k)
+            trainer.parts.updater.update([*won, *lost], UpdatePlan(seed=k))
         after = gap(cfg, trainer, won, lost)
     finally:
         trainer.close()
@@ -207,7 +210,7 @@ def test_after_bc_an_update_without_advantages_moves_the_policy_only_on_bcs_mome
             *play(cfg, trainer, ids, plans, "won"),
             *play(cfg, trainer, ids, plans[1:] + plans[:1], "lost"),
         ]
-        metrics, _ = trainer.update(batch, seed=0)
+        metrics, _ = trainer.parts.updater.update(batch, UpdatePlan(seed=0))
     finally:
         trainer.close()
     print(f"{rl_optimizer}: update KL {metrics['kl_update']:.3g}")
@@ -233,7 +236,7 @@ def test_a_batch_without_outcome_signal_leaves_the_policy_where_it_was(ray_local
         lost = play(cfg, trainer, ids, expert_plans(cfg, ids)[1:] + expert_plans(cfg, ids)[:1], "lost")
         assert not any(t.won for t in lost)
         before = trainer.learner.adapter_weights()
-        metrics, _ = trainer.update(lost, seed=0)
+        metrics, _ = trainer.parts.updater.update(lost, UpdatePlan(seed=0))
         after = trainer.learner.adapter_weights()
     finally:
         trainer.close()

@@ -4,6 +4,7 @@ one sequence (take → update → push → eval → checkpoint → log)."""
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -16,6 +17,7 @@ from launch.driver.parts import RunParts, Schedule
 from launch.driver.sources import EmptyIterations, IterationData
 from launch.driver.stages import DriverStage
 from launch.driver.train import Trainer
+from launch.driver.update_plan import UpdatePlan, UpdateResult
 from launch.driver.weights import AdapterSync
 
 SEED = 7
@@ -114,20 +116,26 @@ class Source:
 
 
 class Updater:
-    """Records each update; the first ``fail`` updates raise ``WorkerLost`` (a learner worker died mid-update)."""
+    """Records each update (its algorithm's name and plan); the first ``fail`` updates raise ``WorkerLost`` (a
+    learner worker died mid-update). ``with_algorithm`` (behaviour cloning's updater) records to the same list."""
 
-    def __init__(self, events: list[tuple], learner: Learner, fail: int = 0) -> None:
-        self.events, self.learner, self.fail = events, learner, fail
+    def __init__(self, events: list[tuple], learner: Learner, fail: int = 0, algo: str = "ppo") -> None:
+        self.events, self.learner, self.fail, self.algo = events, learner, fail, SimpleNamespace(name=algo)
         self.ref_adapters = ("ref_default",)
         self.calls: list[dict[str, Any]] = []
 
-    def update(self, trajs: list, algo: Any, algo_cfg: Any, *, seed: int, **kw: Any) -> tuple[dict, dict]:
-        self.events.append(("update", seed, self.learner.name))
-        self.calls.append({"trajs": trajs, "algo": algo, **kw})
+    def with_algorithm(self, algo: Any, algo_cfg: Any) -> Updater:
+        other = copy.copy(self)
+        other.algo = algo
+        return other
+
+    def update(self, trajs: list, plan: UpdatePlan) -> UpdateResult:
+        self.events.append(("update", plan.seed, self.learner.name))
+        self.calls.append({"trajs": trajs, "algo": self.algo, **vars(plan)})
         if self.fail:
             self.fail -= 1
             raise WorkerLost("a learner worker died")
-        return {"loss": 0.5, "optimizer_steps": 1.0}, {"update": 0.0}
+        return UpdateResult({"loss": 0.5, "optimizer_steps": 1.0}, {"update": 0.0})
 
     def freeze_reference(self) -> None:
         self.events.append(("freeze_reference",))
@@ -202,8 +210,8 @@ class Stage(DriverStage):
     def annotate(self, trajs: list, turns: Any, logprobs: Any) -> dict[str, float]:
         return {}
 
-    def update_args(self, iteration: int) -> dict[str, Any]:
-        return {"reference": iteration > 1, "warmup_left": max(0, 3 - self.steps)}
+    def update_plan(self, plan: UpdatePlan, iteration: int) -> UpdatePlan:
+        return replace(plan, reference=iteration > 1, warmup_left=max(0, 3 - self.steps))
 
     def after_update(self, metrics: Mapping[str, Any]) -> None:
         self.events.append(("stage_after_update",))
@@ -263,8 +271,6 @@ def fake_run(
 
     parts = RunParts(
         schedule=schedule(tmp_path, **changes),
-        algo=SimpleNamespace(name="ppo"),
-        algo_cfg=None,
         pool=pool,
         updater=Updater(events, Learner("learner0", events), fail),
         worker_lost=(WorkerLost,),

@@ -40,9 +40,10 @@ from actors.trajectory import Trajectory, Turn
 from envs.random_policy import random_policy_wins
 from envs.synthetic import SyntheticHierEnv
 from launch.cli.main import main
-from launch.driver.algos import ALGOS, get_algo
-from launch.driver.stage_builders import STAGES, stage_builder
+from launch.driver.stage_kinds import STAGE_KINDS, stage_kind
 from launch.driver.stages import staged_update
+from launch.driver.update_plan import UpdatePlan, UpdateResult
+from learners.algos.registry import ALGOS, get_algo
 from learners.batch import build_turn_batch
 from reward.shaping import ShapingConfig, apply_shaping
 from tests.unit.scripted_engine import FakeEngine, run_episodes
@@ -73,7 +74,7 @@ def examples(page: str) -> dict[str, str]:
 @pytest.fixture(autouse=True)
 def registries():
     """Every registration a snippet makes is undone after the test."""
-    tables: list[dict[str, Any]] = [ALGOS, envs.base._REGISTRY, AGENTS, STAGES]
+    tables: list[dict[str, Any]] = [ALGOS, envs.base._REGISTRY, AGENTS, STAGE_KINDS]
     saved = [dict(t) for t in tables]
     yield
     for table, before in zip(tables, saved, strict=True):
@@ -200,12 +201,13 @@ def test_algorithm_page_test_passes(monkeypatch, tmp_path):
 
 
 class AnnotatingUpdater:
-    """Stands in for ``Updater.update``: applies the annotation it is given to the batch, as the real one does
+    """Stands in for ``Updater.update``: applies the annotation its plan carries to the batch, as the real one does
     between the algorithm's shaping and its targets, and takes one optimizer step."""
 
-    def update(self, trajs: list[Trajectory], algo: Any, algo_cfg: Any, *, seed: int, **kw: Any) -> tuple:
-        stats = kw["annotate"](trajs, build_turn_batch(trajs, max_len=32, pad_id=0), None)
-        return {"optimizer_steps": 1.0, **stats}, {}
+    def update(self, trajs: list[Trajectory], plan: UpdatePlan) -> UpdateResult:
+        assert plan.annotate is not None
+        stats = plan.annotate(trajs, build_turn_batch(trajs, max_len=32, pad_id=0), None)
+        return UpdateResult({"optimizer_steps": 1.0, **stats}, {})
 
 
 def _seen(traj_id: str, *observations: str) -> Trajectory:
@@ -219,22 +221,21 @@ def test_algorithm_with_a_driver_stage_scores_through_the_update_path_and_keeps_
     page = Page("adding_an_algorithm.md", monkeypatch, tmp_path)
     page.run("register_stage")
     algo = get_algo("reinforce_pp_novelty")
-    stage = stage_builder(algo)(None)  # the page's builder reads none of the run's inputs
+    stage = stage_kind(algo).build(None)  # the page's builder reads none of the run's inputs
     # observations a, b, a: β/√1, β/√1, then a's second sighting β/√2 (β = 0.1)
     trajs = [_seen("x", "a", "b"), _seen("y", "a")]
-    metrics, _ = staged_update(AnnotatingUpdater(), stage, trajs, algo, algo.Config(), seed=0, iteration=1)
+    metrics, _ = staged_update(AnnotatingUpdater(), stage, trajs, UpdatePlan(seed=0), 1)
     assert [t.shaped["novelty"] for tr in trajs for t in tr.turns] == pytest.approx(
         [0.1, 0.1, 0.1 / np.sqrt(2)]
     )
     assert metrics["novelty_observations"] == 2 and trajs[0].episode_return == pytest.approx(0.2)
-    # a resume: the checkpoint's state (which keeps the driver state's shared key) read into a fresh stage, which
-    # counts on: a's third sighting
+    # a resume: the checkpoint's state read into a fresh stage, which counts on: a's third sighting
     state = stage.state()
-    assert state == {"offline_steps": 0, "novelty_seen": {"a": 2, "b": 1}}
-    resumed = stage_builder(algo)(None)
+    assert state == {"novelty_seen": {"a": 2, "b": 1}}
+    resumed = stage_kind(algo).build(None)
     resumed.restore(state)
     again = [_seen("z", "a")]
-    staged_update(AnnotatingUpdater(), resumed, again, algo, algo.Config(), seed=0, iteration=2)
+    staged_update(AnnotatingUpdater(), resumed, again, UpdatePlan(seed=0), 2)
     assert again[0].turns[0].shaped["novelty"] == pytest.approx(0.1 / np.sqrt(3))
 
 
@@ -376,7 +377,7 @@ def test_protocol_runs_from_the_cli(act_only, capsys):
 def test_registrations_do_not_leak():
     # the last test of the file: every registration and example module above is gone
     assert "reinforce_pp" not in ALGOS and "keyroom" not in envs.env_names() and "act_only" not in AGENTS
-    assert "reinforce_pp_novelty" not in ALGOS and "novelty" not in STAGES
+    assert "reinforce_pp_novelty" not in ALGOS and "novelty" not in STAGE_KINDS
     examples = {
         "learners.algos.reinforce_pp",
         "launch.driver.novelty",

@@ -15,7 +15,7 @@ import pytest
 from common.errors import RunStopped
 from launch.cli.main import COMMANDS, main
 from launch.config import DEFAULT_PRESET, ConfigError, behaviour_is_cap, resolve_config
-from launch.driver.algos import ALGOS
+from learners.algos.registry import ALGOS
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -18,8 +18,8 @@ from launch.config import (
     resolve_algo_config,
     resolve_config,
 )
-from launch.driver.algos import ALGOS, get_algo
 from launch.driver.wiring import torch_threads
+from learners.algos.registry import ALGOS, get_algo
 from reward.shaping import SHAPING_CONSTANTS, ShapingConstants, shaping_for
 
 RL_ALGOS = ("ppo", "grpo", "rloo", "gigpo", "hiper")
@@ -107,7 +107,7 @@ def test_dumped_yaml_round_trips():
 
 def test_every_rl_algorithm_scales_its_format_penalty_through_algo_overrides():
     from launch.config import resolve_algo_config
-    from launch.driver.algos import get_algo
+    from learners.algos.registry import get_algo
     from reward.shaping import shaping_for
 
     for name in RL_ALGOS:
@@ -358,7 +358,7 @@ def test_the_updater_takes_the_cap_for_the_learners_device():
     for device in ("cuda", "cpu"):
         learner = SimpleNamespace(spec=SimpleNamespace(device=device))
         up = updater(cfg, algo, algo.Config(), learner, pad_id=0)  # type: ignore[arg-type]
-        assert up.behaviour_is_cap == behaviour_is_cap(cfg, device)
+        assert up.settings.behaviour_is_cap == behaviour_is_cap(cfg, device)
     assert behaviour_is_cap(cfg, "cuda") == 2.0
 
 

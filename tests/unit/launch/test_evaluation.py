@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from actors.trajectory import Trajectory
+from actors.trajectory import Trajectory, Turn
 from launch.cli.main import main
 from launch.config import resolve_config
 from launch.driver.run_log import eval_fields, eval_text, final_table, iteration_line
@@ -269,3 +269,42 @@ def test_eval_greedy_plays_the_panel_once_at_temperature_0_beside_the_samples(ca
     # greedy is off at T = 0 (it would repeat the evaluation) and by default
     assert not PanelEvaluator(pool, Evaluation(scope(cfg), "smollm2"), 0.0, 0, greedy=True).greedy
     assert not resolve_config(None, SYNTH1).eval_greedy
+
+
+class _TurnsPool:
+    """Plays every task once: the first two won in 1 and 3 turns, the others lost in 5 (``wins=False``: all lost)."""
+
+    def __init__(self, wins: bool = True) -> None:
+        self.turns = {0: 1, 1: 3} if wins else {}
+
+    def play(self, tasks, sample_seed, *, temperature, samples=1):
+        return [
+            Trajectory(
+                f"{i}",
+                f"g{i}",
+                t.task_id,
+                "synthetic",
+                [Turn([1], [2], [-1.0])] * self.turns.get(i, 5),
+                won=i in self.turns,
+                info={"seed": t.seed},
+            )
+            for i, t in enumerate(tasks)
+        ]
+
+
+def test_eval_won_turns_is_the_mean_length_of_the_won_episodes(cache):
+    """Won in 1 and 3 turns, lost in 5 and 5: ``eval_won_turns`` (1 + 3) / 2 = 2.0, the lost ones not counted;
+    NaN without a win, printed "-". Catches the mean taken over every episode (3.5) or over the lost ones (5)."""
+    from launch.driver.evaluator import PanelEvaluator
+
+    cfg = resolve_config(None, [*SYNTH1, "eval_base_model=false", "eval_baselines=false"])
+    evaluation = Evaluation(scope(cfg), "smollm2")
+    ev = PanelEvaluator(_TurnsPool(), evaluation, 1.0, 0).evaluate(4)
+    assert eval_fields({**ev, "valid_roles": {}})["eval_won_turns"] == 2.0
+    lost = eval_fields(
+        {**PanelEvaluator(_TurnsPool(wins=False), evaluation, 1.0, 0).evaluate(4), "valid_roles": {}}
+    )
+    assert math.isnan(lost["eval_won_turns"])
+    table = final_table([{"phase": "rl", "iteration": 1, **lost}])
+    assert table.splitlines()[1].split()[-3:] == ["eval_won_turns", "return", "iter_time_s"]
+    assert table.splitlines()[2].split()[-3:] == ["-", "-", "-"]

@@ -33,7 +33,7 @@ def test_each_iteration_takes_updates_pushes_evaluates_checkpoints_then_logs(tmp
     # the update's other arguments at their defaults
     calls = trainer.parts.updater.calls
     assert [c["critic_warmup"] for c in calls] == [2, 0, 0, 0]
-    assert all(c["annotate"] is None and not {"reference", "warmup_left"} & set(c) for c in calls)
+    assert all(c["annotate"] is None and c["reference"] and c["warmup_left"] == 0 for c in calls)
 
     assert [r["iteration"] for r in rows] == [1, 2, 3, 4]
     row = rows[1]
@@ -53,14 +53,11 @@ def test_each_iteration_takes_updates_pushes_evaluates_checkpoints_then_logs(tmp
     ]
     assert list(row)[-len(times) :] == times
 
-    # the checkpoint holds the row as logged, less the times, and the adapter version pushed
+    # the checkpoint holds the row as logged, less the times, and the adapter version pushed; the null driver stage
+    # keeps nothing in it
     learner, state, behaviour = trainer.parts.checkpoints.saved[2]
     assert learner == "learner0" and behaviour is None
-    assert state == {
-        "version": 3,
-        "record": {k: v for k, v in row.items() if not k.startswith("time_")},
-        "offline_steps": 0,
-    }
+    assert state == {"version": 3, "record": {k: v for k, v in row.items() if not k.startswith("time_")}}
     assert trainer.parts.pool.weights.current() == {None: {"from": "learner0", "export": 5}}
     out = capsys.readouterr().out
     assert out.count("iter   ") == 4 and "EVAL 0.50" in out
@@ -71,7 +68,7 @@ def test_a_resume_starts_after_the_checkpoints_iteration(tmp_path, capsys):
     trainer, events, sources = fake_run(tmp_path, resume=True)
     path = tmp_path / "checkpoints" / "iter_2"
     last = {"iteration": 2, "phase": "rl", **STATS}
-    state = {"iteration": 2, "version": 3, "rng": process_rngs(), "record": last, "offline_steps": 0}
+    state = {"iteration": 2, "version": 3, "rng": process_rngs(), "record": last}
     trainer.parts.checkpoints.newest = (path, state)
     rows = trainer.run()
     resumed = [("load_newest", "learner0"), ("push", 3), ("resume_at", 2)]
@@ -252,7 +249,7 @@ def test_the_driver_stage_is_prepared_supplies_the_data_and_brackets_every_updat
     assert all(c["annotate"] == stage.annotate for c in calls)
     saved = trainer.parts.checkpoints.saved
     assert [saved[it][1]["stage_steps"] for it in range(5)] == [0, 1, 2, 3, 4]
-    assert saved[4][1]["offline_steps"] == 0  # every checkpoint keeps the key
+    assert "offline_steps" not in saved[4][1]  # the stored data's key is the stored data's alone
 
 
 def test_a_resume_restores_the_driver_stage_then_prepares_it_on_the_checkpoints_learner(tmp_path):
@@ -260,7 +257,7 @@ def test_a_resume_restores_the_driver_stage_then_prepares_it_on_the_checkpoints_
     iter_2's learner; the next update owes 1 step, not 3."""
     trainer, events, sources = fake_run(tmp_path, staged=True, resume=True)
     last = {"iteration": 2, "phase": "rl", **STATS}
-    state = {"iteration": 2, "version": 3, "rng": process_rngs(), "record": last, "offline_steps": 0}
+    state = {"iteration": 2, "version": 3, "rng": process_rngs(), "record": last}
     trainer.parts.checkpoints.newest = (tmp_path / "checkpoints" / "iter_2", {**state, "stage_steps": 2})
     trainer.run()
     restored = [("load_newest", "learner0"), ("stage_restore", 2), ("push", 3), ("resume_at", 2)]

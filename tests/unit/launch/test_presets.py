@@ -13,7 +13,7 @@ from launch.config import (
     resolve_algo_config,
     resolve_config,
 )
-from launch.driver.algos import get_algo
+from learners.algos.registry import get_algo
 
 RL_ALGOS = ("ppo", "grpo", "rloo", "gigpo", "hiper")
 

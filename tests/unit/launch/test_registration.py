@@ -1,4 +1,4 @@
-"""The run-time registration hooks beside the three name tables: ``launch.driver.algos.register_algo``,
+"""The run-time registration hooks beside the three name tables: ``learners.algos.registry.register_algo``,
 ``envs.register_env`` and ``actors.protocols.register_agent`` (the docs' worked examples register through them)."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from actors.agents import react
 from actors.protocols import AGENTS, make_agent, register_agent
 from envs.synthetic import SyntheticHierEnv
 from launch.config import resolve_config, validate
-from launch.driver.algos import ALGOS, get_algo, register_algo
 from learners.algos import rloo
+from learners.algos.registry import ALGOS, get_algo, register_algo
 
 
 @pytest.fixture(autouse=True)

@@ -1,6 +1,6 @@
 """The pieces of a run that decide what RL trains on and how its update is measured, without Ray: the fixed RL
-task set apart from BC's demonstrations (``launch.driver.wiring``), π_old's source (``launch.config``), the rows the update's
-KL is measured on (``launch.driver.updater``), and demonstrations that must fit the response budget (``actors.demos``)."""
+task set apart from BC's demonstrations (``launch.evaluation.tasks``), π_old's source (``launch.config``), the rows the update's
+KL is measured on (``launch.driver.update_plan``), and demonstrations that must fit the response budget (``actors.demos``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from actors.demos import check_demos_fit
 from actors.trajectory import Trajectory
 from launch.config import engine_old_logprobs, resolve_config
-from launch.driver.updater import _restrict, measure_sample
+from launch.driver.update_plan import measure_sample, restrict_rows
 from launch.driver.wiring import expert_demonstrations, rl_task_scope
 from launch.evaluation.panels import resolve_panel
 from launch.evaluation.tasks import rl_and_bc_tasks, rl_task_panel, stratified_draw, task_split
@@ -152,14 +152,14 @@ def test_pi_old_comes_from_the_engine_only_where_engine_and_learner_agree():
 
 def test_the_update_kl_is_measured_on_a_seeded_sample_of_rows():
     """32 of 100 rows, sorted, the same for the same seed, another for another; every row when the batch is
-    smaller or ``measure_rows`` is 0. ``_restrict`` maps each adapter's batch rows to positions in the sample."""
+    smaller or ``measure_rows`` is 0. ``restrict_rows`` maps each adapter's batch rows to positions in the sample."""
     a, b = measure_sample(100, 32, 7), measure_sample(100, 32, 8)
     assert len(a) == 32 and (np.diff(a) > 0).all() and not np.array_equal(a, b)
     np.testing.assert_array_equal(a, measure_sample(100, 32, 7))
     np.testing.assert_array_equal(measure_sample(20, 32, 7), np.arange(20))
     np.testing.assert_array_equal(measure_sample(100, 0, 7), np.arange(100))
     rows_of = {"planner": np.array([0, 3, 5]), "executor": np.array([1, 2, 4])}
-    got = _restrict(rows_of, np.array([2, 3, 5]))
+    got = restrict_rows(rows_of, np.array([2, 3, 5]))
     assert {k: v.tolist() for k, v in got.items()} == {"planner": [1, 2], "executor": [0]}
 
 

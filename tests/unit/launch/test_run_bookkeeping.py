@@ -117,7 +117,7 @@ def test_a_small_kl_prints_its_digits_not_zero():
 
 def test_bc_from_run_must_have_done_the_same_bc(tmp_path):
     from launch.config import ConfigError, bc_eval_reusable, check_bc_source, resolved_text
-    from launch.driver.algos import get_algo
+    from learners.algos.registry import get_algo
 
     src = tmp_path / "src"
     (src / "checkpoints" / "iter_0" / "policy_ds").mkdir(parents=True)

@@ -1,7 +1,9 @@
 """Bad input fails at start, before Ray, with one line naming the key and the allowed values.
 
-``launch.config.validate`` checks a resolved config (pure: no Ray, no model, no env built); ``hierarl train``
-calls it before anything heavy and turns a ``ConfigError`` into ``hierarl train: <message>`` and exit code 2.
+``launch.config.validate`` checks a resolved config (pure: no Ray, no model, no env built), and
+``launch.driver.stage_kinds.check_run`` adds the rules of the algorithm's driver stage kind; ``hierarl train`` calls it
+before anything heavy and turns a ``ConfigError`` into ``hierarl train: <message>`` and exit code 2. ``_error`` reads
+what ``hierarl train`` refuses.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from launch.config import (
     resolved_text,
     validate,
 )
+from launch.driver.stage_kinds import check_run
 from reward.shaping import HIPIF_TERMS
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -27,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[3]
 
 def _error(overrides: list[str], preset: str | None = DEFAULT_PRESET) -> str:
     with pytest.raises(ConfigError) as e:
-        validate(resolve_config(preset, overrides))
+        check_run(resolve_config(preset, overrides))
     message = str(e.value)
     assert "\n" not in message
     return message
@@ -35,7 +38,7 @@ def _error(overrides: list[str], preset: str | None = DEFAULT_PRESET) -> str:
 
 @pytest.mark.parametrize("preset", [None, *sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))])
 def test_every_preset_and_the_defaults_validate(preset):
-    algo_cfg = validate(resolve_config(preset))
+    algo_cfg = check_run(resolve_config(preset))
     assert hasattr(algo_cfg, "reward_terms")
 
 
@@ -93,7 +96,7 @@ def test_hisr_segmentation_is_checked_against_the_agent():
 def test_the_kl_reference_is_checked_before_ray_and_sets_the_learners_frozen_copies():
     """``learner.kl_reference``: start (a frozen copy of each policy adapter, ``ref_<name>``) or base (none); ZeRO-3
     would partition the copy. Algorithms without a KL term keep none."""
-    from launch.driver.algos import get_algo
+    from learners.algos.registry import get_algo
 
     assert _error(["learner.kl_reference=bc"]) == "learner.kl_reference: got 'bc'; allowed: start, base"
     zero3 = ["learner.zero_stage=3", "learner.micro_batch_size=32", "learner.critic_trunk=own"]
@@ -463,7 +466,7 @@ RATIO_ALGOS = ["gigpo", "grpo", "hiper", "hipif", "hipif_gigpo", "hisr", "ppo", 
 
 
 def test_the_ratio_algorithms_are_the_ones_that_read_old_logprobs():
-    from launch.driver.algos import ALGOS
+    from learners.algos.registry import ALGOS
 
     assert sorted(n for n, a in ALGOS.items() if a.uses_old_logprobs) == RATIO_ALGOS
 

@@ -6,22 +6,29 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
+from launch.driver.update_plan import UpdatePlan, UpdateResult
 from launch.driver.warm_start import bc_from_run, behaviour_cloning
 
 
 class _Updater:
     """Stands in for the learner side: each epoch's metrics as ``Updater.update`` returns them for two adapters
-    (the row-weighted mean under the plain name)."""
+    (the row-weighted mean under the plain name), and the algorithm BC's updater was made for."""
 
     def __init__(self) -> None:
-        self.calls: list[dict] = []
+        self.calls: list[UpdatePlan] = []
+        self.algo = None
 
-    def update(self, trajs, algo, cfg, **kw):
+    def with_algorithm(self, algo, algo_cfg):
+        self.algo = (algo.name, algo_cfg.agg)
+        return self
+
+    def update(self, trajs, plan):
         epoch = len(self.calls)
-        self.calls.append(kw)
+        self.calls.append(plan)
         # planner 2 rows, executor 6 rows: mean = (2 * p + 6 * e) / 8
         p, e = 0.8 - 0.2 * epoch, 0.4 - 0.2 * epoch
-        return {"nll": (2 * p + 6 * e) / 8, "planner/nll": p, "executor/nll": e, "optimizer_steps": 2.0}, {}
+        metrics = {"nll": (2 * p + 6 * e) / 8, "planner/nll": p, "executor/nll": e, "optimizer_steps": 2.0}
+        return UpdateResult(metrics, {})
 
 
 def test_each_adapters_nll_is_kept_per_epoch_and_carried_by_bc_from_run(tmp_path, capsys):
@@ -33,8 +40,10 @@ def test_each_adapters_nll_is_kept_per_epoch_and_carried_by_bc_from_run(tmp_path
     assert row["planner/nll_epoch0"] == 0.8 and abs(row["planner/nll_epoch1"] - 0.6) < 1e-12
     assert row["executor/nll_epoch0"] == 0.4 and abs(row["executor/nll_epoch1"] - 0.2) < 1e-12
     assert "optimizer_steps" not in row and not any(k.startswith("optimizer") for k in row)
-    assert [c["seed"] for c in updater.calls] == [5, 6] and updater.calls[0]["measure"] is False
-    assert [c["epochs"] for c in updater.calls] == [1, 1]  # one pass per BC epoch, not learner.ppo_epochs
+    assert updater.algo == ("sft", "token-mean")
+    assert [c.seed for c in updater.calls] == [5, 6] and updater.calls[0].measure is False
+    assert [c.epochs for c in updater.calls] == [1, 1]  # one pass per BC epoch, not learner.ppo_epochs
+    assert [(c.lr, c.mini_batch_size) for c in updater.calls] == [(1e-4, 4)] * 2
     assert "nll 0.500 (executor 0.400, planner 0.800)" in capsys.readouterr().out
 
     ckpt = tmp_path / "run" / "checkpoints" / "bc"

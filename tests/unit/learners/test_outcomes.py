@@ -5,8 +5,8 @@ import dataclasses
 
 import pytest
 
-from launch.driver.algos import get_algo
 from learners.algos import grpo, hiper, hipif, hisr, ppo, rloo, sft
+from learners.algos.registry import get_algo
 from learners.outcomes import outcome_stats, outcome_varies
 from learners.prepare import learner_batch, shaped_turns, takes_policy_step
 from learners.targets import sequences

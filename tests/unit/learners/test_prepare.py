@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from actors.trajectory import Decision
-from launch.driver.algos import get_algo
 from learners.algos import grpo, hiper, hipif, ppo, rloo, sft
+from learners.algos.registry import get_algo
 from learners.prepare import learner_batch, minibatch, shaped_turns
 from learners.targets import sequences
 from tests.unit.glue_turns import (

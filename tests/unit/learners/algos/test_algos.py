@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from actors.trajectory import Decision, Trajectory, Turn
-from launch.driver.algos import ALGOS, get_algo
+from learners.algos.registry import ALGOS, get_algo
 from learners.batch import build_turn_batch
 from learners.targets import PolicyInputs, value_positions
 

@@ -160,24 +160,13 @@ def test_annotate_reads_the_hindsight_adapter_the_sprm_and_alpha(tmp_path):
     Mutations caught: the cloze rows scored under the policy adapter (z = 1, e^−0.4: (0.52312, −0.11688)), α read
     from β (x 0.5: (0.34319, −0.05681)), R̂ from the PPO critic, keep_sprm_scale's signed sum (x 0.4)."""
     from launch.driver.hisr_rewards import RewardModels
+    from learners.algos.registry import get_algo
     from reward.shaping import ShapingConstants
+    from tests.unit.stage_inputs import stage_inputs
 
     acfg = hisr.Config(segmentation="turn", beta=0.5, shaping=ShapingConstants(grounding_alpha=0.2))
     passes = _Passes()
-    models = RewardModels(
-        acfg,
-        tmp_path,
-        _Tok(),
-        agent="react",
-        env_name="synthetic",
-        max_seq_len=64,
-        pad_id=0,
-        seed=0,
-        learner=passes,
-        collect=lambda *a, **k: [],
-        train_ids=[],
-        log=lambda row: None,
-    )
+    models = RewardModels(stage_inputs(get_algo("hisr"), acfg, tmp_path, tokenizer=_Tok(), learner=passes))
     traj = make_traj([make_turn([5, 6]), make_turn([7])])
     turns = build_turn_batch([traj], max_len=32, pad_id=0)
     resp = turns.response_mask.numpy()

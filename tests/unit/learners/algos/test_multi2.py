@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from actors.trajectory import Trajectory
-from launch.driver.algos import get_algo
 from launch.driver.offline_data import anchor_trajectory
 from learners.algos import multi2
+from learners.algos.registry import get_algo
 from learners.batch import build_turn_batch
 from learners.prepare import learner_batch
 from learners.targets import CriticInputs, PolicyInputs, sequences
@@ -290,26 +290,9 @@ def test_expectile_direction(direction, v_loss):
 
 def _offline_data(tmp_path, acfg, **parts):
     from launch.driver.offline_data import OfflineData
+    from tests.unit.stage_inputs import stage_inputs
 
-    def unused(*a, **k):
-        raise AssertionError("not expected in this test")
-
-    kw = {
-        "anchor_role": get_algo("multi2").anchor_role,
-        "seed": 0,
-        "env_name": "synthetic",
-        "train_split": "train",
-        "group_size": 2,
-        "temperature": 1.0,
-        "train_ids": [],
-        "demonstrations": unused,
-        "collect": unused,
-        "sample": unused,
-        "log": unused,
-        "freeze_reference": None,
-        **parts,
-    }
-    data = OfflineData(acfg, tmp_path, **kw)
+    data = OfflineData(stage_inputs(get_algo("multi2"), acfg, tmp_path, **parts))
     data.dataset = [_won()]
     return data
 

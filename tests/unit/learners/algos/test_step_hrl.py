@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from actors.trajectory import Trajectory
-from launch.driver.algos import get_algo
 from learners.algos import step_hrl
+from learners.algos.registry import get_algo
 from learners.batch import build_turn_batch
 from learners.diagnostics import position_advantage
 from learners.prepare import learner_batch
@@ -265,43 +265,36 @@ def test_polyak_update_moves_the_target_a_tau_step_towards_the_critic():
 
 
 def test_the_driver_passes_target_tau_and_the_warm_up_to_the_learner():
-    """The learner group's ``update`` arguments of a STEP-HRL update (``launch.driver.updater.update_arguments``): the
-    config's τ₁ (0.3, not the default 0.2), and the whole update critic-only while warm-up steps are owed.
+    """The learner group's ``update`` arguments of a STEP-HRL update (``launch.driver.update_plan.update_arguments``):
+    the config's τ₁ (0.3, not the default 0.2), and the whole update critic-only while warm-up steps are owed.
     Catches: ``target_tau`` never reaching the learner (the target critic would never move), the critic warm-up
     skipped, a target τ sent for an algorithm without a target critic."""
     from launch.config import TrainConfig
-    from launch.driver.updater import ALL_STEPS, update_arguments
+    from launch.driver.update_plan import ALL_STEPS, UpdatePlan, update_arguments
 
     algo, cfg = get_algo("step_hrl"), step_hrl.Config(target_tau=0.3)
     run = TrainConfig(algo="step_hrl").learner
-    warm = update_arguments(algo, cfg, run, seed=7, mini_batch_size=None, warmup_left=5)
+    warm = update_arguments(algo, cfg, run, UpdatePlan(seed=7, warmup_left=5))
     assert warm["target_tau"] == 0.3 and warm["critic_only_steps"] == ALL_STEPS
     assert warm["loss_cfg"] is cfg and warm["agg"] == "seq-mean-token-sum" and warm["seed"] == 7
     assert warm["mini_batch_size"] == run.mini_batch_size
-    warmed = update_arguments(algo, cfg, run, seed=7, mini_batch_size=4, warmup_left=0)
+    warmed = update_arguments(algo, cfg, run, UpdatePlan(seed=7, mini_batch_size=4))
     assert warmed["critic_only_steps"] == 0 and warmed["target_tau"] == 0.3 and warmed["mini_batch_size"] == 4
     assert warm["epochs"] == run.ppo_epochs
     two = dataclasses.replace(run, ppo_epochs=2)
-    assert update_arguments(algo, cfg, two, seed=7, mini_batch_size=None, warmup_left=0)["epochs"] == 2
-    assert (
-        update_arguments(algo, cfg, two, seed=7, mini_batch_size=None, warmup_left=0, epochs=1)["epochs"] == 1
-    )
+    assert update_arguments(algo, cfg, two, UpdatePlan(seed=7))["epochs"] == 2
+    assert update_arguments(algo, cfg, two, UpdatePlan(seed=7, epochs=1))["epochs"] == 1
     from learners.algos import ppo
 
-    assert (
-        update_arguments(get_algo("ppo"), ppo.Config(), run, seed=0, mini_batch_size=None, warmup_left=0)[
-            "target_tau"
-        ]
-        == 0.0
-    )
+    assert update_arguments(get_algo("ppo"), ppo.Config(), run, UpdatePlan(seed=0))["target_tau"] == 0.0
 
 
 def test_a_critic_warm_up_pass_moves_the_target_copy():
-    """``learner.critic_warmup_passes``' arguments (``launch.driver.updater.warmup_arguments``): one critic epoch with the
+    """``learner.critic_warmup_passes``' arguments (``launch.driver.update_plan.warmup_arguments``): one critic epoch with the
     config's τ₁ (0.3). Catches the warm-up leaving the target copy at its zero start (V's targets then all 0: V never
     fitted), and a target τ sent for an algorithm without a target critic."""
     from launch.config import TrainConfig
-    from launch.driver.updater import warmup_arguments
+    from launch.driver.update_plan import warmup_arguments
     from learners.algos import ppo
 
     algo, cfg = get_algo("step_hrl"), step_hrl.Config(target_tau=0.3)
@@ -370,19 +363,19 @@ def test_the_updaters_critic_warm_up_sends_each_pass_the_polyak_rate_and_fresh_t
     the previous pass left. Catches the warm-up sending the RL update's arguments (τ 0 for a target critic read
     from the wrong place, the run's epochs), reusing one pass's targets, or one seed for every pass."""
     from launch.config import TrainConfig
+    from launch.driver.update_plan import UpdateInputs, UpdaterSettings
     from launch.driver.updater import Updater
 
     algo, cfg = get_algo("step_hrl"), step_hrl.Config(target_tau=0.3)
     run = dataclasses.replace(TrainConfig(algo="step_hrl").learner, ppo_epochs=2)  # a pass is 1 epoch, not 2
     learner = _CriticLearner()
-    up = Updater(
-        learner, run, pad_id=0, success_reward=10.0, role_adapters={}, ref_adapters=(), behaviour_is_cap=0.0
-    )
+    up = Updater(learner, algo, cfg, UpdaterSettings(run, pad_id=0, success_reward=10.0))
     traj = _won()
     turns = build_turn_batch([traj], max_len=64, pad_id=0)
     seqs = sequences(turns, algo.value_slots)
     zeros = np.zeros(seqs.input_ids.shape, np.float32)
-    out = up.warm_up_critic(algo, cfg, [traj], turns, seqs, (zeros, None), 2, 3)
+    inputs = UpdateInputs([traj], turns, seqs, up.adapter_rows([traj], turns))
+    out = up.warm_up_critic(inputs, (zeros, None), 2, 3)
     assert out == {"critic_warmup_loss_first": 4.0, "critic_warmup_loss_last": 3.0}
     first, second = learner.calls
     for k, call in enumerate(learner.calls):

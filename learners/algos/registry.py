@@ -1,4 +1,5 @@
-"""The one name → algorithm table. Each entry is the ``learners.algorithm.Algorithm`` record its file ends with
+"""The one name → algorithm table, beside the algorithms (pure: the config layer and the driver both read it, so it
+sits below both). Each entry is the ``learners.algorithm.Algorithm`` record its file ends with
 (``learners/algos/<name>.py``: ``Config``, value slots, ``compute_targets``, the policy and critic losses, whether
 it needs the reference policy, the smallest group it works with). An algorithm in this tree is one line of the
 tuple below; ``register_algo`` adds one from elsewhere (a test's, a script's) to this process's table."""
