@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from launch.config import ConfigError, TrainConfig
 from launch.evaluation.panel_tasks import Panel
-from launch.evaluation.panels import resolve_panel
+from launch.evaluation.panels import AUTO, resolve_panel
 
 
 def env_task_ids(cfg: TrainConfig, split: str) -> list[str]:
@@ -40,9 +40,12 @@ def rl_task_panel(cfg: TrainConfig) -> Panel | None:
 
 
 def held_out_ids(cfg: TrainConfig) -> frozenset[str]:
-    """The eval panel's tasks where it is a panel of the train split (all of it, whatever ``eval_episodes``
-    scores): no run trains on them, neither behaviour cloning nor RL."""
+    """The tasks of a stored eval panel of the train split, all of it whatever ``eval_episodes`` scores (another
+    run may score more of it): no run trains on them, neither behaviour cloning nor RL. ``auto`` is a split
+    itself: evaluating on the train split with it is an in-sample check, and nothing is held out."""
     e = cfg.env
+    if cfg.eval_panel == AUTO:
+        return frozenset()
     panel = resolve_panel(e.name, dict(e.options), e.eval_split, cfg.eval_panel, 0)
     return frozenset(t.task_id for t in panel.tasks) if panel.split == e.train_split else frozenset()
 
@@ -63,7 +66,13 @@ def rl_and_bc_tasks(
     """(the tasks RL plays, the tasks behaviour cloning may demonstrate): with a fixed RL task set (``panel``), BC
     demonstrates the other train tasks, so the RL tasks start as unseen as the held-out ones; neither holds a task
     of ``held_out`` (an eval panel of the train split: ``held_out_ids``)."""
-    train_ids = [i for i in train_ids if i not in held_out]
+    kept = [i for i in train_ids if i not in held_out]
+    if train_ids and not kept:
+        raise ConfigError(
+            f"eval_panel: the evaluation scores all {len(train_ids)} train tasks, so none is left to train on; "
+            "allowed: eval_episodes > 0 or an env.eval_split other than env.train_split"
+        )
+    train_ids = kept
     if panel is None:
         return list(train_ids), list(train_ids)
     rl = [t.task_id for t in panel.tasks]

@@ -181,8 +181,10 @@ def test_after_bc_an_update_without_advantages_moves_the_policy_only_on_bcs_mome
 ):
     """RL after BC, every advantage 0 (``learner.advantage_scale=0``): with the fresh optimizer RL starts with
     (``learner.rl_optimizer=fresh``), nothing moves the policy (the KL term's gradient is 0 where π = π_ref), so the
-    update's KL is 0; with BC's AdamW state continued it moves on BC's momentum alone. Measured (AMD EPYC, fp32):
-    fresh 0 exactly, continue ~1e-4. The same control on the main job's first update (docs/results/
+    update's KL is 0 up to float noise; with BC's AdamW state continued it moves on BC's momentum alone. Measured
+    (AMD EPYC, fp32): fresh 0 exactly with padded rows, 1.8e-8 with prefix-tree packs (a row's log-probs in the
+    update's packs and in the reference pass's differ in the last bits, and AdamW normalises that gradient to a
+    step), continue ~1e-4. The same control on the main job's first update (docs/results/
     learning_fixes.md, controls.json): continued KL 8.9e-6 and −0.010 nats on the expert's held-out actions,
     fresh 7e-7."""
     cfg = resolve_config(
@@ -215,7 +217,7 @@ def test_after_bc_an_update_without_advantages_moves_the_policy_only_on_bcs_mome
         trainer.close()
     print(f"{rl_optimizer}: update KL {metrics['kl_update']:.3g}")
     if rl_optimizer == "fresh":
-        assert metrics["kl_update"] < 1e-9
+        assert metrics["kl_update"] < 1e-6
     else:
         assert metrics["kl_update"] > 1e-7
 

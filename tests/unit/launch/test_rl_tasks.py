@@ -13,7 +13,13 @@ from launch.config import engine_old_logprobs, resolve_config
 from launch.driver.update_plan import measure_sample, restrict_rows
 from launch.driver.wiring import expert_demonstrations, rl_task_scope
 from launch.evaluation.panels import resolve_panel
-from launch.evaluation.tasks import rl_and_bc_tasks, rl_task_panel, stratified_draw, task_split
+from launch.evaluation.tasks import (
+    held_out_ids,
+    rl_and_bc_tasks,
+    rl_task_panel,
+    stratified_draw,
+    task_split,
+)
 from tests.unit.glue_turns import glue_turn
 
 
@@ -187,3 +193,15 @@ def test_demonstrations_longer_than_the_response_budget_are_refused_in_one_line(
         "rollout.max_new_tokens 40 cuts 1 of 3 demonstration responses (the longest, on task "
         "depth1-glistering_melon_slice, needs 48 tokens): raise it to at least 48"
     )
+
+
+def test_an_auto_eval_panel_of_the_train_split_holds_out_nothing_and_a_whole_split_panel_fails():
+    """``auto`` on the train split is an in-sample check (the ALFWorld BC tests evaluate on valid_train): nothing
+    held out, so BC draws as it always did; a split held out whole leaves nothing to train on: one line."""
+    over = ["eval_panel=auto", "env.train_panel=auto", "env.train_tasks=0", "env.eval_split=train"]
+    cfg = resolve_config("hiper_textcraft_cpu", [*over, "eval_episodes=3"])
+    assert held_out_ids(cfg) == frozenset()
+    _, rl, bc = task_split(cfg)
+    assert len(rl) == len(bc) == 104
+    with pytest.raises(ValueError, match=r"^eval_panel: the evaluation scores all 3 train tasks"):
+        rl_and_bc_tasks(["a", "b", "c"], None, 1, frozenset("abc"))
