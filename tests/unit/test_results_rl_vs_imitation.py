@@ -71,3 +71,20 @@ def test_the_contrasts_table_is_recomputed_from_the_task_rates():
             cells = row(text, panel, label)[2:]
             figures = [n for cell in cells for n in numbers(cell)]
             assert_shows(figures, _recomputed(rates[a], rates[b_arm]))
+
+
+def test_the_readmes_claim_is_the_studys():
+    """README.md's main-job paragraph states the pre-registered contrasts (2 decimals) and how many seeds ran."""
+    from pathlib import Path
+
+    readme = " ".join((Path(__file__).parents[2] / "README.md").read_text().split())
+    study = _study()
+    c = study["contrasts"]
+
+    def cell(g: dict) -> str:
+        return f"{g['mean']:+.2f} [{g['low']:+.2f}, {g['high']:+.2f}]".replace("-", "−")
+
+    assert f"on {len(study['seeds'])} of the 5 pre-registered seeds" in readme
+    assert f"({cell(c['rl_tasks']['rl - bc4']['over_seeds_by_task'])} at T = 1)" in readme
+    assert f"held-out goals ({cell(c['held_out']['rl - bc4']['over_seeds_by_task'])})" in readme
+    assert f"(held-out {cell(c['held_out']['rft - bc4']['over_seeds_by_task'])})" in readme
