@@ -47,6 +47,10 @@ TINY = [
     # the tiny random model never wins: its batches carry no outcome signal, and every policy step would be skipped
     # (algo.no_outcome_batch; tests/ray/test_learning.py tests the skip), where these tests exercise the step
     "algo.no_outcome_batch=train",
+    # the defaults where `hierarl train` (job submit, two nodes) starts from the main job's preset: its panels are
+    # TextCraft's
+    "eval_panel=auto",
+    "env.train_panel=auto",
 ]
 
 HISR_TINY = [
