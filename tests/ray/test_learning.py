@@ -184,7 +184,7 @@ def test_after_bc_an_update_without_advantages_moves_the_policy_only_on_bcs_mome
     update's KL is 0 up to float noise; with BC's AdamW state continued it moves on BC's momentum alone. Measured
     (AMD EPYC, fp32): fresh 0 exactly with padded rows, 1.8e-8 with prefix-tree packs (a row's log-probs in the
     update's packs and in the reference pass's differ in the last bits, and AdamW normalises that gradient to a
-    step), continue ~1e-4. The same control on the main job's first update (docs/results/
+    step), continue 0.048 (~1e-4 with padded rows). The same control on the main job's first update (docs/results/
     learning_fixes.md, controls.json): continued KL 8.9e-6 and −0.010 nats on the expert's held-out actions,
     fresh 7e-7."""
     cfg = resolve_config(
