@@ -44,7 +44,7 @@ def test_run_writes_everything_and_resume_reproduces_the_losses(ray_local, tmp_p
             "total_groups_dropped",
         ):
             assert key in r, key
-        assert r["version"] == r["iteration"] + 2  # v1: initial push, v2: after BC, then one per iteration
+        assert r["version"] == r["iteration"] + 1  # v1: the first push, after BC; then one per iteration
     # lag = the version updated minus the oldest that generated its turns; iteration 1 always follows BC's push
     assert [r["policy_lag"] for r in rl] == ([0, 1] if one_step_off else [0, 0])
     assert ("time_rollout_wait" in rl[0]) == one_step_off and "time_rollout_wait" not in rl[1]
