@@ -13,6 +13,8 @@ import argparse
 import json
 from pathlib import Path
 
+from _env import write_json
+
 PHASES = ("rollout", "logprobs", "values", "update", "measure", "iteration")
 PANELS = {"held_out": "eval_", "held_out_greedy": "eval_greedy_", "rl_tasks": "train_eval_"}
 
@@ -70,8 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     for pair, ratios in result["ratios"].items():
         print(f"{pair}: " + " ".join(f"{p} {v:.2f}x" for p, v in ratios.items()))
     if a.out:
-        a.out.parent.mkdir(parents=True, exist_ok=True)
-        a.out.write_text(json.dumps(result, indent=1))
+        write_json(a.out, result)
     return 0
 
 

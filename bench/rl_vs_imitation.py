@@ -19,7 +19,7 @@ import math
 import statistics
 from pathlib import Path
 
-from _env import setup
+from _env import setup, write_json
 
 setup()
 
@@ -301,7 +301,7 @@ def markdown(result: dict) -> str:
                 f"{st['p']:.3f} | {c['seeds_with_low_above_0']} of {len(c['per_seed'])} | "
                 f"{c['smallest_detectable']:.3f} |"
             )
-    return "\n".join(lines).replace("-0.", "−0.").replace("+0.000 [+0.000", "+0.000 [+0.000")
+    return "\n".join(lines).replace("-0.", "−0.")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -322,14 +322,12 @@ def main(argv: list[str] | None = None) -> int:
         result = cmd_table(a.runs, [int(x) for x in a.seeds.split(",")])
         print(markdown(result)) if a.markdown else print_table(result)
         if a.out:
-            a.out.parent.mkdir(parents=True, exist_ok=True)
-            a.out.write_text(json.dumps(result, indent=1))
+            write_json(a.out, result)
         return 0
     if a.cmd == "pilot":
         result = cmd_pilot(a.run, a.candidates, a.write)
         if a.out:
-            a.out.parent.mkdir(parents=True, exist_ok=True)
-            a.out.write_text(json.dumps(result, indent=1))
+            write_json(a.out, result)
     return 0
 
 
